@@ -1,0 +1,143 @@
+// Command webhook runs runner-guard: a validating admission webhook that
+// unregisters a GitHub Actions runner before its pod may be deleted or evicted.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/webhook"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stderr, os.Getenv))
+}
+
+// run starts runner-guard and blocks until ctx ends. Start-up problems print one
+// line naming the flag or field and return 1.
+func run(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) int {
+	opts, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "runner-guard: %s\n", oneLine(err))
+		return 2
+	}
+	if err := start(ctx, opts, getenv, stderr); err != nil {
+		fmt.Fprintf(stderr, "runner-guard: %s\n", oneLine(err))
+		return 1
+	}
+	return 0
+}
+
+func start(ctx context.Context, opts *options, getenv func(string) string, stderr io.Writer) error {
+	hcfg, err := opts.handlerConfig()
+	if err != nil {
+		return err
+	}
+	gcfg, err := opts.githubConfig(getenv)
+	if err != nil {
+		return err
+	}
+	if err := opts.checkServing(); err != nil {
+		return err
+	}
+	opts.zap.DestWriter = stderr
+	logger := zap.New(zap.UseFlagOptions(&opts.zap))
+	ctrl.SetLogger(logger)
+	log := logger.WithName("setup")
+
+	ghMetrics := ghclient.NewMetrics()
+	gcfg.Metrics = ghMetrics
+	gh, err := ghclient.New(gcfg)
+	if err != nil {
+		return fmt.Errorf("GitHub client: %w", err)
+	}
+
+	restCfg, err := restConfig(opts.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("--kubeconfig: %w", err)
+	}
+	restCfg.UserAgent = "runner-guard/" + version
+
+	tlsOpts := []func(*tls.Config){func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }}
+	if !opts.enableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	server := ctrlwebhook.NewServer(ctrlwebhook.Options{
+		Host:    opts.webhookHost,
+		Port:    opts.webhookPort,
+		CertDir: opts.certDir,
+		TLSOpts: tlsOpts,
+	})
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Metrics:                metricsserver.Options{BindAddress: opts.metricsBindAddress, TLSOpts: tlsOpts},
+		HealthProbeBindAddress: opts.healthProbeBindAddr,
+		WebhookServer:          server,
+	})
+	if err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+
+	hMetrics := webhook.NewMetrics()
+	for _, c := range append(hMetrics.Collectors(), ghMetrics.Collectors()...) {
+		if err := metrics.Registry.Register(c); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	handler, err := webhook.NewHandler(webhook.Options{
+		Config:  hcfg,
+		GitHub:  gh,
+		Pods:    mgr.GetAPIReader(),
+		Events:  mgr.GetEventRecorder("runner-guard"),
+		Metrics: hMetrics,
+		Scheme:  mgr.GetScheme(),
+	})
+	if err != nil {
+		return err
+	}
+	server.Register(webhook.Path, &admission.Webhook{Handler: handler})
+
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return fmt.Errorf("healthz: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("webhook", server.StartedChecker()); err != nil {
+		return fmt.Errorf("readyz: %w", err)
+	}
+
+	log.Info("starting runner-guard", "version", version, "githubURL", opts.githubURL,
+		"onError", hcfg.OnError, "githubTimeout", hcfg.GitHubTimeout.Duration, "webhookPort", opts.webhookPort)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// restConfig loads --kubeconfig, else KUBECONFIG, ~/.kube/config or the in-cluster config.
+func restConfig(path string) (*rest.Config, error) {
+	if path != "" {
+		return clientcmd.BuildConfigFromFlags("", path)
+	}
+	return ctrl.GetConfig()
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/webhook"
+)
+
+// options are the parsed command line.
+type options struct {
+	webhookPort         int
+	webhookHost         string
+	certDir             string
+	githubURL           string
+	githubTokenFile     string
+	githubAppID         int64
+	githubInstallID     int64
+	githubAppKeyFile    string
+	githubTimeout       time.Duration
+	onError             string
+	configFile          string
+	kubeconfig          string
+	metricsBindAddress  string
+	healthProbeBindAddr string
+	enableHTTP2         bool
+	zap                 zap.Options
+}
+
+// parseFlags parses args; the error of a bad flag names the flag.
+func parseFlags(args []string, output io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
+	fs.SetOutput(output)
+	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port the admission webhook server listens on (HTTPS).")
+	fs.StringVar(&o.webhookHost, "webhook-host", "", "Address the webhook server binds to; empty means all interfaces.")
+	fs.StringVar(&o.certDir, "cert-dir", filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs"), "Directory holding tls.crt and tls.key; reloaded when the files change.")
+	fs.StringVar(&o.githubURL, "github-url", "https://api.github.com/", "GitHub API base URL; for GitHub Enterprise Server https://HOST/api/v3/.")
+	fs.StringVar(&o.githubTokenFile, "github-token-file", "", "File holding a GitHub token (PAT). Without it, the GITHUB_TOKEN environment variable is used.")
+	fs.Int64Var(&o.githubAppID, "github-app-id", 0, "GitHub App ID, for GitHub App authentication instead of a token.")
+	fs.Int64Var(&o.githubInstallID, "github-app-installation-id", 0, "GitHub App installation ID.")
+	fs.StringVar(&o.githubAppKeyFile, "github-app-private-key-file", "", "File holding the GitHub App's private key (PEM).")
+	fs.DurationVar(&o.githubTimeout, "github-timeout", 0, fmt.Sprintf("Deadline of the GitHub part of one decision (default %s, or githubTimeout from --config).", webhook.DefaultGitHubTimeout))
+	fs.StringVar(&o.onError, "on-error", "", `What to do when GitHub fails or a runner's scope is unknown: "deny" (default) or "allow". Overrides onError from --config.`)
+	fs.StringVar(&o.configFile, "config", "", "YAML file with runner pod selectors, scope sources, bypass list and force annotation.")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Only required if out-of-cluster.")
+	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", ":8080", `Address of the Prometheus metrics endpoint; "0" disables it.`)
+	fs.StringVar(&o.healthProbeBindAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	fs.BoolVar(&o.enableHTTP2, "enable-http2", false, "Serve the webhook over HTTP/2 as well (off: HTTP/2 rapid-reset CVEs).")
+	o.zap.BindFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "runner-guard %s: admission webhook that unregisters GitHub Actions runners before their pods are deleted.\n\nUsage: webhook [flags]\n\n", version)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	return o, nil
+}
+
+// githubConfig builds the GitHub client config from flags and the environment,
+// rejecting missing or conflicting credentials.
+func (o *options) githubConfig(getenv func(string) string) (ghclient.Config, error) {
+	cfg := ghclient.Config{BaseURL: o.githubURL, UserAgent: "runner-guard/" + version}
+	appFlags := o.githubAppID != 0 || o.githubInstallID != 0 || o.githubAppKeyFile != ""
+	switch {
+	case appFlags && o.githubTokenFile != "":
+		return cfg, errors.New("--github-token-file and --github-app-* are mutually exclusive: choose token or GitHub App authentication")
+	case appFlags:
+		if o.githubAppID <= 0 {
+			return cfg, errors.New("--github-app-id: required (a positive number) with GitHub App authentication")
+		}
+		if o.githubInstallID <= 0 {
+			return cfg, errors.New("--github-app-installation-id: required (a positive number) with GitHub App authentication")
+		}
+		if o.githubAppKeyFile == "" {
+			return cfg, errors.New("--github-app-private-key-file: required with GitHub App authentication")
+		}
+		key, err := os.ReadFile(o.githubAppKeyFile)
+		if err != nil {
+			return cfg, fmt.Errorf("--github-app-private-key-file: %w", err)
+		}
+		cfg.App = &ghclient.AppCredentials{AppID: o.githubAppID, InstallationID: o.githubInstallID, PrivateKeyPEM: key}
+	case o.githubTokenFile != "":
+		b, err := os.ReadFile(o.githubTokenFile)
+		if err != nil {
+			return cfg, fmt.Errorf("--github-token-file: %w", err)
+		}
+		if cfg.Token = strings.TrimSpace(string(b)); cfg.Token == "" {
+			return cfg, fmt.Errorf("--github-token-file: %s is empty", o.githubTokenFile)
+		}
+	default:
+		if cfg.Token = strings.TrimSpace(getenv("GITHUB_TOKEN")); cfg.Token == "" {
+			return cfg, errors.New("no GitHub credentials: set --github-token-file, the GITHUB_TOKEN environment variable, or --github-app-id with --github-app-installation-id and --github-app-private-key-file")
+		}
+	}
+	return cfg, nil
+}
+
+// handlerConfig reads --config and applies the flags that override it.
+func (o *options) handlerConfig() (webhook.Config, error) {
+	cfg := webhook.Config{}
+	if o.configFile != "" {
+		data, err := os.ReadFile(o.configFile)
+		if err != nil {
+			return cfg, fmt.Errorf("--config: %w", err)
+		}
+		if cfg, err = webhook.ParseConfig(data); err != nil {
+			return cfg, fmt.Errorf("--config %s: %w", o.configFile, err)
+		}
+	}
+	if o.onError != "" {
+		p, err := webhook.ParseOnErrorPolicy(o.onError)
+		if err != nil {
+			return cfg, fmt.Errorf("--on-error: %w", err)
+		}
+		cfg.OnError = p
+	}
+	if o.githubTimeout < 0 {
+		return cfg, fmt.Errorf("--github-timeout: must be positive, got %s", o.githubTimeout)
+	}
+	if o.githubTimeout > 0 {
+		cfg.GitHubTimeout.Duration = o.githubTimeout
+	}
+	if err := cfg.Complete(); err != nil {
+		field := "--config"
+		if o.configFile == "" {
+			field = "flags"
+		}
+		return cfg, fmt.Errorf("%s: %w", field, err)
+	}
+	return cfg, nil
+}
+
+// checkServing fails early on a port out of range or unreadable certificates,
+// rather than letting the server die after start.
+func (o *options) checkServing() error {
+	if o.webhookPort < 1 || o.webhookPort > 65535 {
+		return fmt.Errorf("--webhook-port: %d is not a TCP port", o.webhookPort)
+	}
+	crt, key := filepath.Join(o.certDir, "tls.crt"), filepath.Join(o.certDir, "tls.key")
+	if _, err := tls.LoadX509KeyPair(crt, key); err != nil {
+		return fmt.Errorf("--cert-dir: cannot load %s and %s: %w", crt, key, err)
+	}
+	return nil
+}
+
+// oneLine keeps a joined, multi-line error on one line for the start-up message.
+func oneLine(err error) string {
+	return strings.ReplaceAll(err.Error(), "\n", "; ")
+}

@@ -1,0 +1,821 @@
+// Package ghfake is an in-memory GitHub self-hosted runners API for tests and
+// demos. It follows /work/shared/GITHUB-API.md: the list and remove endpoints for
+// repositories, organizations and enterprises (also under /api/v3/ as GitHub
+// Enterprise Server serves them), Link-header paging, token and GitHub App
+// authentication, rate-limit headers, and fault injection. *Fake is an
+// http.Handler; every control method is safe for concurrent use.
+package ghfake
+
+import (
+	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+)
+
+const (
+	// DocsURL is the documentation_url of ordinary error bodies.
+	DocsURL = "https://docs.github.com/rest"
+	// SecondaryDocsURL is the documentation_url GitHub sends with a secondary
+	// rate limit; go-github recognizes the limit by its suffix.
+	SecondaryDocsURL = "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api#about-secondary-rate-limits"
+	// PrimaryDocsURL is the documentation_url GitHub sends with a primary rate limit.
+	PrimaryDocsURL = "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api#about-the-primary-rate-limit"
+
+	defaultRateLimit = 5000
+	defaultPerPage   = 30
+	maxPerPage       = 100
+	installTokenTTL  = time.Hour
+)
+
+// Label is a runner label as GitHub renders it.
+type Label struct {
+	ID   int64  `json:"id"`
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+// Runner is a self-hosted runner as GitHub renders it in a list.
+type Runner struct {
+	ID     int64   `json:"id"`
+	Name   string  `json:"name"`
+	OS     string  `json:"os"`
+	Status string  `json:"status"` // "online" or "offline"
+	Busy   bool    `json:"busy"`
+	Labels []Label `json:"labels"`
+}
+
+// Request is one API request the fake answered (control requests are not logged).
+type Request struct {
+	Method string      `json:"method"`
+	Path   string      `json:"path"` // as received, including any /api/v3 prefix
+	Query  url.Values  `json:"query"`
+	Status int         `json:"status"` // 0 when the client went away before an answer
+	Time   time.Time   `json:"time"`
+	Header http.Header `json:"-"`
+}
+
+// FaultKind selects what an injected Fault does.
+type FaultKind string
+
+const (
+	// FaultStatus answers Status with Body (default: a GitHub-shaped message).
+	FaultStatus FaultKind = "status"
+	// FaultSecondaryRateLimit answers Status (default 403) with `retry-after:
+	// RetryAfterSeconds` (omitted when 0) and the secondary-limit documentation_url.
+	FaultSecondaryRateLimit FaultKind = "secondary-rate-limit"
+	// FaultPrimaryRateLimit answers Status (default 403) with remaining 0 and a
+	// reset ResetAfterSeconds (default 60) from now. It does not change the
+	// fake's own rate-limit window; SetRateLimit does.
+	FaultPrimaryRateLimit FaultKind = "primary-rate-limit"
+	// FaultMalformedJSON answers 200 with a body that is not valid JSON.
+	FaultMalformedJSON FaultKind = "malformed-json"
+	// FaultHang waits Delay (forever when 0) or until the client goes away, then
+	// answers normally.
+	FaultHang FaultKind = "hang"
+)
+
+// Fault is an injected misbehaviour. Faults apply in the order injected; the
+// first one that matches a request is used.
+type Fault struct {
+	Kind FaultKind `json:"kind"`
+	// Method and PathContains restrict the fault to matching requests; empty matches all.
+	Method       string `json:"method,omitempty"`
+	PathContains string `json:"pathContains,omitempty"`
+	// After lets that many matching requests through before the fault applies.
+	After int `json:"after,omitempty"`
+	// Times is how many requests the fault applies to; 0 means until ClearFaults.
+	Times             int           `json:"times,omitempty"`
+	Status            int           `json:"status,omitempty"`
+	Body              string        `json:"body,omitempty"`
+	RetryAfterSeconds int           `json:"retryAfterSeconds,omitempty"`
+	ResetAfterSeconds int           `json:"resetAfterSeconds,omitempty"`
+	Delay             time.Duration `json:"delay,omitempty"`
+	// NoRateHeaders leaves out the x-ratelimit-* headers, like a proxy in front
+	// of GitHub would (FaultStatus and FaultSecondaryRateLimit only).
+	NoRateHeaders bool `json:"noRateHeaders,omitempty"`
+}
+
+type scopeKey struct {
+	kind ghclient.ScopeKind
+	name string // lower case: GitHub owner names are case-insensitive
+}
+
+func keyOf(s ghclient.Scope) scopeKey {
+	return scopeKey{kind: s.Kind, name: strings.ToLower(s.Name)}
+}
+
+type runner struct {
+	Runner
+	scope scopeKey
+}
+
+type fault struct {
+	Fault
+	left int // requests left; -1 = until cleared
+}
+
+// Fake is an in-memory GitHub. Create it with New.
+type Fake struct {
+	mu sync.Mutex
+
+	nextID  int64
+	runners map[int64]*runner
+
+	token     string
+	apps      map[int64]*rsa.PublicKey
+	appTokens map[string]time.Time // issued installation token -> expiry
+
+	latency time.Duration
+	faults  []*fault
+
+	rateLimit       int
+	rateRemaining   int
+	rateReset       time.Time
+	rateLimitStatus int
+
+	log []Request
+
+	now func() time.Time
+
+	ctrlOnce sync.Once
+	ctrl     http.Handler
+}
+
+// New returns an empty fake with authentication off, a 5000/hour rate limit and
+// no latency.
+func New() *Fake {
+	f := &Fake{
+		nextID:          1000,
+		runners:         map[int64]*runner{},
+		apps:            map[int64]*rsa.PublicKey{},
+		appTokens:       map[string]time.Time{},
+		rateLimit:       defaultRateLimit,
+		rateRemaining:   defaultRateLimit,
+		rateLimitStatus: http.StatusForbidden,
+		now:             time.Now,
+	}
+	f.rateReset = f.now().Add(time.Hour)
+	return f
+}
+
+// SetToken turns token authentication on (non-empty) or off (empty, unless an
+// App is registered). Requests must carry `Authorization: Bearer TOKEN` or
+// `token TOKEN`.
+func (f *Fake) SetToken(token string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.token = token
+}
+
+// AddApp registers a GitHub App whose JWTs must verify against pub; it turns
+// authentication on. Installation tokens the fake issues are then accepted.
+func (f *Fake) AddApp(appID int64, pub *rsa.PublicKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.apps[appID] = pub
+}
+
+// SetLatency delays every API answer by d (honoring request cancellation).
+func (f *Fake) SetLatency(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.latency = d
+}
+
+// SetRateLimit sets the primary rate-limit window. A zero reset means an hour
+// from now. Once remaining reaches 0 every request is answered with the
+// rate-limit status until reset.
+func (f *Fake) SetRateLimit(limit, remaining int, reset time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if reset.IsZero() {
+		reset = f.now().Add(time.Hour)
+	}
+	f.rateLimit, f.rateRemaining, f.rateReset = limit, remaining, reset
+}
+
+// SetRateLimitStatus chooses 403 (default) or 429 for an exhausted primary limit.
+func (f *Fake) SetRateLimitStatus(code int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rateLimitStatus = code
+}
+
+// AddRunner registers an idle, online runner and returns its ID. IDs are unique
+// and increasing across scopes. A runner of the same name in the scope is
+// replaced, as GitHub does when a runner re-registers.
+func (f *Fake) AddRunner(scope ghclient.Scope, name string) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := keyOf(scope)
+	if old := f.findLocked(k, name); old != nil {
+		delete(f.runners, old.ID)
+	}
+	f.nextID++
+	f.runners[f.nextID] = &runner{
+		scope: k,
+		Runner: Runner{
+			ID: f.nextID, Name: name, OS: "linux", Status: "online",
+			Labels: []Label{
+				{ID: 1, Name: "self-hosted", Type: "read-only"},
+				{ID: 2, Name: "linux", Type: "read-only"},
+			},
+		},
+	}
+	return f.nextID
+}
+
+// ReRegister removes the runner (if any) and registers it again under a new ID.
+func (f *Fake) ReRegister(scope ghclient.Scope, name string) int64 {
+	return f.AddRunner(scope, name)
+}
+
+// RemoveRunnerByName unregisters a runner; false if it was not registered.
+func (f *Fake) RemoveRunnerByName(scope ghclient.Scope, name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.findLocked(keyOf(scope), name)
+	if r == nil {
+		return false
+	}
+	delete(f.runners, r.ID)
+	return true
+}
+
+// SetBusy marks a runner busy (running a job) or idle; false if not registered.
+func (f *Fake) SetBusy(scope ghclient.Scope, name string, busy bool) bool {
+	return f.update(scope, name, func(r *runner) { r.Busy = busy })
+}
+
+// SetOnline marks a runner online or offline; false if not registered.
+func (f *Fake) SetOnline(scope ghclient.Scope, name string, online bool) bool {
+	return f.update(scope, name, func(r *runner) {
+		r.Status = "offline"
+		if online {
+			r.Status = "online"
+		}
+	})
+}
+
+func (f *Fake) update(scope ghclient.Scope, name string, fn func(*runner)) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.findLocked(keyOf(scope), name)
+	if r == nil {
+		return false
+	}
+	fn(r)
+	return true
+}
+
+// Runner returns a copy of the named runner.
+func (f *Fake) Runner(scope ghclient.Scope, name string) (Runner, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.findLocked(keyOf(scope), name)
+	if r == nil {
+		return Runner{}, false
+	}
+	return copyRunner(r.Runner), true
+}
+
+// Runners returns copies of the scope's runners in ID order.
+func (f *Fake) Runners(scope ghclient.Scope) []Runner {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.listLocked(keyOf(scope), "")
+}
+
+// InjectFault queues a fault.
+func (f *Fake) InjectFault(flt Fault) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	left := flt.Times
+	if left <= 0 {
+		left = -1
+	}
+	f.faults = append(f.faults, &fault{Fault: flt, left: left})
+}
+
+// ClearFaults removes every queued fault.
+func (f *Fake) ClearFaults() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faults = nil
+}
+
+// Requests returns a copy of the request log, oldest first.
+func (f *Fake) Requests() []Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]Request, len(f.log))
+	copy(out, f.log)
+	return out
+}
+
+// ResetLog empties the request log.
+func (f *Fake) ResetLog() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.log = nil
+}
+
+// Count returns how many logged requests used method ("" counts all).
+func (f *Fake) Count(method string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, r := range f.log {
+		if method == "" || r.Method == method {
+			n++
+		}
+	}
+	return n
+}
+
+func (f *Fake) findLocked(k scopeKey, name string) *runner {
+	for _, r := range f.runners {
+		if r.scope == k && r.Name == name {
+			return r
+		}
+	}
+	return nil
+}
+
+func (f *Fake) listLocked(k scopeKey, name string) []Runner {
+	var out []Runner
+	for _, r := range f.runners {
+		if r.scope == k && (name == "" || r.Name == name) {
+			out = append(out, copyRunner(r.Runner))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func copyRunner(r Runner) Runner {
+	r.Labels = append([]Label(nil), r.Labels...)
+	return r
+}
+
+// response is an answer computed under the lock and written after it, so the
+// request is logged before the client can see the answer.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, controlPrefix) {
+		f.ctrlOnce.Do(func() { f.ctrl = f.ControlHandler() })
+		f.ctrl.ServeHTTP(w, r)
+		return
+	}
+
+	f.mu.Lock()
+	latency := f.latency
+	hang := f.takeFaultLocked(r, FaultHang)
+	f.mu.Unlock()
+
+	if !sleep(r.Context(), latency) || (hang != nil && !hangFor(r.Context(), hang.Delay)) {
+		f.mu.Lock()
+		f.logLocked(r, 0)
+		f.mu.Unlock()
+		return
+	}
+
+	f.mu.Lock()
+	resp := f.answerLocked(r)
+	f.logLocked(r, resp.status)
+	f.mu.Unlock()
+
+	for k, v := range resp.header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.status)
+	if len(resp.body) > 0 {
+		_, _ = w.Write(resp.body)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func hangFor(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		<-ctx.Done()
+		return false
+	}
+	return sleep(ctx, d)
+}
+
+func (f *Fake) logLocked(r *http.Request, status int) {
+	f.log = append(f.log, Request{
+		Method: r.Method,
+		Path:   r.URL.Path,
+		Query:  r.URL.Query(),
+		Status: status,
+		Time:   f.now(),
+		Header: r.Header.Clone(),
+	})
+}
+
+// takeFaultLocked returns the first queued fault matching r, restricted to kind
+// when kind is non-empty, or excluding FaultHang when kind is empty (hangs are
+// taken before the latency so they can be combined with other faults).
+func (f *Fake) takeFaultLocked(r *http.Request, kind FaultKind) *Fault {
+	for i, flt := range f.faults {
+		if kind != "" && flt.Kind != kind || kind == "" && flt.Kind == FaultHang {
+			continue
+		}
+		if flt.Method != "" && !strings.EqualFold(flt.Method, r.Method) {
+			continue
+		}
+		if flt.PathContains != "" && !strings.Contains(r.URL.Path, flt.PathContains) {
+			continue
+		}
+		if flt.After > 0 {
+			flt.After--
+			continue
+		}
+		out := flt.Fault
+		if flt.left > 0 {
+			flt.left--
+			if flt.left == 0 {
+				f.faults = append(f.faults[:i:i], f.faults[i+1:]...)
+			}
+		}
+		return &out
+	}
+	return nil
+}
+
+func (f *Fake) answerLocked(r *http.Request) response {
+	now := f.now()
+	// Roll the primary window over once its reset has passed.
+	if !now.Before(f.rateReset) {
+		f.rateRemaining = f.rateLimit
+		f.rateReset = now.Add(time.Hour)
+	}
+	h := http.Header{}
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("X-GitHub-Media-Type", "github.v3; format=json")
+
+	if flt := f.takeFaultLocked(r, ""); flt != nil {
+		return f.faultResponse(r, h, *flt, now)
+	}
+
+	if f.rateRemaining <= 0 {
+		f.rateHeadersLocked(h)
+		return errorResponseDocs(f.rateLimitStatus, h,
+			"API rate limit exceeded for installation. If you reach out to GitHub Support for help, please include the request ID.", PrimaryDocsURL)
+	}
+	f.rateRemaining--
+	f.rateHeadersLocked(h)
+
+	path := strings.TrimPrefix(r.URL.Path, "/api/v3")
+	if path == "" {
+		path = "/"
+	}
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+
+	if r.Method == http.MethodPost && len(parts) == 4 && parts[0] == "app" && parts[1] == "installations" && parts[3] == "access_tokens" {
+		return f.issueTokenLocked(r, h, now)
+	}
+	if !f.authorizedLocked(r, now) {
+		return errorResponse(http.StatusUnauthorized, h, "Bad credentials")
+	}
+
+	scope, rest, ok := parseScope(parts)
+	if !ok {
+		return notFound(h)
+	}
+	switch {
+	case len(rest) == 0 && r.Method == http.MethodGet:
+		return f.listResponseLocked(r, h, scope)
+	case len(rest) == 1 && r.Method == http.MethodDelete:
+		id, err := strconv.ParseInt(rest[0], 10, 64)
+		if err != nil {
+			return notFound(h)
+		}
+		return f.removeLocked(h, scope, id)
+	default:
+		return notFound(h)
+	}
+}
+
+// parseScope splits `{repos/o/r|orgs/o|enterprises/e}/actions/runners[/id]`.
+func parseScope(parts []string) (scopeKey, []string, bool) {
+	var k scopeKey
+	var rest []string
+	switch {
+	case len(parts) >= 5 && parts[0] == "repos":
+		k, rest = scopeKey{ghclient.ScopeRepo, strings.ToLower(parts[1] + "/" + parts[2])}, parts[3:]
+	case len(parts) >= 4 && parts[0] == "orgs":
+		k, rest = scopeKey{ghclient.ScopeOrg, strings.ToLower(parts[1])}, parts[2:]
+	case len(parts) >= 4 && parts[0] == "enterprises":
+		k, rest = scopeKey{ghclient.ScopeEnterprise, strings.ToLower(parts[1])}, parts[2:]
+	default:
+		return k, nil, false
+	}
+	if len(rest) < 2 || rest[0] != "actions" || rest[1] != "runners" || len(rest) > 3 {
+		return k, nil, false
+	}
+	for _, p := range parts {
+		if p == "" {
+			return k, nil, false
+		}
+	}
+	return k, rest[2:], true
+}
+
+func (f *Fake) faultResponse(r *http.Request, h http.Header, flt Fault, now time.Time) response {
+	switch flt.Kind {
+	case FaultSecondaryRateLimit:
+		if !flt.NoRateHeaders {
+			f.rateHeadersLocked(h)
+		}
+		status := orDefault(flt.Status, http.StatusForbidden)
+		if flt.RetryAfterSeconds > 0 {
+			h.Set("Retry-After", strconv.Itoa(flt.RetryAfterSeconds))
+		}
+		if flt.Body != "" {
+			return response{status: status, header: h, body: []byte(flt.Body)}
+		}
+		return errorResponseDocs(status, h,
+			"You have exceeded a secondary rate limit. Please wait a few minutes before you try again.", SecondaryDocsURL)
+	case FaultPrimaryRateLimit:
+		status := orDefault(flt.Status, http.StatusForbidden)
+		reset := now.Add(time.Duration(orDefault(flt.ResetAfterSeconds, 60)) * time.Second)
+		h.Set("X-RateLimit-Limit", strconv.Itoa(f.rateLimit))
+		h.Set("X-RateLimit-Remaining", "0")
+		h.Set("X-RateLimit-Used", strconv.Itoa(f.rateLimit))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(reset.Unix(), 10))
+		h.Set("X-RateLimit-Resource", "core")
+		if flt.Body != "" {
+			return response{status: status, header: h, body: []byte(flt.Body)}
+		}
+		return errorResponseDocs(status, h, "API rate limit exceeded for installation.", PrimaryDocsURL)
+	case FaultMalformedJSON:
+		f.rateHeadersLocked(h)
+		return response{status: http.StatusOK, header: h, body: []byte(`{"total_count": 1, "runners": [{"id": `)}
+	default: // FaultStatus
+		if !flt.NoRateHeaders {
+			f.rateHeadersLocked(h)
+		}
+		status := orDefault(flt.Status, http.StatusInternalServerError)
+		if flt.Body != "" {
+			return response{status: status, header: h, body: []byte(flt.Body)}
+		}
+		msg := http.StatusText(status)
+		if status == http.StatusUnauthorized {
+			msg = "Bad credentials"
+		}
+		if status == http.StatusNoContent {
+			return response{status: status, header: h}
+		}
+		return errorResponse(status, h, msg)
+	}
+}
+
+func orDefault(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+func (f *Fake) rateHeadersLocked(h http.Header) {
+	h.Set("X-RateLimit-Limit", strconv.Itoa(f.rateLimit))
+	h.Set("X-RateLimit-Remaining", strconv.Itoa(max(f.rateRemaining, 0)))
+	h.Set("X-RateLimit-Used", strconv.Itoa(f.rateLimit-max(f.rateRemaining, 0)))
+	h.Set("X-RateLimit-Reset", strconv.FormatInt(f.rateReset.Unix(), 10))
+	h.Set("X-RateLimit-Resource", "core")
+}
+
+func (f *Fake) authRequiredLocked() bool { return f.token != "" || len(f.apps) > 0 }
+
+func (f *Fake) authorizedLocked(r *http.Request, now time.Time) bool {
+	if !f.authRequiredLocked() {
+		return true
+	}
+	tok, ok := credential(r)
+	if !ok {
+		return false
+	}
+	if f.token != "" && tok == f.token {
+		return true
+	}
+	exp, ok := f.appTokens[tok]
+	return ok && now.Before(exp)
+}
+
+// credential extracts TOKEN from `Authorization: Bearer TOKEN` or `token TOKEN`.
+func credential(r *http.Request) (string, bool) {
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || tok == "" || !strings.EqualFold(scheme, "bearer") && !strings.EqualFold(scheme, "token") {
+		return "", false
+	}
+	return tok, true
+}
+
+// issueTokenLocked answers POST /app/installations/{id}/access_tokens. The JWT
+// must be well formed; when an App is registered its signature must verify.
+func (f *Fake) issueTokenLocked(r *http.Request, h http.Header, now time.Time) response {
+	tok, ok := credential(r)
+	if !ok {
+		return errorResponse(http.StatusUnauthorized, h, "A JSON web token could not be decoded")
+	}
+	if err := f.verifyJWTLocked(tok, now); err != nil {
+		return errorResponse(http.StatusUnauthorized, h, "A JSON web token could not be decoded: "+err.Error())
+	}
+	var b [20]byte
+	_, _ = rand.Read(b[:])
+	issued := "ghs_" + hex.EncodeToString(b[:])
+	exp := now.Add(installTokenTTL)
+	f.appTokens[issued] = exp
+	return jsonResponse(http.StatusCreated, h, map[string]any{
+		"token":      issued,
+		"expires_at": exp.UTC().Format(time.RFC3339),
+	})
+}
+
+func (f *Fake) verifyJWTLocked(tok string, now time.Time) error {
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 {
+		return fmt.Errorf("want 3 parts, got %d", len(parts))
+	}
+	var hdr struct {
+		Alg string `json:"alg"`
+	}
+	var claims struct {
+		Iss json.RawMessage `json:"iss"`
+		Exp int64           `json:"exp"`
+	}
+	if err := decodeSegment(parts[0], &hdr); err != nil {
+		return fmt.Errorf("header: %w", err)
+	}
+	if err := decodeSegment(parts[1], &claims); err != nil {
+		return fmt.Errorf("claims: %w", err)
+	}
+	if hdr.Alg != "RS256" {
+		return fmt.Errorf("alg %q, want RS256", hdr.Alg)
+	}
+	if claims.Exp > 0 && (now.Unix() > claims.Exp || claims.Exp > now.Add(11*time.Minute).Unix()) {
+		return fmt.Errorf("exp %d outside (now, now+10m]", claims.Exp)
+	}
+	if len(f.apps) == 0 {
+		return nil
+	}
+	iss, err := strconv.ParseInt(strings.Trim(string(claims.Iss), `"`), 10, 64)
+	if err != nil {
+		return fmt.Errorf("iss %s: %w", claims.Iss, err)
+	}
+	pub, ok := f.apps[iss]
+	if !ok {
+		return fmt.Errorf("unknown app %d", iss)
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(parts[2])
+	if err != nil {
+		return fmt.Errorf("signature: %w", err)
+	}
+	sum := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
+	if err := rsa.VerifyPKCS1v15(pub, crypto.SHA256, sum[:], sig); err != nil {
+		return fmt.Errorf("signature: %w", err)
+	}
+	return nil
+}
+
+func decodeSegment(seg string, v any) error {
+	b, err := base64.RawURLEncoding.DecodeString(seg)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+func (f *Fake) listResponseLocked(r *http.Request, h http.Header, k scopeKey) response {
+	q := r.URL.Query()
+	perPage := defaultPerPage
+	if v, err := strconv.Atoi(q.Get("per_page")); err == nil && v > 0 {
+		perPage = min(v, maxPerPage)
+	}
+	page := 1
+	if v, err := strconv.Atoi(q.Get("page")); err == nil && v > 0 {
+		page = v
+	}
+	all := f.listLocked(k, q.Get("name"))
+	total := len(all)
+	start := min((page-1)*perPage, total)
+	end := min(start+perPage, total)
+	runners := all[start:end]
+	if runners == nil {
+		runners = []Runner{}
+	}
+	if link := linkHeader(r, page, perPage, total); link != "" {
+		h.Set("Link", link)
+	}
+	return jsonResponse(http.StatusOK, h, struct {
+		TotalCount int      `json:"total_count"`
+		Runners    []Runner `json:"runners"`
+	}{total, runners})
+}
+
+// linkHeader renders GitHub's paging header, e.g.
+// `<URL?page=2>; rel="next", <URL?page=3>; rel="last"`.
+func linkHeader(r *http.Request, page, perPage, total int) string {
+	last := (total + perPage - 1) / perPage
+	if last <= 1 {
+		return ""
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	pageURL := func(p int) string {
+		q := r.URL.Query()
+		q.Set("per_page", strconv.Itoa(perPage))
+		q.Set("page", strconv.Itoa(p))
+		u := url.URL{Scheme: scheme, Host: r.Host, Path: r.URL.Path, RawQuery: q.Encode()}
+		return u.String()
+	}
+	var links []string
+	add := func(p int, rel string) { links = append(links, fmt.Sprintf("<%s>; rel=%q", pageURL(p), rel)) }
+	if page > 1 {
+		add(min(page-1, last), "prev")
+	}
+	if page < last {
+		add(page+1, "next")
+		add(last, "last")
+	}
+	if page > 1 {
+		add(1, "first")
+	}
+	return strings.Join(links, ", ")
+}
+
+func (f *Fake) removeLocked(h http.Header, k scopeKey, id int64) response {
+	r, ok := f.runners[id]
+	if !ok || r.scope != k {
+		return notFound(h)
+	}
+	if r.Busy {
+		return errorResponse(http.StatusUnprocessableEntity, h, fmt.Sprintf("Runner %q is still running a job", r.Name))
+	}
+	delete(f.runners, id)
+	h.Del("Content-Type")
+	return response{status: http.StatusNoContent, header: h}
+}
+
+func notFound(h http.Header) response { return errorResponse(http.StatusNotFound, h, "Not Found") }
+
+// ghError is GitHub's error body, fields in GitHub's order.
+type ghError struct {
+	Message          string `json:"message"`
+	DocumentationURL string `json:"documentation_url"`
+	Status           string `json:"status"`
+}
+
+func errorResponse(status int, h http.Header, msg string) response {
+	return errorResponseDocs(status, h, msg, DocsURL)
+}
+
+func errorResponseDocs(status int, h http.Header, msg, docs string) response {
+	return jsonResponse(status, h, ghError{Message: msg, DocumentationURL: docs, Status: strconv.Itoa(status)})
+}
+
+func jsonResponse(status int, h http.Header, v any) response {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only our own maps and structs are encoded here.
+		panic(err)
+	}
+	return response{status: status, header: h, body: b}
+}

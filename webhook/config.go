@@ -1,0 +1,263 @@
+// Package webhook is runner-guard's admission handler: it decodes DELETE pods
+// and CREATE pods/eviction reviews, recognizes runner pods, applies the decision
+// table of DESIGN.md and answers with an admission response, Events and metrics.
+// It never talks HTTP to GitHub itself; that is ghclient's job.
+package webhook
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+)
+
+// OnErrorPolicy says what to do when runner-guard cannot get an answer from
+// GitHub or cannot tell where a runner is registered.
+type OnErrorPolicy string
+
+const (
+	OnErrorDeny  OnErrorPolicy = "deny"
+	OnErrorAllow OnErrorPolicy = "allow"
+)
+
+// ParseOnErrorPolicy validates a policy name from a flag or config file.
+func ParseOnErrorPolicy(s string) (OnErrorPolicy, error) {
+	switch p := OnErrorPolicy(strings.ToLower(strings.TrimSpace(s))); p {
+	case OnErrorDeny, OnErrorAllow:
+		return p, nil
+	default:
+		return "", fmt.Errorf("invalid on-error policy %q: want %q or %q", s, OnErrorDeny, OnErrorAllow)
+	}
+}
+
+// Defaults of the bypass list and the force annotation.
+const (
+	DefaultForceAnnotation   = "runner-guard.io/force-delete"
+	DefaultBusyRetryAfter    = 10 * time.Second
+	DefaultRecentAdmittedTTL = 10 * time.Second
+	DefaultGitHubTimeout     = 5 * time.Second
+)
+
+// DefaultBypassUsers clean up after dead nodes; their pods' runners are gone.
+func DefaultBypassUsers() []string {
+	return []string{
+		"system:serviceaccount:kube-system:pod-garbage-collector",
+		"system:serviceaccount:kube-system:node-controller",
+	}
+}
+
+// Config is the handler's configuration: the `--config` YAML file plus flags.
+type Config struct {
+	// RunnerPods says how runner pods are recognized and where their runner's
+	// name, scope and ID are read. The first entry whose selector matches wins.
+	RunnerPods []RunnerPodSpec `json:"runnerPods,omitempty"`
+	// Bypass lists requesters whose deletes are let through unchecked.
+	Bypass Bypass `json:"bypass,omitempty"`
+	// ForceDelete is the annotation that lets a busy runner's pod go.
+	ForceDelete ForceDelete `json:"forceDelete,omitempty"`
+	// OnError applies when GitHub fails or the scope is unknown.
+	OnError OnErrorPolicy `json:"onError,omitempty"`
+	// GitHubTimeout bounds the GitHub part of one decision.
+	GitHubTimeout metav1.Duration `json:"githubTimeout,omitempty"`
+	// BusyRetryAfter is the retryAfterSeconds of a refused eviction.
+	BusyRetryAfter metav1.Duration `json:"busyRetryAfter,omitempty"`
+	// RecentlyAdmittedTTL is how long an admitted deletion of one pod answers the
+	// API server's repeated reviews of the same deletion without asking GitHub.
+	RecentlyAdmittedTTL metav1.Duration `json:"recentlyAdmittedTTL,omitempty"`
+}
+
+// RunnerPodSpec describes one kind of runner pod (one ARC mode).
+type RunnerPodSpec struct {
+	// Name names the mode in logs and messages ("legacy", "scale-set").
+	Name string `json:"name"`
+	// Selector matches the pod's labels.
+	Selector metav1.LabelSelector `json:"selector"`
+	// Container is the runner container; the runner can hold a job only while it runs.
+	Container string `json:"container"`
+	// RunnerNameEnv is the env var of Container holding the runner name; the pod
+	// name is used when it is empty or unset.
+	RunnerNameEnv string `json:"runnerNameEnv,omitempty"`
+	// ScopeEnv reads the scope from env vars of Container (legacy ARC).
+	ScopeEnv *ScopeKeys `json:"scopeEnv,omitempty"`
+	// ScopeLabels reads the scope from pod labels (scale-set ARC). A repository
+	// label without a "/" is joined to the organization label as owner/repo.
+	ScopeLabels *ScopeKeys `json:"scopeLabels,omitempty"`
+	// RunnerIDAnnotation holds the runner's GitHub ID, when the controller records it.
+	RunnerIDAnnotation string `json:"runnerIDAnnotation,omitempty"`
+
+	selector labels.Selector
+}
+
+// ScopeKeys names where each scope level is read from. Precedence: repository >
+// organization > enterprise.
+type ScopeKeys struct {
+	Enterprise   string `json:"enterprise,omitempty"`
+	Organization string `json:"organization,omitempty"`
+	Repository   string `json:"repository,omitempty"`
+}
+
+// Bypass lists users and groups whose deletes are not checked.
+type Bypass struct {
+	Users  []string `json:"users,omitempty"`
+	Groups []string `json:"groups,omitempty"`
+}
+
+// ForceDelete configures the annotation that forces a delete through.
+type ForceDelete struct {
+	// Enabled defaults to true.
+	Enabled *bool `json:"enabled,omitempty"`
+	// Annotation defaults to runner-guard.io/force-delete; its value must be "true".
+	Annotation string `json:"annotation,omitempty"`
+}
+
+// DefaultRunnerPods covers both modes of actions-runner-controller.
+func DefaultRunnerPods() []RunnerPodSpec {
+	return []RunnerPodSpec{
+		{
+			Name:               "legacy",
+			Selector:           metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "actions-runner", Operator: metav1.LabelSelectorOpExists}}},
+			Container:          "runner",
+			RunnerNameEnv:      "RUNNER_NAME",
+			ScopeEnv:           &ScopeKeys{Enterprise: "RUNNER_ENTERPRISE", Organization: "RUNNER_ORG", Repository: "RUNNER_REPO"},
+			RunnerIDAnnotation: "actions-runner/id",
+		},
+		{
+			Name:      "scale-set",
+			Selector:  metav1.LabelSelector{MatchLabels: map[string]string{"actions-ephemeral-runner": "True"}},
+			Container: "runner",
+			ScopeLabels: &ScopeKeys{
+				Enterprise:   "actions.github.com/enterprise",
+				Organization: "actions.github.com/organization",
+				Repository:   "actions.github.com/repository",
+			},
+		},
+	}
+}
+
+// DefaultConfig is what runs without a --config file.
+func DefaultConfig() Config {
+	c := Config{}
+	if err := c.Complete(); err != nil {
+		// The defaults are static; failing here is a programming error.
+		panic(fmt.Sprintf("default config invalid: %v", err))
+	}
+	return c
+}
+
+// ParseConfig reads a --config YAML document strictly (unknown fields are errors),
+// fills in defaults and validates it.
+func ParseConfig(data []byte) (Config, error) {
+	var c Config
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return Config{}, fmt.Errorf("parse config: %w", err)
+	}
+	if err := c.Complete(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Complete fills in defaults and validates, naming the offending field.
+func (c *Config) Complete() error {
+	if len(c.RunnerPods) == 0 {
+		c.RunnerPods = DefaultRunnerPods()
+	}
+	if c.Bypass.Users == nil && c.Bypass.Groups == nil {
+		c.Bypass.Users = DefaultBypassUsers()
+	}
+	if c.ForceDelete.Enabled == nil {
+		enabled := true
+		c.ForceDelete.Enabled = &enabled
+	}
+	if c.ForceDelete.Annotation == "" {
+		c.ForceDelete.Annotation = DefaultForceAnnotation
+	}
+	if c.OnError == "" {
+		c.OnError = OnErrorDeny
+	}
+	if c.GitHubTimeout.Duration == 0 {
+		c.GitHubTimeout.Duration = DefaultGitHubTimeout
+	}
+	if c.BusyRetryAfter.Duration == 0 {
+		c.BusyRetryAfter.Duration = DefaultBusyRetryAfter
+	}
+	if c.RecentlyAdmittedTTL.Duration == 0 {
+		c.RecentlyAdmittedTTL.Duration = DefaultRecentAdmittedTTL
+	}
+	return c.validate()
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if _, err := ParseOnErrorPolicy(string(c.OnError)); err != nil {
+		errs = append(errs, fmt.Errorf("onError: %w", err))
+	}
+	for _, f := range []struct {
+		field string
+		d     time.Duration
+	}{
+		{"githubTimeout", c.GitHubTimeout.Duration},
+		{"busyRetryAfter", c.BusyRetryAfter.Duration},
+		{"recentlyAdmittedTTL", c.RecentlyAdmittedTTL.Duration},
+	} {
+		if f.d < 0 {
+			errs = append(errs, fmt.Errorf("%s: must not be negative, got %s", f.field, f.d))
+		}
+	}
+	if c.GitHubTimeout.Duration > 10*time.Second {
+		// GitHub ends requests after 10 s and the API server's webhook deadline is at most 30 s.
+		errs = append(errs, fmt.Errorf("githubTimeout: %s is longer than GitHub's own 10s request limit", c.GitHubTimeout.Duration))
+	}
+	if strings.TrimSpace(c.ForceDelete.Annotation) == "" {
+		errs = append(errs, errors.New("forceDelete.annotation: must not be empty"))
+	}
+	seen := map[string]bool{}
+	for i := range c.RunnerPods {
+		rp := &c.RunnerPods[i]
+		path := fmt.Sprintf("runnerPods[%d]", i)
+		if rp.Name == "" {
+			errs = append(errs, fmt.Errorf("%s.name: must not be empty", path))
+		} else if seen[rp.Name] {
+			errs = append(errs, fmt.Errorf("%s.name: duplicate name %q", path, rp.Name))
+		}
+		seen[rp.Name] = true
+		sel, err := metav1.LabelSelectorAsSelector(&rp.Selector)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s.selector: %w", path, err))
+		case sel.Empty():
+			errs = append(errs, fmt.Errorf("%s.selector: must not be empty (it would match every pod)", path))
+		default:
+			rp.selector = sel
+		}
+		if rp.Container == "" {
+			errs = append(errs, fmt.Errorf("%s.container: must name the runner container", path))
+		}
+		if rp.ScopeEnv == nil && rp.ScopeLabels == nil {
+			errs = append(errs, fmt.Errorf("%s: set scopeEnv or scopeLabels so the runner's scope can be found", path))
+		}
+		if emptyKeys(rp.ScopeEnv) {
+			errs = append(errs, fmt.Errorf("%s.scopeEnv: name at least one of enterprise, organization, repository", path))
+		}
+		if emptyKeys(rp.ScopeLabels) {
+			errs = append(errs, fmt.Errorf("%s.scopeLabels: name at least one of enterprise, organization, repository", path))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// forceAnnotation is the annotation key that forces a delete, or "" when disabled.
+func (c *Config) forceAnnotation() string {
+	if c.ForceDelete.Enabled != nil && !*c.ForceDelete.Enabled {
+		return ""
+	}
+	return c.ForceDelete.Annotation
+}
+
+func emptyKeys(k *ScopeKeys) bool {
+	return k != nil && k.Enterprise == "" && k.Organization == "" && k.Repository == ""
+}

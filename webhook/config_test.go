@@ -1,0 +1,109 @@
+package webhook
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseConfig(t *testing.T) {
+	tests := map[string]struct {
+		yaml    string
+		wantErr string
+		check   func(t *testing.T, c Config)
+	}{
+		"empty document gets defaults": {
+			yaml: "",
+			check: func(t *testing.T, c Config) {
+				if len(c.RunnerPods) != 2 || c.RunnerPods[0].Name != "legacy" || c.RunnerPods[1].Name != "scale-set" {
+					t.Errorf("runnerPods = %+v, want legacy and scale-set", c.RunnerPods)
+				}
+				if c.OnError != OnErrorDeny || c.GitHubTimeout.Duration != 5*time.Second || c.forceAnnotation() != DefaultForceAnnotation {
+					t.Errorf("defaults not applied: %+v", c)
+				}
+				if len(c.Bypass.Users) != 2 {
+					t.Errorf("bypass users = %v, want the two kube-system defaults", c.Bypass.Users)
+				}
+			},
+		},
+		"custom runner pods and bypass": {
+			yaml: `
+runnerPods:
+- name: mine
+  selector: {matchLabels: {app: my-runner}}
+  container: agent
+  scopeEnv: {organization: GH_ORG}
+bypass:
+  groups: [ops]
+forceDelete: {enabled: false}
+onError: allow
+githubTimeout: 3s
+`,
+			check: func(t *testing.T, c Config) {
+				if len(c.RunnerPods) != 1 || c.RunnerPods[0].selector == nil {
+					t.Fatalf("runnerPods = %+v", c.RunnerPods)
+				}
+				if c.forceAnnotation() != "" {
+					t.Errorf("force annotation enabled, want disabled")
+				}
+				if c.OnError != OnErrorAllow || c.GitHubTimeout.Duration != 3*time.Second {
+					t.Errorf("onError/githubTimeout = %s/%s", c.OnError, c.GitHubTimeout.Duration)
+				}
+				if len(c.Bypass.Users) != 0 || c.Bypass.Groups[0] != "ops" {
+					t.Errorf("an explicit bypass list must replace the defaults: %+v", c.Bypass)
+				}
+			},
+		},
+		"unknown field":      {yaml: "runnerPod: []", wantErr: `unknown field "runnerPod"`},
+		"not yaml":           {yaml: "runnerPods: [", wantErr: "parse config"},
+		"bad on-error":       {yaml: "onError: maybe", wantErr: `onError: invalid on-error policy "maybe"`},
+		"negative duration":  {yaml: "busyRetryAfter: -1s", wantErr: "busyRetryAfter: must not be negative"},
+		"timeout too long":   {yaml: "githubTimeout: 20s", wantErr: "githubTimeout: 20s is longer than GitHub's own 10s"},
+		"missing container":  {yaml: "runnerPods: [{name: a, selector: {matchLabels: {a: b}}, scopeEnv: {organization: X}}]", wantErr: "runnerPods[0].container"},
+		"empty selector":     {yaml: "runnerPods: [{name: a, container: c, scopeEnv: {organization: X}}]", wantErr: "runnerPods[0].selector: must not be empty"},
+		"bad selector":       {yaml: "runnerPods: [{name: a, container: c, scopeEnv: {organization: X}, selector: {matchExpressions: [{key: a, operator: Bogus}]}}]", wantErr: "runnerPods[0].selector"},
+		"no scope source":    {yaml: "runnerPods: [{name: a, container: c, selector: {matchLabels: {a: b}}}]", wantErr: "runnerPods[0]: set scopeEnv or scopeLabels"},
+		"empty scope source": {yaml: "runnerPods: [{name: a, container: c, selector: {matchLabels: {a: b}}, scopeLabels: {}}]", wantErr: "runnerPods[0].scopeLabels: name at least one"},
+		"duplicate names": {
+			yaml:    "runnerPods: [{name: a, container: c, selector: {matchLabels: {a: b}}, scopeEnv: {organization: X}}, {name: a, container: c, selector: {matchLabels: {a: c}}, scopeEnv: {organization: X}}]",
+			wantErr: `runnerPods[1].name: duplicate name "a"`,
+		},
+		"empty force annotation": {yaml: "forceDelete: {annotation: ' '}", wantErr: "forceDelete.annotation"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			c, err := ParseConfig([]byte(tc.yaml))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			tc.check(t, c)
+		})
+	}
+}
+
+func TestParseOnErrorPolicy(t *testing.T) {
+	tests := map[string]struct {
+		in      string
+		want    OnErrorPolicy
+		wantErr bool
+	}{
+		"deny":        {in: "deny", want: OnErrorDeny},
+		"allow upper": {in: "ALLOW", want: OnErrorAllow},
+		"empty":       {in: "", wantErr: true},
+		"other":       {in: "ignore", wantErr: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, err := ParseOnErrorPolicy(tc.in)
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Fatalf("ParseOnErrorPolicy(%q) = %q, %v", tc.in, got, err)
+			}
+		})
+	}
+}

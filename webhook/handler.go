@@ -1,0 +1,206 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// Path is where the handler is served; the manifests point both webhooks here.
+const Path = "/validate-runner-pods"
+
+// Options wires a Handler.
+type Options struct {
+	// Config must have been completed (ParseConfig, DefaultConfig or Complete).
+	Config Config
+	GitHub GitHub
+	// Pods reads the pod named by an eviction. It must not be a cache: an
+	// eviction can name a pod created a moment ago.
+	Pods client.Reader
+	// Events is optional; nil records no Events.
+	Events events.EventRecorder
+	// Metrics is optional.
+	Metrics *Metrics
+	// Scheme decodes review objects; defaults to client-go's scheme.
+	Scheme *runtime.Scheme
+	// Now is the clock of the recently-admitted memory; defaults to time.Now.
+	Now func() time.Time
+}
+
+// Handler is the admission.Handler for DELETE pods and CREATE pods/eviction.
+type Handler struct {
+	decider *decider
+	decoder admission.Decoder
+	pods    client.Reader
+	events  events.EventRecorder
+	metrics *Metrics
+}
+
+var _ admission.Handler = &Handler{}
+
+// NewHandler validates the options and builds a Handler.
+func NewHandler(o Options) (*Handler, error) {
+	if o.GitHub == nil {
+		return nil, errors.New("webhook: GitHub client is required")
+	}
+	if o.Pods == nil {
+		return nil, errors.New("webhook: pod reader is required (evictions name pods by name only)")
+	}
+	if err := o.Config.validate(); err != nil {
+		return nil, fmt.Errorf("webhook: invalid config: %w", err)
+	}
+	if o.Scheme == nil {
+		o.Scheme = clientgoscheme.Scheme
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Handler{
+		decider: newDecider(o.Config, o.GitHub, o.Now),
+		decoder: admission.NewDecoder(o.Scheme),
+		pods:    o.Pods,
+		events:  o.Events,
+		metrics: o.Metrics,
+	}, nil
+}
+
+// Handle answers one AdmissionReview.
+func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	log := logf.FromContext(ctx)
+	if req.UID == "" || req.Operation == "" {
+		return admission.Errored(http.StatusBadRequest, errors.New("AdmissionReview carries no request (uid and operation are required)"))
+	}
+	var op Operation
+	switch {
+	case req.Operation == admissionv1.Delete && req.Resource.Resource == "pods" && req.SubResource == "":
+		op = OperationDelete
+	case req.Operation == admissionv1.Create && req.Resource.Resource == "pods" && req.SubResource == "eviction":
+		op = OperationEvict
+	default:
+		// Only reachable through a misconfigured webhook rule; never block it.
+		return admission.Allowed(fmt.Sprintf("runner-guard does not handle %s %s/%s", req.Operation, req.Resource.Resource, req.SubResource))
+	}
+
+	pod, resp, ok := h.pod(ctx, op, req)
+	if !ok {
+		return resp
+	}
+	r := review{Operation: op, Pod: pod, User: req.UserInfo, DryRun: req.DryRun != nil && *req.DryRun}
+	dec, target := h.decider.decide(ctx, r)
+
+	h.metrics.observe(op, dec)
+	h.record(r, dec)
+	kv := []any{"operation", op, "allowed", dec.Allowed, "reason", dec.Reason, "dryRun", r.DryRun}
+	if target.Name != "" {
+		kv = append(kv, "runner", target.Name, "scope", target.Scope.String())
+	}
+	if dec.Allowed && dec.Warning == "" && dec.Reason != ReasonUnregistered {
+		log.V(1).Info("admitted", kv...)
+	} else {
+		log.Info(dec.Message, kv...)
+	}
+	return toResponse(dec)
+}
+
+// pod returns the pod under review: the DELETE's oldObject, or for an eviction
+// the live pod (nil if it is gone). ok is false when resp must be returned as is.
+func (h *Handler) pod(ctx context.Context, op Operation, req admission.Request) (*corev1.Pod, admission.Response, bool) {
+	if op == OperationDelete {
+		if len(req.OldObject.Raw) == 0 {
+			return nil, admission.Errored(http.StatusBadRequest, errors.New("DELETE review carries no oldObject")), false
+		}
+		pod := &corev1.Pod{}
+		if err := h.decoder.DecodeRaw(req.OldObject, pod); err != nil {
+			return nil, admission.Errored(http.StatusBadRequest, fmt.Errorf("decode oldObject as Pod: %w", err)), false
+		}
+		return pod, admission.Response{}, true
+	}
+
+	name := req.Name
+	if name == "" && len(req.Object.Raw) > 0 {
+		ev := &policyv1.Eviction{}
+		if err := h.decoder.DecodeRaw(req.Object, ev); err != nil {
+			return nil, admission.Errored(http.StatusBadRequest, fmt.Errorf("decode Eviction: %w", err)), false
+		}
+		name = ev.Name
+	}
+	if name == "" || req.Namespace == "" {
+		return nil, admission.Errored(http.StatusBadRequest, errors.New("eviction review names no pod")), false
+	}
+	pod := &corev1.Pod{}
+	err := h.pods.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: name}, pod)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, admission.Response{}, true
+	case err != nil:
+		d := onError(h.decider.policy, ReasonPodLookupFailed,
+			fmt.Sprintf("cannot read pod %s/%s to check its runner: %v", req.Namespace, name, err), http.StatusTooManyRequests)
+		d.RetryAfter = h.decider.policy.BusyRetryAfter
+		h.metrics.observe(op, d)
+		return nil, toResponse(d), false
+	}
+	return pod, admission.Response{}, true
+}
+
+// record emits the decision's Event on the pod. Dry runs have no side effects.
+func (h *Handler) record(r review, d Decision) {
+	if h.events == nil || r.DryRun || d.EventReason == "" || r.Pod == nil {
+		return
+	}
+	action := "Delete"
+	if r.Operation == OperationEvict {
+		action = "Evict"
+	}
+	note := d.Message
+	if d.Reason == ReasonUnregistered {
+		// A validating webhook cannot undo: say what happens if a later step rejects the delete.
+		note += "; if the deletion is rejected after this, the runner process exits and its controller replaces the pod"
+	}
+	if len(note) > 1000 {
+		note = note[:1000]
+	}
+	h.events.Eventf(r.Pod, nil, d.EventType, d.EventReason, action, "%s", note)
+}
+
+// toResponse turns a decision into an admission response. The code and reason
+// reach the client unchanged: a 429 makes kubectl drain and autoscalers retry.
+func toResponse(d Decision) admission.Response {
+	if d.Allowed {
+		resp := admission.Allowed(d.Message)
+		if d.Warning != "" {
+			resp = resp.WithWarnings(d.Warning)
+		}
+		return resp
+	}
+	resp := admission.Denied(d.Message)
+	code := d.Code
+	if code == 0 {
+		code = http.StatusForbidden
+	}
+	resp.Result.Code = code
+	switch code {
+	case http.StatusTooManyRequests:
+		resp.Result.Reason = metav1.StatusReasonTooManyRequests
+		resp.Result.Details = &metav1.StatusDetails{RetryAfterSeconds: retryAfterSeconds(d.RetryAfter)}
+	case http.StatusServiceUnavailable:
+		resp.Result.Reason = metav1.StatusReasonServiceUnavailable
+	default:
+		resp.Result.Reason = metav1.StatusReasonForbidden
+	}
+	return resp
+}

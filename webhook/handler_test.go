@@ -1,0 +1,428 @@
+package webhook
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/ghclient/ghfake"
+	"github.com/runner-guard/runner-guard/test/fixture"
+)
+
+// harness serves the Handler over HTTP the way the webhook server does, in
+// front of the real GitHub client talking to the fake GitHub.
+type harness struct {
+	github  *ghfake.Fake
+	events  *events.FakeRecorder
+	metrics *Metrics
+	url     string
+}
+
+func newHarness(t *testing.T, cfg Config, pods ...*corev1.Pod) *harness {
+	t.Helper()
+	gh := ghfake.New()
+	gh.SetToken("test-token")
+	ghSrv := httptest.NewServer(gh)
+	t.Cleanup(ghSrv.Close)
+	client, err := ghclient.New(ghclient.Config{BaseURL: ghSrv.URL + "/", Token: "test-token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := make([]runtime.Object, 0, len(pods))
+	for _, p := range pods {
+		objs = append(objs, p)
+	}
+	if err := cfg.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{github: gh, events: events.NewFakeRecorder(100), metrics: NewMetrics()}
+	handler, err := NewHandler(Options{
+		Config:  cfg,
+		GitHub:  client,
+		Pods:    fake.NewClientBuilder().WithRuntimeObjects(objs...).Build(),
+		Events:  h.events,
+		Metrics: h.metrics,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(&admission.Webhook{Handler: handler})
+	t.Cleanup(srv.Close)
+	h.url = srv.URL + Path
+	return h
+}
+
+// post sends raw bytes as an AdmissionReview body and returns the HTTP status and review.
+func (h *harness) post(t *testing.T, body []byte) (int, admissionv1.AdmissionReview) {
+	t.Helper()
+	resp, err := http.Post(h.url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(data, &out); err != nil {
+		t.Fatalf("response is not an AdmissionReview: %v: %s", err, data)
+	}
+	return resp.StatusCode, out
+}
+
+type request struct {
+	op     Operation
+	pod    *corev1.Pod
+	user   string
+	dryRun bool
+}
+
+func reviewJSON(t *testing.T, r request) []byte {
+	t.Helper()
+	req := &admissionv1.AdmissionRequest{
+		UID:       types.UID(fmt.Sprintf("review-%d", time.Now().UnixNano())),
+		Namespace: r.pod.Namespace,
+		Name:      r.pod.Name,
+		UserInfo:  authenticationv1.UserInfo{Username: r.user},
+		DryRun:    &r.dryRun,
+	}
+	if req.UserInfo.Username == "" {
+		req.UserInfo.Username = "kubernetes-admin"
+	}
+	switch r.op {
+	case OperationEvict:
+		req.Kind = metav1.GroupVersionKind{Group: "policy", Version: "v1", Kind: "Eviction"}
+		req.Resource = metav1.GroupVersionResource{Version: "v1", Resource: "pods"}
+		req.SubResource = "eviction"
+		req.Operation = admissionv1.Create
+		ev, _ := json.Marshal(&policyv1.Eviction{TypeMeta: metav1.TypeMeta{APIVersion: "policy/v1", Kind: "Eviction"},
+			ObjectMeta: metav1.ObjectMeta{Name: r.pod.Name, Namespace: r.pod.Namespace}})
+		req.Object.Raw = ev
+	default:
+		req.Kind = metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}
+		req.Resource = metav1.GroupVersionResource{Version: "v1", Resource: "pods"}
+		req.Operation = admissionv1.Delete
+		raw, _ := json.Marshal(r.pod)
+		req.OldObject.Raw = raw
+	}
+	body, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request:  req,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
+func acme() ghclient.Scope { s, _ := ghclient.OrgScope("acme"); return s }
+
+func TestHandlerDecisions(t *testing.T) {
+	idle := func(h *harness) { h.github.AddRunner(acme(), "runner-1") }
+	busy := func(h *harness) { h.github.AddRunner(acme(), "runner-1"); h.github.SetBusy(acme(), "runner-1", true) }
+	legacy := func() *fixture.PodWrapper { return fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running() }
+	tests := map[string]struct {
+		cfg      Config
+		req      request
+		setup    func(*harness)
+		allowed  bool
+		code     int32
+		retry    int32
+		reason   Reason
+		msg      []string
+		warning  bool
+		ghCalls  map[string]int // method -> requests GitHub saw
+		event    string
+		stillReg bool // runner still registered on GitHub afterwards
+		podGone  bool // the pod does not exist in the API (eviction races a delete)
+	}{
+		"1 not a runner pod": {
+			req: request{op: OperationDelete, pod: fixture.MakePod("ci", "web").Running().Obj()}, setup: busy,
+			allowed: true, reason: ReasonNotRunnerPod, ghCalls: map[string]int{}, stillReg: true,
+		},
+		"1 eviction of a pod that is gone": {
+			req: request{op: OperationEvict, pod: fixture.MakePod("ci", "gone").Obj()}, setup: busy, podGone: true,
+			allowed: true, reason: ReasonPodNotFound, ghCalls: map[string]int{}, stillReg: true,
+		},
+		"2 already terminating": {
+			req: request{op: OperationDelete, pod: legacy().Terminating().Obj()}, setup: busy,
+			allowed: true, reason: ReasonTerminating, ghCalls: map[string]int{}, stillReg: true,
+		},
+		"3 pending runner pod": {
+			req: request{op: OperationDelete, pod: fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Pending().Obj()}, setup: busy,
+			allowed: true, reason: ReasonRunnerNotRunning, ghCalls: map[string]int{}, stillReg: true,
+		},
+		"3 runner container terminated": {
+			req: request{op: OperationDelete, pod: fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").RunnerTerminated().Obj()}, setup: busy,
+			allowed: true, reason: ReasonRunnerNotRunning, ghCalls: map[string]int{}, stillReg: true,
+		},
+		"4 bypass user": {
+			req: request{op: OperationDelete, pod: legacy().Obj(), user: "system:serviceaccount:kube-system:pod-garbage-collector"}, setup: busy,
+			allowed: true, reason: ReasonBypassUser, warning: true, event: EventForcedDelete, ghCalls: map[string]int{}, stillReg: true,
+		},
+		"4 force annotation": {
+			req: request{op: OperationDelete, pod: legacy().Force().Obj()}, setup: busy,
+			allowed: true, reason: ReasonForceAnnotation, warning: true, event: EventForcedDelete, ghCalls: map[string]int{}, stillReg: true,
+		},
+		"5 scope unknown, deny": {
+			req: request{op: OperationDelete, pod: fixture.MakeLegacyRunnerPod("ci", "runner-1").Running().Obj()}, setup: busy,
+			code: 403, reason: ReasonScopeUnknown, msg: []string{"RUNNER_ORG"}, event: EventScopeUnknown, ghCalls: map[string]int{}, stillReg: true,
+		},
+		"5 scope unknown, allow": {
+			cfg: Config{OnError: OnErrorAllow},
+			req: request{op: OperationDelete, pod: fixture.MakeLegacyRunnerPod("ci", "runner-1").Running().Obj()}, setup: busy,
+			allowed: true, reason: ReasonScopeUnknown, warning: true, event: EventScopeUnknown, ghCalls: map[string]int{}, stillReg: true,
+		},
+		"6 dry run busy": {
+			req: request{op: OperationDelete, pod: legacy().Obj(), dryRun: true}, setup: busy,
+			code: 403, reason: ReasonDryRunBusy, msg: []string{"runner busy"}, ghCalls: map[string]int{"GET": 1}, stillReg: true,
+		},
+		"6 dry run idle": {
+			req: request{op: OperationDelete, pod: legacy().Obj(), dryRun: true}, setup: idle,
+			allowed: true, reason: ReasonDryRunIdle, ghCalls: map[string]int{"GET": 1}, stillReg: true,
+		},
+		"7 idle runner with known ID": {
+			req: request{op: OperationDelete, pod: legacy().RunnerID(1001).Obj()}, setup: idle,
+			allowed: true, reason: ReasonUnregistered, event: EventRunnerUnregistered, ghCalls: map[string]int{"DELETE": 1},
+		},
+		"7 idle runner looked up by name": {
+			req: request{op: OperationDelete, pod: legacy().Obj()}, setup: idle,
+			allowed: true, reason: ReasonUnregistered, event: EventRunnerUnregistered, ghCalls: map[string]int{"GET": 1, "DELETE": 1},
+		},
+		"7 runner not registered": {
+			req: request{op: OperationDelete, pod: legacy().Obj()}, setup: func(*harness) {},
+			allowed: true, reason: ReasonRunnerNotFound, ghCalls: map[string]int{"GET": 1},
+		},
+		"7 eviction of an idle runner": {
+			req: request{op: OperationEvict, pod: legacy().RunnerID(1001).Obj()}, setup: idle,
+			allowed: true, reason: ReasonUnregistered, event: EventRunnerUnregistered, ghCalls: map[string]int{"DELETE": 1},
+		},
+		"8 busy delete": {
+			req: request{op: OperationDelete, pod: legacy().RunnerID(1001).Obj()}, setup: busy,
+			code: 403, reason: ReasonRunnerBusy, msg: []string{"runner busy", `"runner-1"`, `org "acme"`, "force-delete"},
+			event: EventRunnerBusy, ghCalls: map[string]int{"DELETE": 1}, stillReg: true,
+		},
+		"8 busy eviction gets 429": {
+			req: request{op: OperationEvict, pod: legacy().RunnerID(1001).Obj()}, setup: busy,
+			code: 429, retry: 10, reason: ReasonRunnerBusy, msg: []string{"runner busy"},
+			event: EventRunnerBusy, ghCalls: map[string]int{"DELETE": 1}, stillReg: true,
+		},
+		"8 scale-set runner busy": {
+			req:   request{op: OperationDelete, pod: fixture.MakeScaleSetRunnerPod("ci", "runner-1").Label("actions.github.com/organization", "acme").Running().Obj()},
+			setup: busy, code: 403, reason: ReasonRunnerBusy, msg: []string{"runner busy"}, event: EventRunnerBusy,
+			ghCalls: map[string]int{"GET": 1, "DELETE": 1}, stillReg: true,
+		},
+		"9 secondary rate limit": {
+			req: request{op: OperationDelete, pod: legacy().RunnerID(1001).Obj()},
+			setup: func(h *harness) {
+				idle(h)
+				h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 403, RetryAfterSeconds: 42})
+			},
+			code: 429, retry: 42, reason: ReasonRateLimited, msg: []string{"rate limit"}, event: EventRateLimited,
+			ghCalls: map[string]int{"DELETE": 1}, stillReg: true,
+		},
+		"10 GitHub 500, deny": {
+			req: request{op: OperationDelete, pod: legacy().RunnerID(1001).Obj()},
+			setup: func(h *harness) {
+				idle(h)
+				h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 500})
+			},
+			code: 503, reason: ReasonGitHubError, msg: []string{"500", "--on-error=deny"}, event: EventGitHubError,
+			ghCalls: map[string]int{"DELETE": 1}, stillReg: true,
+		},
+		"10 GitHub 500, allow": {
+			cfg: Config{OnError: OnErrorAllow},
+			req: request{op: OperationDelete, pod: legacy().RunnerID(1001).Obj()},
+			setup: func(h *harness) {
+				idle(h)
+				h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 500})
+			},
+			allowed: true, reason: ReasonGitHubError, warning: true, msg: []string{"500"}, event: EventGitHubError,
+			ghCalls: map[string]int{"DELETE": 1}, stillReg: true,
+		},
+		"10 GitHub slower than the timeout": {
+			cfg: Config{GitHubTimeout: metav1.Duration{Duration: 200 * time.Millisecond}},
+			req: request{op: OperationDelete, pod: legacy().RunnerID(1001).Obj()},
+			setup: func(h *harness) {
+				idle(h)
+				h.github.SetLatency(2 * time.Second)
+			},
+			code: 503, reason: ReasonGitHubError, msg: []string{"deadline exceeded"}, event: EventGitHubError,
+			ghCalls: map[string]int{"DELETE": 1}, stillReg: true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			stored := []*corev1.Pod{tc.req.pod}
+			if tc.podGone {
+				stored = nil
+			}
+			h := newHarness(t, tc.cfg, stored...)
+			tc.setup(h)
+			status, out := h.post(t, reviewJSON(t, tc.req))
+			if status != http.StatusOK || out.Response == nil {
+				t.Fatalf("HTTP %d, response %+v", status, out.Response)
+			}
+			resp := out.Response
+			if resp.Allowed != tc.allowed {
+				t.Fatalf("allowed = %v, want %v (%+v)", resp.Allowed, tc.allowed, resp.Result)
+			}
+			if !tc.allowed {
+				if resp.Result.Code != tc.code {
+					t.Errorf("code = %d, want %d", resp.Result.Code, tc.code)
+				}
+				if tc.code == 429 && (resp.Result.Details == nil || resp.Result.Details.RetryAfterSeconds != tc.retry) {
+					t.Errorf("retryAfterSeconds = %+v, want %d", resp.Result.Details, tc.retry)
+				}
+			}
+			for _, m := range tc.msg {
+				if !strings.Contains(resp.Result.Message, m) {
+					t.Errorf("message %q does not contain %q", resp.Result.Message, m)
+				}
+			}
+			if (len(resp.Warnings) > 0) != tc.warning {
+				t.Errorf("warnings = %q, want warning: %v", resp.Warnings, tc.warning)
+			}
+			decision := "deny"
+			if tc.allowed {
+				decision = "allow"
+			}
+			if got := testutil.ToFloat64(h.metrics.Decisions.WithLabelValues(string(tc.req.op), decision, string(tc.reason))); got != 1 {
+				t.Errorf("runner_guard_decisions_total{%s,%s,%s} = %v, want 1", tc.req.op, decision, tc.reason, got)
+			}
+			for _, method := range []string{"GET", "DELETE"} {
+				if got := h.github.Count(method); got != tc.ghCalls[method] {
+					t.Errorf("GitHub saw %d %s requests, want %d: %+v", got, method, tc.ghCalls[method], h.github.Requests())
+				}
+			}
+			if _, reg := h.github.Runner(acme(), "runner-1"); reg != tc.stillReg && tc.setup != nil {
+				if tc.ghCalls["DELETE"] > 0 || tc.stillReg {
+					t.Errorf("runner registered on GitHub = %v, want %v", reg, tc.stillReg)
+				}
+			}
+			select {
+			case ev := <-h.events.Events:
+				if tc.event == "" || !strings.Contains(ev, tc.event) {
+					t.Errorf("event %q, want %q", ev, tc.event)
+				}
+			default:
+				if tc.event != "" {
+					t.Errorf("no event, want %q", tc.event)
+				}
+			}
+		})
+	}
+}
+
+// The API server may review one deletion up to three times; only the first asks GitHub.
+func TestHandlerRepeatedReviewsCostOneUnregister(t *testing.T) {
+	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
+	h := newHarness(t, Config{}, pod)
+	h.github.AddRunner(acme(), "runner-1")
+	for i := range 3 {
+		_, out := h.post(t, reviewJSON(t, request{op: OperationDelete, pod: pod}))
+		if !out.Response.Allowed {
+			t.Fatalf("review %d denied: %+v", i, out.Response.Result)
+		}
+	}
+	if got := h.github.Count(""); got != 2 {
+		t.Errorf("GitHub requests = %d, want 2 (one list, one DELETE): %+v", got, h.github.Requests())
+	}
+	if got := testutil.ToFloat64(h.metrics.Decisions.WithLabelValues("delete", "allow", string(ReasonRecentlyAdmitted))); got != 2 {
+		t.Errorf("recently-admitted decisions = %v, want 2", got)
+	}
+}
+
+// A denial is never remembered: the next attempt asks GitHub again and succeeds once idle.
+func TestHandlerDenialNotRemembered(t *testing.T) {
+	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").RunnerID(1001).Running().Obj()
+	h := newHarness(t, Config{}, pod)
+	h.github.AddRunner(acme(), "runner-1")
+	h.github.SetBusy(acme(), "runner-1", true)
+	if _, out := h.post(t, reviewJSON(t, request{op: OperationDelete, pod: pod})); out.Response.Allowed {
+		t.Fatal("busy runner's pod admitted")
+	}
+	h.github.SetBusy(acme(), "runner-1", false)
+	if _, out := h.post(t, reviewJSON(t, request{op: OperationDelete, pod: pod})); !out.Response.Allowed {
+		t.Fatalf("idle runner's pod denied: %+v", out.Response.Result)
+	}
+	if got := h.github.Count("DELETE"); got != 2 {
+		t.Errorf("DELETEs = %d, want 2", got)
+	}
+}
+
+func TestHandlerMalformedBodies(t *testing.T) {
+	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
+	tests := map[string][]byte{
+		"not json":        []byte("{not json"),
+		"empty object":    []byte("{}"),
+		"no request":      []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`),
+		"oldObject junk":  []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","operation":"DELETE","resource":{"version":"v1","resource":"pods"},"oldObject":{"kind":"Pod","apiVersion":"v1","spec":"x"}}}`),
+		"no oldObject":    []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","operation":"DELETE","resource":{"version":"v1","resource":"pods"}}}`),
+		"eviction no pod": []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","operation":"CREATE","resource":{"version":"v1","resource":"pods"},"subResource":"eviction"}}`),
+	}
+	h := newHarness(t, Config{}, pod)
+	for name, body := range tests {
+		t.Run(name, func(t *testing.T) {
+			status, out := h.post(t, body)
+			if status >= 500 {
+				t.Fatalf("HTTP %d for a malformed body", status)
+			}
+			if out.Response == nil || out.Response.Allowed || out.Response.Result == nil || out.Response.Result.Code != http.StatusBadRequest {
+				t.Fatalf("response = %+v, want a 400 denial", out.Response)
+			}
+		})
+	}
+	if h.github.Count("") != 0 {
+		t.Errorf("malformed reviews reached GitHub: %+v", h.github.Requests())
+	}
+}
+
+func TestHandlerIgnoresOtherOperations(t *testing.T) {
+	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
+	h := newHarness(t, Config{}, pod)
+	raw, _ := json.Marshal(pod)
+	body, _ := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{UID: "1", Operation: admissionv1.Update,
+			Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, Object: runtime.RawExtension{Raw: raw}},
+	})
+	if _, out := h.post(t, body); !out.Response.Allowed {
+		t.Fatalf("UPDATE denied: %+v", out.Response.Result)
+	}
+}
+
+func TestNewHandlerRequiresParts(t *testing.T) {
+	cfg := DefaultConfig()
+	tests := map[string]Options{
+		"no GitHub":  {Config: cfg, Pods: fake.NewClientBuilder().Build()},
+		"no pods":    {Config: cfg, GitHub: &ghclient.Client{}},
+		"bad config": {Config: Config{OnError: "x"}, GitHub: &ghclient.Client{}, Pods: fake.NewClientBuilder().Build()},
+	}
+	for name, o := range tests {
+		t.Run(name, func(t *testing.T) {
+			if _, err := NewHandler(o); err == nil {
+				t.Fatal("NewHandler succeeded, want an error")
+			}
+		})
+	}
+}
+
+var _ GitHub = &ghclient.Client{}

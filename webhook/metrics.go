@@ -1,0 +1,35 @@
+package webhook
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the handler's Prometheus metrics; the caller registers them
+// (controller-runtime's metrics.Registry in the binary).
+type Metrics struct {
+	Decisions *prometheus.CounterVec
+}
+
+// NewMetrics creates unregistered metrics.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		Decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runner_guard_decisions_total",
+			Help: "Admission decisions on runner-pod deletes and evictions, by operation, decision (allow|deny) and reason.",
+		}, []string{"operation", "decision", "reason"}),
+	}
+}
+
+// Collectors lists the metrics for registration.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.Decisions}
+}
+
+func (m *Metrics) observe(op Operation, d Decision) {
+	if m == nil {
+		return
+	}
+	decision := "deny"
+	if d.Allowed {
+		decision = "allow"
+	}
+	m.Decisions.WithLabelValues(string(op), decision, string(d.Reason)).Inc()
+}

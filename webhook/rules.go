@@ -1,0 +1,285 @@
+package webhook
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+)
+
+// Operation is what the requester is doing to the pod.
+type Operation string
+
+const (
+	OperationDelete Operation = "delete"
+	OperationEvict  Operation = "evict"
+)
+
+// Reason is a stable name for why a decision was made, used in messages,
+// Events and the decisions metric. Do not rename: dashboards depend on them.
+type Reason string
+
+const (
+	ReasonNotRunnerPod      Reason = "not-runner-pod"
+	ReasonPodNotFound       Reason = "pod-not-found"
+	ReasonTerminating       Reason = "already-terminating"
+	ReasonRunnerNotRunning  Reason = "runner-not-running"
+	ReasonBypassUser        Reason = "bypass-user"
+	ReasonForceAnnotation   Reason = "force-annotation"
+	ReasonScopeUnknown      Reason = "scope-unknown"
+	ReasonRecentlyAdmitted  Reason = "recently-admitted"
+	ReasonDryRunBusy        Reason = "dry-run-runner-busy"
+	ReasonDryRunIdle        Reason = "dry-run-runner-idle"
+	ReasonDryRunNotFound    Reason = "dry-run-runner-not-found"
+	ReasonUnregistered      Reason = "unregistered"
+	ReasonRunnerNotFound    Reason = "runner-not-found"
+	ReasonRunnerBusy        Reason = "runner-busy"
+	ReasonRateLimited       Reason = "rate-limited"
+	ReasonGitHubError       Reason = "github-error"
+	ReasonPodLookupFailed   Reason = "pod-lookup-failed"
+	ReasonUnhandledResource Reason = "unhandled-request"
+)
+
+// Event reasons (events.k8s.io reason field, CamelCase by convention).
+const (
+	EventRunnerBusy         = "RunnerBusy"
+	EventRunnerUnregistered = "RunnerUnregistered"
+	EventForcedDelete       = "GuardBypassed"
+	EventGitHubError        = "GitHubError"
+	EventScopeUnknown       = "RunnerScopeUnknown"
+	EventRateLimited        = "GitHubRateLimited"
+)
+
+// Decision is the outcome of one review.
+type Decision struct {
+	Allowed bool
+	Reason  Reason
+	// Message says why and what to do; for denials it reaches the requester.
+	Message string
+	// Code is the HTTP status of a denial: 403, 429 or 503.
+	Code int32
+	// RetryAfter becomes retryAfterSeconds of a 429.
+	RetryAfter time.Duration
+	// Warning is an admission warning shown by kubectl on an allowed request.
+	Warning string
+	// EventType and EventReason describe the Event to record on the pod; empty
+	// EventReason means no Event.
+	EventType   string
+	EventReason string
+}
+
+// review holds the facts of one request that the rules decide on.
+type review struct {
+	Operation Operation
+	Pod       *corev1.Pod
+	// Spec is the matched runner pod spec, nil for a pod that is not a runner.
+	Spec   *RunnerPodSpec
+	User   authenticationv1.UserInfo
+	DryRun bool
+}
+
+// githubResult is what GitHub answered: an Unregister outcome, or a Status for
+// a dry run, and the error of either call.
+type githubResult struct {
+	Outcome ghclient.Outcome
+	Status  *ghclient.RunnerStatus
+	Err     error
+}
+
+// policy is the configuration the rules read.
+type policy struct {
+	OnError         OnErrorPolicy
+	BypassUsers     []string
+	BypassGroups    []string
+	ForceAnnotation string // "" when disabled
+	BusyRetryAfter  time.Duration
+}
+
+func allow(reason Reason, msg string) Decision {
+	return Decision{Allowed: true, Reason: reason, Message: msg}
+}
+
+func podRef(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }
+
+// Rule 1: a pod that is not a runner pod (or, for an eviction, no longer exists)
+// holds no job.
+func ruleNotRunnerPod(r review) (Decision, bool) {
+	switch {
+	case r.Pod == nil:
+		return allow(ReasonPodNotFound, "pod not found"), true
+	case r.Spec == nil:
+		return allow(ReasonNotRunnerPod, "not a runner pod"), true
+	}
+	return Decision{}, false
+}
+
+// Rule 2: a pod with a deletionTimestamp was admitted for deletion before; the
+// kubelet or garbage collector is finishing it.
+func ruleAlreadyTerminating(r review) (Decision, bool) {
+	if r.Pod.DeletionTimestamp != nil {
+		return allow(ReasonTerminating, "pod is already terminating"), true
+	}
+	return Decision{}, false
+}
+
+// Rule 3: without a running runner container no process can hold a job.
+func ruleRunnerNotRunning(r review) (Decision, bool) {
+	if !runnerContainerRunning(r.Pod, r.Spec.Container) {
+		return allow(ReasonRunnerNotRunning, fmt.Sprintf("container %q is not running", r.Spec.Container)), true
+	}
+	return Decision{}, false
+}
+
+// Rule 4: bypass users (cleaning up after dead nodes) and the force annotation
+// let the pod go without asking GitHub, loudly.
+func ruleBypass(r review, p policy) (Decision, bool) {
+	forced := func(reason Reason, why string) Decision {
+		d := allow(reason, fmt.Sprintf("runner-guard bypassed for pod %s: %s; the runner was not unregistered and a running job may be cancelled", podRef(r.Pod), why))
+		d.Warning = d.Message
+		d.EventType, d.EventReason = corev1.EventTypeWarning, EventForcedDelete
+		return d
+	}
+	if slices.Contains(p.BypassUsers, r.User.Username) {
+		return forced(ReasonBypassUser, fmt.Sprintf("requester %q is on the bypass list", r.User.Username)), true
+	}
+	for _, g := range r.User.Groups {
+		if slices.Contains(p.BypassGroups, g) {
+			return forced(ReasonBypassUser, fmt.Sprintf("requester %q is in bypass group %q", r.User.Username, g)), true
+		}
+	}
+	if p.ForceAnnotation != "" && r.Pod.Annotations[p.ForceAnnotation] == "true" {
+		return forced(ReasonForceAnnotation, fmt.Sprintf("annotation %s=true", p.ForceAnnotation)), true
+	}
+	return Decision{}, false
+}
+
+// Rule 5: without a scope runner-guard cannot ask GitHub; the on-error policy decides.
+func ruleScopeUnknown(r review, scopeErr error, p policy) (Decision, bool) {
+	if scopeErr == nil {
+		return Decision{}, false
+	}
+	msg := fmt.Sprintf("cannot tell where the runner of pod %s is registered on GitHub: %v", podRef(r.Pod), scopeErr)
+	d := onError(p, ReasonScopeUnknown, msg, http.StatusForbidden)
+	d.EventType, d.EventReason = corev1.EventTypeWarning, EventScopeUnknown
+	return d, true
+}
+
+// Rule 6: a dry run never unregisters; it reports what GitHub says now.
+func ruleDryRun(r review, t Target, res githubResult, p policy) (Decision, bool) {
+	if !r.DryRun || res.Err != nil || res.Status == nil {
+		return Decision{}, false
+	}
+	switch res.Status.State {
+	case ghclient.StateBusy:
+		d := busyDenial(r, t, p)
+		d.Reason = ReasonDryRunBusy
+		return d, true
+	case ghclient.StateIdle:
+		return allow(ReasonDryRunIdle, fmt.Sprintf("dry run: runner %q in %s is idle; a real %s would unregister it", t.Name, t.Scope, r.Operation)), true
+	default:
+		return allow(ReasonDryRunNotFound, fmt.Sprintf("dry run: runner %q is not registered in %s", t.Name, t.Scope)), true
+	}
+}
+
+// Rule 7: GitHub removed the runner (204) or does not know it: it can get no job.
+func ruleUnregistered(r review, t Target, res githubResult) (Decision, bool) {
+	if r.DryRun || res.Err != nil {
+		return Decision{}, false
+	}
+	switch res.Outcome {
+	case ghclient.Removed:
+		d := allow(ReasonUnregistered, fmt.Sprintf("runner %q unregistered from %s", t.Name, t.Scope))
+		d.EventType, d.EventReason = corev1.EventTypeNormal, EventRunnerUnregistered
+		return d, true
+	case ghclient.NotFound:
+		return allow(ReasonRunnerNotFound, fmt.Sprintf("runner %q is not registered in %s", t.Name, t.Scope)), true
+	}
+	return Decision{}, false
+}
+
+// Rule 8: GitHub answered 422: the runner is running a job and nothing changed.
+func ruleRunnerBusy(r review, t Target, res githubResult, p policy) (Decision, bool) {
+	if r.DryRun || res.Err != nil || res.Outcome != ghclient.Busy {
+		return Decision{}, false
+	}
+	return busyDenial(r, t, p), true
+}
+
+// Rule 9: GitHub's rate limit: deny with 429 so the requester retries later.
+func ruleRateLimited(r review, t Target, res githubResult) (Decision, bool) {
+	var rl *ghclient.RateLimited
+	if !errors.As(res.Err, &rl) {
+		return Decision{}, false
+	}
+	wait := max(rl.RetryAfter, time.Second)
+	return Decision{
+		Reason:      ReasonRateLimited,
+		Code:        http.StatusTooManyRequests,
+		RetryAfter:  wait,
+		Message:     fmt.Sprintf("GitHub rate limit reached while checking runner %q in %s; retry in %s: %v", t.Name, t.Scope, roundUp(wait), res.Err),
+		EventType:   corev1.EventTypeWarning,
+		EventReason: EventRateLimited,
+	}, true
+}
+
+// Rule 10: any other GitHub failure (or the deadline): the on-error policy decides.
+func ruleGitHubError(r review, t Target, res githubResult, p policy) (Decision, bool) {
+	if res.Err == nil {
+		return Decision{}, false
+	}
+	msg := fmt.Sprintf("cannot check runner %q in %s with GitHub: %v", t.Name, t.Scope, res.Err)
+	d := onError(p, ReasonGitHubError, msg, http.StatusServiceUnavailable)
+	if !d.Allowed && r.Operation == OperationEvict {
+		// Drains and autoscalers retry a 429; GitHub may be back by then.
+		d.Code, d.RetryAfter = http.StatusTooManyRequests, p.BusyRetryAfter
+	}
+	d.EventType, d.EventReason = corev1.EventTypeWarning, EventGitHubError
+	return d, true
+}
+
+// busyDenial is the refusal for a runner that is running a job.
+func busyDenial(r review, t Target, p policy) Decision {
+	d := Decision{
+		Reason:      ReasonRunnerBusy,
+		Code:        http.StatusForbidden,
+		EventType:   corev1.EventTypeWarning,
+		EventReason: EventRunnerBusy,
+	}
+	what := "wait for the job to finish and delete the pod again"
+	if r.Operation == OperationEvict {
+		d.Code, d.RetryAfter = http.StatusTooManyRequests, p.BusyRetryAfter
+		what = fmt.Sprintf("the eviction can be retried in %s", roundUp(p.BusyRetryAfter))
+	}
+	if p.ForceAnnotation != "" {
+		what += fmt.Sprintf(", or annotate the pod %s=true to delete it anyway (cancels the job)", p.ForceAnnotation)
+	}
+	d.Message = fmt.Sprintf("runner busy: GitHub runner %q in %s is running a job, so runner-guard refused to %s pod %s; %s",
+		t.Name, t.Scope, r.Operation, podRef(r.Pod), what)
+	return d
+}
+
+// onError applies the on-error policy to a failure described by msg.
+func onError(p policy, reason Reason, msg string, code int32) Decision {
+	if p.OnError == OnErrorAllow {
+		d := allow(reason, msg+" (allowed by --on-error=allow)")
+		d.Warning = d.Message
+		return d
+	}
+	return Decision{Reason: reason, Code: code, Message: msg + " (denied by --on-error=deny)"}
+}
+
+// roundUp renders a wait in whole seconds, never less than one.
+func roundUp(d time.Duration) time.Duration {
+	return time.Duration(retryAfterSeconds(d)) * time.Second
+}
+
+func retryAfterSeconds(d time.Duration) int32 {
+	return int32(max(1, math.Ceil(d.Seconds())))
+}

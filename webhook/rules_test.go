@@ -1,0 +1,339 @@
+package webhook
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/test/fixture"
+)
+
+// Shared fixtures of the rule tests.
+var (
+	testOrg, _  = ghclient.OrgScope("acme")
+	testTarget  = Target{Scope: testOrg, Name: "runner-1"}
+	legacySpec  = &DefaultConfig().RunnerPods[0]
+	runningPod  = fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
+	defaultPol  = testPolicy(OnErrorDeny)
+	deleteOnPod = review{Operation: OperationDelete, Pod: runningPod, Spec: legacySpec}
+)
+
+func testPolicy(onErr OnErrorPolicy) policy {
+	cfg := DefaultConfig()
+	cfg.OnError = onErr
+	return newDecider(cfg, nil, time.Now).policy
+}
+
+func withOp(r review, op Operation) review { r.Operation = op; return r }
+func withDryRun(r review) review           { r.DryRun = true; return r }
+
+// wantDecision is what a rule test asserts; applies=false means the rule must pass.
+type wantDecision struct {
+	applies    bool
+	allowed    bool
+	reason     Reason
+	code       int32
+	retryAfter time.Duration
+	msg        []string
+	warning    bool
+	event      string
+}
+
+func checkDecision(t *testing.T, got Decision, applied bool, want wantDecision) {
+	t.Helper()
+	if applied != want.applies {
+		t.Fatalf("rule applied = %v, want %v (decision %+v)", applied, want.applies, got)
+	}
+	if !applied {
+		return
+	}
+	if got.Allowed != want.allowed || got.Reason != want.reason {
+		t.Errorf("decision = allowed %v reason %q, want allowed %v reason %q", got.Allowed, got.Reason, want.allowed, want.reason)
+	}
+	if !got.Allowed && got.Code != want.code {
+		t.Errorf("code = %d, want %d", got.Code, want.code)
+	}
+	if got.RetryAfter != want.retryAfter {
+		t.Errorf("retryAfter = %s, want %s", got.RetryAfter, want.retryAfter)
+	}
+	for _, m := range want.msg {
+		if !strings.Contains(got.Message, m) {
+			t.Errorf("message %q does not contain %q", got.Message, m)
+		}
+	}
+	if (got.Warning != "") != want.warning {
+		t.Errorf("warning = %q, want warning: %v", got.Warning, want.warning)
+	}
+	if got.EventReason != want.event {
+		t.Errorf("event = %q, want %q", got.EventReason, want.event)
+	}
+}
+
+func TestRuleNotRunnerPod(t *testing.T) {
+	tests := map[string]struct {
+		r    review
+		want wantDecision
+	}{
+		"eviction of a pod that is gone": {review{Operation: OperationEvict}, wantDecision{applies: true, allowed: true, reason: ReasonPodNotFound}},
+		"pod without runner spec":        {review{Pod: fixture.MakePod("ci", "web").Running().Obj()}, wantDecision{applies: true, allowed: true, reason: ReasonNotRunnerPod}},
+		"runner pod":                     {deleteOnPod, wantDecision{}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, ok := ruleNotRunnerPod(tc.r)
+			checkDecision(t, got, ok, tc.want)
+		})
+	}
+}
+
+func TestRuleAlreadyTerminating(t *testing.T) {
+	tests := map[string]struct {
+		pod  *corev1.Pod
+		want wantDecision
+	}{
+		"terminating":     {fixture.MakeLegacyRunnerPod("ci", "r").Org("acme").Running().Terminating().Obj(), wantDecision{applies: true, allowed: true, reason: ReasonTerminating}},
+		"not terminating": {runningPod, wantDecision{}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, ok := ruleAlreadyTerminating(review{Pod: tc.pod, Spec: legacySpec})
+			checkDecision(t, got, ok, tc.want)
+		})
+	}
+}
+
+func TestRuleRunnerNotRunning(t *testing.T) {
+	notRunning := wantDecision{applies: true, allowed: true, reason: ReasonRunnerNotRunning, msg: []string{`"runner"`}}
+	tests := map[string]struct {
+		pod  *corev1.Pod
+		want wantDecision
+	}{
+		"pending":           {fixture.MakeLegacyRunnerPod("ci", "r").Pending().Obj(), notRunning},
+		"no status at all":  {fixture.MakeLegacyRunnerPod("ci", "r").Obj(), notRunning},
+		"runner terminated": {fixture.MakeLegacyRunnerPod("ci", "r").RunnerTerminated().Obj(), notRunning},
+		"succeeded": {func() *corev1.Pod {
+			p := fixture.MakeLegacyRunnerPod("ci", "r").Running().Obj()
+			p.Status.Phase = corev1.PodSucceeded
+			return p
+		}(), notRunning},
+		"failed": {func() *corev1.Pod {
+			p := fixture.MakeLegacyRunnerPod("ci", "r").Running().Obj()
+			p.Status.Phase = corev1.PodFailed
+			return p
+		}(), notRunning},
+		"runner container waits": {func() *corev1.Pod {
+			p := fixture.MakeLegacyRunnerPod("ci", "r").Pending().Obj()
+			p.Status.Phase = corev1.PodRunning
+			return p
+		}(), notRunning},
+		"running": {runningPod, wantDecision{}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, ok := ruleRunnerNotRunning(review{Pod: tc.pod, Spec: legacySpec})
+			checkDecision(t, got, ok, tc.want)
+		})
+	}
+}
+
+func TestRuleBypass(t *testing.T) {
+	forced := func(reason Reason, msg string) wantDecision {
+		return wantDecision{applies: true, allowed: true, reason: reason, warning: true, event: EventForcedDelete, msg: []string{msg, "not unregistered"}}
+	}
+	noForce := testPolicy(OnErrorDeny)
+	noForce.ForceAnnotation = ""
+	groups := testPolicy(OnErrorDeny)
+	groups.BypassGroups = []string{"ops:breakglass"}
+	tests := map[string]struct {
+		user authenticationv1.UserInfo
+		pod  *corev1.Pod
+		pol  policy
+		want wantDecision
+	}{
+		"pod garbage collector": {
+			user: authenticationv1.UserInfo{Username: "system:serviceaccount:kube-system:pod-garbage-collector"},
+			pod:  runningPod, pol: defaultPol,
+			want: forced(ReasonBypassUser, "bypass list"),
+		},
+		"node controller": {
+			user: authenticationv1.UserInfo{Username: "system:serviceaccount:kube-system:node-controller"},
+			pod:  runningPod, pol: defaultPol,
+			want: forced(ReasonBypassUser, "bypass list"),
+		},
+		"bypass group": {
+			user: authenticationv1.UserInfo{Username: "alice", Groups: []string{"devs", "ops:breakglass"}},
+			pod:  runningPod, pol: groups,
+			want: forced(ReasonBypassUser, `bypass group "ops:breakglass"`),
+		},
+		"force annotation": {
+			user: authenticationv1.UserInfo{Username: "alice"},
+			pod:  fixture.MakeLegacyRunnerPod("ci", "r").Org("acme").Running().Force().Obj(), pol: defaultPol,
+			want: forced(ReasonForceAnnotation, "runner-guard.io/force-delete=true"),
+		},
+		"force annotation disabled": {
+			user: authenticationv1.UserInfo{Username: "alice"},
+			pod:  fixture.MakeLegacyRunnerPod("ci", "r").Org("acme").Running().Force().Obj(), pol: noForce,
+		},
+		"force annotation not true": {
+			user: authenticationv1.UserInfo{Username: "alice"},
+			pod:  fixture.MakeLegacyRunnerPod("ci", "r").Org("acme").Running().Annotation(DefaultForceAnnotation, "yes").Obj(), pol: defaultPol,
+		},
+		"ordinary user": {user: authenticationv1.UserInfo{Username: "alice", Groups: []string{"system:masters"}}, pod: runningPod, pol: defaultPol},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, ok := ruleBypass(review{Operation: OperationDelete, Pod: tc.pod, Spec: legacySpec, User: tc.user}, tc.pol)
+			checkDecision(t, got, ok, tc.want)
+		})
+	}
+}
+
+func TestRuleScopeUnknown(t *testing.T) {
+	scopeErr := errors.New("no runner scope found: pod sets none of env RUNNER_REPO")
+	tests := map[string]struct {
+		err  error
+		pol  policy
+		want wantDecision
+	}{
+		"scope found": {nil, defaultPol, wantDecision{}},
+		"deny": {scopeErr, defaultPol, wantDecision{applies: true, reason: ReasonScopeUnknown, code: http.StatusForbidden,
+			msg: []string{"ci/runner-1", "RUNNER_REPO", "--on-error=deny"}, event: EventScopeUnknown}},
+		"allow": {scopeErr, testPolicy(OnErrorAllow), wantDecision{applies: true, allowed: true, reason: ReasonScopeUnknown, warning: true,
+			msg: []string{"RUNNER_REPO", "--on-error=allow"}, event: EventScopeUnknown}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, ok := ruleScopeUnknown(deleteOnPod, tc.err, tc.pol)
+			checkDecision(t, got, ok, tc.want)
+		})
+	}
+}
+
+func TestRuleDryRun(t *testing.T) {
+	status := func(s ghclient.RunnerState) githubResult {
+		return githubResult{Status: &ghclient.RunnerStatus{State: s, ID: 7}}
+	}
+	tests := map[string]struct {
+		r    review
+		res  githubResult
+		want wantDecision
+	}{
+		"not a dry run": {deleteOnPod, githubResult{Outcome: ghclient.Removed}, wantDecision{}},
+		"busy delete": {withDryRun(deleteOnPod), status(ghclient.StateBusy), wantDecision{applies: true, reason: ReasonDryRunBusy, code: http.StatusForbidden,
+			msg: []string{"runner busy", `"runner-1"`, `org "acme"`}, event: EventRunnerBusy}},
+		"busy eviction": {withDryRun(withOp(deleteOnPod, OperationEvict)), status(ghclient.StateBusy), wantDecision{applies: true, reason: ReasonDryRunBusy,
+			code: http.StatusTooManyRequests, retryAfter: DefaultBusyRetryAfter, msg: []string{"runner busy"}, event: EventRunnerBusy}},
+		"idle":           {withDryRun(deleteOnPod), status(ghclient.StateIdle), wantDecision{applies: true, allowed: true, reason: ReasonDryRunIdle, msg: []string{"dry run", "idle"}}},
+		"not found":      {withDryRun(deleteOnPod), status(ghclient.StateNotFound), wantDecision{applies: true, allowed: true, reason: ReasonDryRunNotFound}},
+		"look-up failed": {withDryRun(deleteOnPod), githubResult{Err: errors.New("boom")}, wantDecision{}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, ok := ruleDryRun(tc.r, testTarget, tc.res, defaultPol)
+			checkDecision(t, got, ok, tc.want)
+		})
+	}
+}
+
+func TestRuleUnregistered(t *testing.T) {
+	tests := map[string]struct {
+		r    review
+		res  githubResult
+		want wantDecision
+	}{
+		"removed":   {deleteOnPod, githubResult{Outcome: ghclient.Removed}, wantDecision{applies: true, allowed: true, reason: ReasonUnregistered, event: EventRunnerUnregistered, msg: []string{"unregistered"}}},
+		"not found": {deleteOnPod, githubResult{Outcome: ghclient.NotFound}, wantDecision{applies: true, allowed: true, reason: ReasonRunnerNotFound}},
+		"busy":      {deleteOnPod, githubResult{Outcome: ghclient.Busy}, wantDecision{}},
+		"error":     {deleteOnPod, githubResult{Outcome: ghclient.Removed, Err: errors.New("x")}, wantDecision{}},
+		"dry run":   {withDryRun(deleteOnPod), githubResult{Outcome: ghclient.Removed}, wantDecision{}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, ok := ruleUnregistered(tc.r, testTarget, tc.res)
+			checkDecision(t, got, ok, tc.want)
+		})
+	}
+}
+
+func TestRuleRunnerBusy(t *testing.T) {
+	noForce := testPolicy(OnErrorDeny)
+	noForce.ForceAnnotation = ""
+	tests := map[string]struct {
+		r    review
+		res  githubResult
+		pol  policy
+		want wantDecision
+	}{
+		"delete": {deleteOnPod, githubResult{Outcome: ghclient.Busy}, defaultPol, wantDecision{applies: true, reason: ReasonRunnerBusy, code: http.StatusForbidden,
+			event: EventRunnerBusy, msg: []string{"runner busy", `"runner-1"`, `org "acme"`, "ci/runner-1", "wait for the job", "runner-guard.io/force-delete=true"}}},
+		"eviction": {withOp(deleteOnPod, OperationEvict), githubResult{Outcome: ghclient.Busy}, defaultPol, wantDecision{applies: true, reason: ReasonRunnerBusy,
+			code: http.StatusTooManyRequests, retryAfter: DefaultBusyRetryAfter, event: EventRunnerBusy, msg: []string{"runner busy", "refused to evict", "retried in 10s"}}},
+		"force disabled: no hint": {deleteOnPod, githubResult{Outcome: ghclient.Busy}, noForce, wantDecision{applies: true, reason: ReasonRunnerBusy, code: http.StatusForbidden,
+			event: EventRunnerBusy, msg: []string{"runner busy"}}},
+		"removed": {deleteOnPod, githubResult{Outcome: ghclient.Removed}, defaultPol, wantDecision{}},
+		"dry run": {withDryRun(deleteOnPod), githubResult{Outcome: ghclient.Busy}, defaultPol, wantDecision{}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, ok := ruleRunnerBusy(tc.r, testTarget, tc.res, tc.pol)
+			checkDecision(t, got, ok, tc.want)
+			if name == "force disabled: no hint" && strings.Contains(got.Message, "force-delete") {
+				t.Errorf("message mentions a disabled force annotation: %q", got.Message)
+			}
+		})
+	}
+}
+
+func TestRuleRateLimited(t *testing.T) {
+	rl := func(d time.Duration) error {
+		return fmt.Errorf("unregister: %w", &ghclient.RateLimited{RetryAfter: d, Err: errors.New("403")})
+	}
+	tests := map[string]struct {
+		res  githubResult
+		want wantDecision
+	}{
+		"secondary 30s": {githubResult{Err: rl(30 * time.Second)}, wantDecision{applies: true, reason: ReasonRateLimited, code: 429, retryAfter: 30 * time.Second,
+			event: EventRateLimited, msg: []string{"rate limit", "retry in 30s", `"runner-1"`}}},
+		"under a second rounds up": {githubResult{Err: rl(100 * time.Millisecond)}, wantDecision{applies: true, reason: ReasonRateLimited, code: 429, retryAfter: time.Second,
+			event: EventRateLimited, msg: []string{"retry in 1s"}}},
+		"other error": {githubResult{Err: errors.New("500")}, wantDecision{}},
+		"no error":    {githubResult{Outcome: ghclient.Removed}, wantDecision{}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, ok := ruleRateLimited(deleteOnPod, testTarget, tc.res)
+			checkDecision(t, got, ok, tc.want)
+		})
+	}
+}
+
+func TestRuleGitHubError(t *testing.T) {
+	err := errors.New("remove runner: 502 Bad Gateway")
+	tests := map[string]struct {
+		r    review
+		pol  policy
+		res  githubResult
+		want wantDecision
+	}{
+		"deny delete": {deleteOnPod, defaultPol, githubResult{Err: err}, wantDecision{applies: true, reason: ReasonGitHubError, code: http.StatusServiceUnavailable,
+			event: EventGitHubError, msg: []string{"502 Bad Gateway", `"runner-1"`, "--on-error=deny"}}},
+		"deny eviction retries": {withOp(deleteOnPod, OperationEvict), defaultPol, githubResult{Err: err}, wantDecision{applies: true, reason: ReasonGitHubError,
+			code: http.StatusTooManyRequests, retryAfter: DefaultBusyRetryAfter, event: EventGitHubError, msg: []string{"502"}}},
+		"allow": {deleteOnPod, testPolicy(OnErrorAllow), githubResult{Err: err}, wantDecision{applies: true, allowed: true, reason: ReasonGitHubError, warning: true,
+			event: EventGitHubError, msg: []string{"502", "--on-error=allow"}}},
+		"no error": {deleteOnPod, defaultPol, githubResult{Outcome: ghclient.Busy}, wantDecision{}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, ok := ruleGitHubError(tc.r, testTarget, tc.res, tc.pol)
+			checkDecision(t, got, ok, tc.want)
+		})
+	}
+}
