@@ -116,12 +116,13 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	if err != nil {
 		return err
 	}
-	server.Register(webhook.Path, &admission.Webhook{Handler: handler})
+	// GetWebhookServer, not server: the manager starts the server only once it has been asked for it.
+	mgr.GetWebhookServer().Register(webhook.Path, &admission.Webhook{Handler: handler})
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return fmt.Errorf("healthz: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("webhook", server.StartedChecker()); err != nil {
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 		return fmt.Errorf("readyz: %w", err)
 	}
 

@@ -1,0 +1,484 @@
+package framework
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/runner-guard/runner-guard/certs"
+	"github.com/runner-guard/runner-guard/ghclient/ghfake"
+)
+
+// The webhook's identity in the cluster, as in manifests/base.
+const (
+	webhookNamespace      = "runner-guard-system"
+	webhookServiceAccount = "runner-guard"
+	githubToken           = "ghp_e2e-token"
+)
+
+// Options configure an Env.
+type Options struct {
+	// Assets holds etcd, kube-apiserver, kube-controller-manager and kubectl.
+	Assets string
+	// WebhookBin is the runner-guard binary.
+	WebhookBin string
+	// Kustomize renders manifests/base and manifests/local.
+	Kustomize string
+	// RepoRoot is the repository root (manifests/ is read from there).
+	RepoRoot string
+	// Dir keeps data and logs; a temporary directory when empty.
+	Dir string
+	// WebhookArgs are extra flags for the webhook (e.g. --on-error=allow).
+	WebhookArgs []string
+	Logf        func(format string, args ...any)
+}
+
+// Env is a running control plane with runner-guard registered in it.
+type Env struct {
+	*ControlPlane
+	// GitHub is the fake GitHub the webhook talks to.
+	GitHub *ghfake.Fake
+	// GitHubURL is the fake's base URL.
+	GitHubURL string
+
+	opts        Options
+	githubSrv   *http.Server
+	githubAddr  string
+	webhook     *process
+	webhookPort int
+	certDir     string
+	kubeconfig  string // the webhook's own (ServiceAccount) kubeconfig
+	mu          sync.Mutex
+}
+
+// FromEnvironment fills Options from the variables `make e2e` sets.
+func FromEnvironment() (Options, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return Options{}, err
+	}
+	o := Options{
+		Assets:     os.Getenv("KUBEBUILDER_ASSETS"),
+		WebhookBin: os.Getenv("RUNNER_GUARD_BIN"),
+		Kustomize:  os.Getenv("KUSTOMIZE"),
+		RepoRoot:   root,
+	}
+	if o.WebhookBin == "" {
+		o.WebhookBin = filepath.Join(root, "bin", "webhook")
+	}
+	if o.Kustomize == "" {
+		o.Kustomize = filepath.Join(root, "bin", "kustomize")
+	}
+	var missing []string
+	if o.Assets == "" {
+		missing = append(missing, "KUBEBUILDER_ASSETS (control-plane binaries; `make k8s`)")
+	}
+	for _, f := range []string{o.WebhookBin, o.Kustomize} {
+		if _, err := os.Stat(f); err != nil {
+			missing = append(missing, f+" (`make build kustomize`)")
+		}
+	}
+	if len(missing) > 0 {
+		return o, fmt.Errorf("e2e prerequisites missing: %s; run `make e2e`", strings.Join(missing, ", "))
+	}
+	return o, nil
+}
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if data, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && bytes.Contains(data, []byte("module github.com/runner-guard/runner-guard\n")) {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("repository root not found above %s", dir)
+		}
+	}
+}
+
+// Start brings up the whole environment. On error everything started is stopped.
+func Start(ctx context.Context, o Options) (env *Env, err error) {
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	if o.Dir == "" {
+		if o.Dir, err = os.MkdirTemp("", "runner-guard-e2e-"); err != nil {
+			return nil, err
+		}
+	}
+	e := &Env{opts: o, GitHub: ghfake.New()}
+	defer func() {
+		if err != nil {
+			e.Stop()
+			err = fmt.Errorf("%w (logs in %s)", err, o.Dir)
+		}
+	}()
+	if e.ControlPlane, err = StartControlPlane(ctx, o.Dir, o.Assets, o.Logf); err != nil {
+		return e, err
+	}
+	e.GitHub.SetToken(githubToken)
+	if err = e.StartGitHub(); err != nil {
+		return e, err
+	}
+	if err = e.installIdentity(ctx); err != nil {
+		return e, err
+	}
+	if err = e.writeWebhookCerts(); err != nil {
+		return e, err
+	}
+	if e.webhookPort, err = e.ports.free(); err != nil {
+		return e, err
+	}
+	if err = e.StartWebhook(ctx, o.WebhookArgs...); err != nil {
+		return e, err
+	}
+	if err = e.register(ctx); err != nil {
+		return e, err
+	}
+	return e, nil
+}
+
+// StartGitHub serves the fake GitHub on loopback, on the same address as before
+// when it is restarted.
+func (e *Env) StartGitHub() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	addr := e.githubAddr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("fake GitHub: %w", err)
+	}
+	e.githubAddr = l.Addr().String()
+	e.GitHubURL = "http://" + e.githubAddr + "/"
+	e.githubSrv = &http.Server{Handler: e.GitHub, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = e.githubSrv.Serve(l) }()
+	return nil
+}
+
+// StopGitHub closes the fake GitHub: requests then get "connection refused".
+func (e *Env) StopGitHub() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.githubSrv != nil {
+		_ = e.githubSrv.Close()
+		e.githubSrv = nil
+	}
+}
+
+// installIdentity applies the Namespace, ServiceAccount and RBAC of
+// manifests/base, so the webhook runs with exactly the permissions users grant.
+func (e *Env) installIdentity(ctx context.Context) error {
+	rendered, err := e.kustomize(ctx, "manifests/base")
+	if err != nil {
+		return err
+	}
+	docs, err := selectKinds(rendered, "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+	if err != nil {
+		return err
+	}
+	if _, stderr, err := e.KubectlStdin(ctx, docs, "apply", "-f", "-"); err != nil {
+		return fmt.Errorf("apply runner-guard RBAC: %w: %s", err, stderr)
+	}
+	exp := int64(24 * 3600)
+	tok, err := e.Client.CoreV1().ServiceAccounts(webhookNamespace).CreateToken(ctx, webhookServiceAccount,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("token for the webhook's ServiceAccount: %w", err)
+	}
+	e.kubeconfig = filepath.Join(e.Dir, "webhook.kubeconfig")
+	return e.WriteKubeconfig(e.kubeconfig, "system:serviceaccount:"+webhookNamespace+":"+webhookServiceAccount, tok.Status.Token)
+}
+
+func (e *Env) writeWebhookCerts() error {
+	b, err := certs.Generate(certs.Options{DNSNames: []string{"localhost"}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	if err != nil {
+		return err
+	}
+	e.certDir = filepath.Join(e.Dir, "webhook-certs")
+	return b.WriteDir(e.certDir)
+}
+
+// WebhookCA is the CA that signed the webhook's serving certificate.
+func (e *Env) WebhookCA() ([]byte, error) { return os.ReadFile(filepath.Join(e.certDir, "ca.crt")) }
+
+// StartWebhook runs the real binary and waits for /readyz.
+func (e *Env) StartWebhook(ctx context.Context, extraArgs ...string) error {
+	tokenFile := filepath.Join(e.Dir, "github-token")
+	if err := os.WriteFile(tokenFile, []byte(githubToken+"\n"), 0o600); err != nil {
+		return err
+	}
+	healthPort, err := e.ports.free()
+	if err != nil {
+		return err
+	}
+	metricsPort, err := e.ports.free()
+	if err != nil {
+		return err
+	}
+	args := append([]string{
+		"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", e.webhookPort),
+		"--cert-dir=" + e.certDir,
+		"--github-url=" + e.GitHubURL,
+		"--github-token-file=" + tokenFile,
+		"--kubeconfig=" + e.kubeconfig,
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metricsPort),
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", healthPort),
+		"--zap-log-level=debug",
+	}, extraArgs...)
+	// Keep one log per start so a restart never hides the earlier run's log.
+	name := fmt.Sprintf("webhook-%d", time.Now().UnixNano())
+	e.webhook, err = startProcess(e.Dir, name, e.opts.WebhookBin, args, nil)
+	if err != nil {
+		return err
+	}
+	e.opts.Logf("runner-guard webhook starting on 127.0.0.1:%d (%s)", e.webhookPort, strings.Join(extraArgs, " "))
+	return waitFor(ctx, "runner-guard webhook", 30*time.Second, e.webhook, func(ctx context.Context) error {
+		return httpGetOK(ctx, http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/readyz", healthPort))
+	})
+}
+
+// RestartWebhook stops the webhook and starts it again with other flags.
+func (e *Env) RestartWebhook(ctx context.Context, extraArgs ...string) error {
+	if err := e.webhook.stop(15 * time.Second); err != nil {
+		return err
+	}
+	return e.StartWebhook(ctx, extraArgs...)
+}
+
+// WebhookLog is the current webhook process's log file.
+func (e *Env) WebhookLog() string { return e.webhook.logPath }
+
+// register applies manifests/local with this run's port and CA, then waits
+// until the API server calls the webhook.
+func (e *Env) register(ctx context.Context) error {
+	rendered, err := e.kustomize(ctx, "manifests/local")
+	if err != nil {
+		return err
+	}
+	ca, err := e.WebhookCA()
+	if err != nil {
+		return err
+	}
+	placeholder := base64.StdEncoding.EncodeToString([]byte("CA_BUNDLE_PLACEHOLDER"))
+	if !bytes.Contains(rendered, []byte(placeholder)) || !bytes.Contains(rendered, []byte("127.0.0.1:9443")) {
+		return errors.New("manifests/local: rendered output lacks the caBundle placeholder or the 127.0.0.1:9443 url")
+	}
+	rendered = bytes.ReplaceAll(rendered, []byte(placeholder), []byte(base64.StdEncoding.EncodeToString(ca)))
+	rendered = bytes.ReplaceAll(rendered, []byte("127.0.0.1:9443"), []byte(fmt.Sprintf("127.0.0.1:%d", e.webhookPort)))
+	if err := os.WriteFile(filepath.Join(e.Dir, "webhook-configuration.yaml"), rendered, 0o644); err != nil {
+		return err
+	}
+	if _, stderr, err := e.KubectlStdin(ctx, rendered, "apply", "-f", "-"); err != nil {
+		return fmt.Errorf("apply ValidatingWebhookConfiguration: %w: %s", err, stderr)
+	}
+	return e.waitForWebhook(ctx)
+}
+
+// waitForWebhook dry-runs the delete of a runner pod without a scope until the
+// webhook's denial shows the API server has picked up the configuration.
+func (e *Env) waitForWebhook(ctx context.Context) error {
+	const ns = "runner-guard-probe"
+	if err := e.CreateNamespace(ctx, ns); err != nil {
+		return err
+	}
+	probe := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Labels: map[string]string{"actions-runner": ""}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "runner", Image: "probe"}}},
+	}
+	if _, err := e.CreateRunningPod(ctx, probe); err != nil {
+		return err
+	}
+	return waitFor(ctx, "ValidatingWebhookConfiguration in effect", 30*time.Second, e.webhook, func(ctx context.Context) error {
+		err := e.Client.CoreV1().Pods(ns).Delete(ctx, "probe", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil && strings.Contains(err.Error(), "cannot tell where") {
+			return nil
+		}
+		return fmt.Errorf("dry-run delete of the probe pod was not denied by runner-guard: %v", err)
+	})
+}
+
+// CreateNamespace creates ns and waits for its default ServiceAccount.
+func (e *Env) CreateNamespace(ctx context.Context, ns string) error {
+	_, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", ns, err)
+	}
+	return waitFor(ctx, "default ServiceAccount in "+ns, 30*time.Second, nil, func(ctx context.Context) error {
+		_, err := e.Client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
+}
+
+// CreateRunningPod plays scheduler and kubelet: it binds the pod to a Node and
+// reports every container running.
+func (e *Env) CreateRunningPod(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+	if err := e.EnsureNode(ctx, NodeName); err != nil {
+		return nil, err
+	}
+	pod = pod.DeepCopy()
+	pod.ResourceVersion, pod.UID, pod.Status = "", "", corev1.PodStatus{}
+	if pod.Spec.NodeName == "" {
+		pod.Spec.NodeName = NodeName
+	}
+	created, err := e.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("create pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return e.MarkRunning(ctx, created)
+}
+
+// MarkRunning reports every container of the pod running, as a kubelet would.
+func (e *Env) MarkRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+	pod = pod.DeepCopy()
+	pod.Status = runningStatus(pod)
+	updated, err := e.Client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("mark pod %s/%s running: %w", pod.Namespace, pod.Name, err)
+	}
+	return updated, nil
+}
+
+// NodeName is the Node the harness binds pods to.
+const NodeName = "e2e-node-1"
+
+// EnsureNode creates a Ready Node object (there is no kubelet behind it).
+func (e *Env) EnsureNode(ctx context.Context, name string) error {
+	_, err := e.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err == nil {
+		return nil
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}}}
+	created, err := e.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create node %s: %w", name, err)
+	}
+	created.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	_, err = e.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	return err
+}
+
+// FinishTermination plays the kubelet for a pod already admitted for deletion:
+// the final delete with grace period 0.
+func (e *Env) FinishTermination(ctx context.Context, ns, name string) error {
+	zero := int64(0)
+	err := e.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// Kubectl runs the cluster's kubectl as the admin.
+func (e *Env) Kubectl(ctx context.Context, args ...string) (stdout, stderr string, err error) {
+	return e.KubectlStdin(ctx, nil, args...)
+}
+
+// KubectlStdin runs kubectl with stdin.
+func (e *Env) KubectlStdin(ctx context.Context, stdin []byte, args ...string) (string, string, error) {
+	cmd := exec.CommandContext(ctx, e.KubectlPath(), append([]string{"--kubeconfig=" + e.ControlPlane.Kubeconfig}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	err := cmd.Run()
+	return out.String(), errb.String(), err
+}
+
+func (e *Env) kustomize(ctx context.Context, dir string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, e.opts.Kustomize, "build", filepath.Join(e.opts.RepoRoot, dir))
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build %s: %w: %s", dir, err, errb.String())
+	}
+	return out, nil
+}
+
+// Stop tears everything down. Logs stay in Dir.
+func (e *Env) Stop() {
+	if e.webhook != nil {
+		_ = e.webhook.stop(15 * time.Second)
+	}
+	e.StopGitHub()
+	if e.ControlPlane != nil {
+		e.ControlPlane.Stop()
+	}
+}
+
+// selectKinds keeps the YAML documents of the given kinds.
+func selectKinds(multiDoc []byte, kinds ...string) ([]byte, error) {
+	want := map[string]bool{}
+	for _, k := range kinds {
+		want[k] = true
+	}
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(multiDoc), 4096)
+	var out bytes.Buffer
+	for {
+		var obj map[string]any
+		if err := dec.Decode(&obj); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return nil, err
+		}
+		if kind, _ := obj["kind"].(string); want[kind] {
+			j, err := json.Marshal(obj)
+			if err != nil {
+				return nil, err
+			}
+			out.Write(j)
+			out.WriteString("\n")
+		}
+	}
+	return out.Bytes(), nil
+}
+
+func runningStatus(pod *corev1.Pod) corev1.PodStatus {
+	now := metav1.Now()
+	st := corev1.PodStatus{
+		Phase:     corev1.PodRunning,
+		StartTime: &now,
+		HostIP:    "127.0.0.1", PodIP: "127.0.0.1",
+		Conditions: []corev1.PodCondition{
+			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		},
+	}
+	for _, c := range pod.Spec.Containers {
+		st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, ImageID: "docker://" + c.Image, Ready: true,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
+		})
+	}
+	return st
+}
+

@@ -1,0 +1,212 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/ghclient/ghfake"
+)
+
+// scenario is one test's namespace and GitHub scope.
+type scenario struct {
+	t     *testing.T
+	ctx   context.Context
+	ns    string
+	scope ghclient.Scope
+}
+
+// newScenario makes a namespace and an organization named after the test.
+func newScenario(t *testing.T, name string) *scenario {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	org, err := ghclient.OrgScope("org-" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &scenario{t: t, ctx: ctx, ns: "e2e-" + name, scope: org}
+	if err := env.CreateNamespace(ctx, s.ns); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// runnerPod registers a runner on the fake GitHub (busy or idle) and creates
+// its running pod, with the runner ID annotation when withID.
+func (s *scenario) runnerPod(name string, busy, withID bool) *corev1.Pod {
+	s.t.Helper()
+	id := env.GitHub.AddRunner(s.scope, name)
+	env.GitHub.SetBusy(s.scope, name, busy)
+	pod := legacyRunnerPod(s.ns, name, s.scope)
+	if withID {
+		pod.Annotations = map[string]string{"actions-runner/id": fmt.Sprint(id)}
+	}
+	return s.create(pod)
+}
+
+func (s *scenario) create(pod *corev1.Pod) *corev1.Pod {
+	s.t.Helper()
+	created, err := env.CreateRunningPod(s.ctx, pod)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return created
+}
+
+// legacyRunnerPod looks like a pod of ARC's legacy RunnerDeployment.
+func legacyRunnerPod(ns, name string, scope ghclient.Scope) *corev1.Pod {
+	env := []corev1.EnvVar{{Name: "RUNNER_NAME", Value: name}}
+	switch scope.Kind {
+	case ghclient.ScopeRepo:
+		env = append(env, corev1.EnvVar{Name: "RUNNER_REPO", Value: scope.Name})
+	case ghclient.ScopeOrg:
+		env = append(env, corev1.EnvVar{Name: "RUNNER_ORG", Value: scope.Name})
+	case ghclient.ScopeEnterprise:
+		env = append(env, corev1.EnvVar{Name: "RUNNER_ENTERPRISE", Value: scope.Name})
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"actions-runner": "", "runner-deployment-name": "e2e"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{
+			{Name: "runner", Image: "actions-runner:e2e", Env: env},
+			{Name: "docker", Image: "docker:dind"},
+		}},
+	}
+}
+
+// github returns the requests the fake GitHub saw for this scenario's scope.
+func (s *scenario) github() []ghfake.Request {
+	var out []ghfake.Request
+	for _, r := range env.GitHub.Requests() {
+		if strings.Contains(r.Path, scopePath(s.scope)) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func scopePath(sc ghclient.Scope) string {
+	switch sc.Kind {
+	case ghclient.ScopeRepo:
+		return "/repos/" + sc.Name + "/"
+	case ghclient.ScopeEnterprise:
+		return "/enterprises/" + sc.Name + "/"
+	default:
+		return "/orgs/" + sc.Name + "/"
+	}
+}
+
+func (s *scenario) count(method string) int {
+	n := 0
+	for _, r := range s.github() {
+		if r.Method == method {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *scenario) registered(name string) bool {
+	_, ok := env.GitHub.Runner(s.scope, name)
+	return ok
+}
+
+// kubectl runs kubectl in the scenario's namespace.
+func (s *scenario) kubectl(args ...string) (string, string, error) {
+	return env.Kubectl(s.ctx, append([]string{"-n", s.ns}, args...)...)
+}
+
+// pod fetches a pod; nil when it is gone.
+func (s *scenario) pod(name string) *corev1.Pod {
+	s.t.Helper()
+	p, err := env.Client.CoreV1().Pods(s.ns).Get(s.ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return p
+}
+
+// requireAlive fails unless the pod exists and is not terminating.
+func (s *scenario) requireAlive(name string) {
+	s.t.Helper()
+	p := s.pod(name)
+	if p == nil || p.DeletionTimestamp != nil {
+		s.t.Fatalf("pod %s/%s was deleted (or is terminating), want it kept", s.ns, name)
+	}
+}
+
+// requireDeleting fails unless the pod is gone or admitted for deletion, and
+// finishes a graceful deletion as the kubelet would.
+func (s *scenario) requireDeleting(name string) {
+	s.t.Helper()
+	p := s.pod(name)
+	if p != nil && p.DeletionTimestamp == nil {
+		s.t.Fatalf("pod %s/%s still alive, want it deleted", s.ns, name)
+	}
+	if err := env.FinishTermination(s.ctx, s.ns, name); err != nil {
+		s.t.Fatal(err)
+	}
+	s.eventually("pod "+name+" gone", 30*time.Second, func() error {
+		if s.pod(name) != nil {
+			return fmt.Errorf("still there")
+		}
+		return nil
+	})
+}
+
+// eventually polls check until it passes or timeout.
+func (s *scenario) eventually(what string, timeout time.Duration, check func() error) {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s: not after %s: %v", what, timeout, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// events lists events.k8s.io Events about a pod.
+func (s *scenario) events(pod string) []string {
+	s.t.Helper()
+	list, err := env.Client.EventsV1().Events(s.ns).List(s.ctx, metav1.ListOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		if e.Regarding.Name == pod {
+			out = append(out, fmt.Sprintf("%s %s %s: %s", e.Type, e.Reason, e.Action, e.Note))
+		}
+	}
+	return out
+}
+
+func (s *scenario) waitForEvent(pod, reason string) string {
+	s.t.Helper()
+	var found string
+	s.eventually("event "+reason+" on "+pod, 20*time.Second, func() error {
+		for _, e := range s.events(pod) {
+			if strings.Contains(e, " "+reason+" ") {
+				found = e
+				return nil
+			}
+		}
+		return fmt.Errorf("events: %q", s.events(pod))
+	})
+	return found
+}

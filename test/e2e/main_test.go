@@ -1,0 +1,52 @@
+// Package e2e proves runner-guard against a real kube-apiserver, etcd and
+// kube-controller-manager, with the real webhook binary and kubectl, and the
+// fake GitHub as the only test double. `make e2e` sets up the binaries.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/runner-guard/runner-guard/test/e2e/framework"
+)
+
+// env is the environment shared by every scenario; each scenario works in its
+// own namespace and GitHub organization so they cannot see each other.
+var env *framework.Env
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	opts, err := framework.FromEnvironment()
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return 1
+		}
+		fmt.Fprintln(os.Stderr, "e2e: skipped:", err)
+		return 0
+	}
+	opts.Logf = func(format string, args ...any) { fmt.Printf("e2e: "+format+"\n", args...) }
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := time.Now()
+	env, err = framework.Start(ctx, opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: environment:", err)
+		return 1
+	}
+	fmt.Printf("e2e: environment up in %s (logs in %s)\n", time.Since(start).Round(time.Millisecond), env.Dir)
+	code := m.Run()
+	env.Stop()
+	if code != 0 {
+		fmt.Printf("e2e: FAILED; component logs kept in %s\n", env.Dir)
+	} else if os.Getenv("E2E_KEEP_LOGS") == "" {
+		os.RemoveAll(env.Dir)
+	}
+	return code
+}
