@@ -60,7 +60,13 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	o.zap.BindFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "runner-guard %s: admission webhook that unregisters GitHub Actions runners before their pods are deleted.\n\nUsage: webhook [flags]\n\n", version)
+		// The flag package lists flags as "-name"; runner-guard documents them as
+		// "--name" (both spellings are accepted), so print them that way.
+		var b strings.Builder
+		fs.SetOutput(&b)
 		fs.PrintDefaults()
+		fs.SetOutput(output)
+		fmt.Fprint(output, strings.ReplaceAll("\n"+b.String(), "\n  -", "\n  --")[1:])
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err

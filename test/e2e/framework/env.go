@@ -6,8 +6,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"io"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -481,4 +481,3 @@ func runningStatus(pod *corev1.Pod) corev1.PodStatus {
 	}
 	return st
 }
-

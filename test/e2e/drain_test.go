@@ -1,0 +1,106 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer collects a running command's output safely.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Scenario 5: kubectl drain of a node with a busy runner: the eviction is
+// refused with 429 and drain keeps retrying; once the runner is idle the drain
+// finishes and the runner is unregistered.
+func TestDrainWaitsForBusyRunner(t *testing.T) {
+	s := newScenario(t, "drain")
+	const node = "e2e-node-drain"
+	if err := env.EnsureNode(s.ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	id := env.GitHub.AddRunner(s.scope, "runner-drain")
+	env.GitHub.SetBusy(s.scope, "runner-drain", true)
+	pod := legacyRunnerPod(s.ns, "runner-drain", s.scope)
+	pod.Spec.NodeName = node
+	pod.Annotations = map[string]string{"actions-runner/id": fmt.Sprint(id)}
+	s.create(pod)
+
+	ctx, cancel := context.WithTimeout(s.ctx, 3*time.Minute)
+	defer cancel()
+	var out syncBuffer
+	drain := exec.CommandContext(ctx, env.KubectlPath(), "--kubeconfig="+env.ControlPlane.Kubeconfig,
+		"drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=150s")
+	drain.Stdout, drain.Stderr = &out, &out
+	if err := drain.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- drain.Wait() }()
+
+	// kubectl drain retries a 429 quietly; GitHub's log shows each retry.
+	s.eventually("drain retries the refused eviction", 60*time.Second, func() error {
+		if n := s.count("DELETE"); n < 2 {
+			return fmt.Errorf("%d eviction attempts reached GitHub; drain output: %q", n, out.String())
+		}
+		return nil
+	})
+	if ev := s.waitForEvent("runner-drain", "RunnerBusy"); !strings.Contains(ev, "Evict") || !strings.Contains(ev, "runner busy") {
+		t.Errorf("event %q, want a RunnerBusy Evict event", ev)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("drain ended while the runner was busy: %v\n%s", err, out.String())
+	default:
+	}
+	s.requireAlive("runner-drain")
+	if !s.registered("runner-drain") {
+		t.Fatal("busy runner unregistered during drain")
+	}
+
+	env.GitHub.SetBusy(s.scope, "runner-drain", false)
+	s.eventually("eviction admitted once idle", 60*time.Second, func() error {
+		if p := s.pod("runner-drain"); p != nil && p.DeletionTimestamp == nil {
+			return fmt.Errorf("pod not evicted yet")
+		}
+		return nil
+	})
+	// Play the kubelet so drain sees the pod gone.
+	s.requireDeleting("runner-drain")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("drain failed: %v\n%s", err, out.String())
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatalf("drain did not finish\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "drained") {
+		t.Errorf("drain output lacks 'drained': %s", out.String())
+	}
+	if s.registered("runner-drain") {
+		t.Error("runner still registered after drain")
+	}
+	if _, _, err := env.Kubectl(s.ctx, "uncordon", node); err != nil {
+		t.Logf("uncordon: %v", err)
+	}
+}
