@@ -90,6 +90,9 @@ func TestGitHubFailure(t *testing.T) {
 	s.runnerPod("runner-b", false, true)
 	t.Cleanup(func() {
 		env.GitHub.ClearFaults()
+		if !env.Local() {
+			return
+		}
 		if err := env.StartGitHub(); err != nil {
 			t.Logf("restart fake GitHub: %v", err)
 		}
@@ -104,6 +107,10 @@ func TestGitHubFailure(t *testing.T) {
 		t.Errorf("delete with GitHub answering 500: err %v, stderr %q; want refused naming the 500", err, stderr)
 	}
 	s.requireAlive("runner-a")
+	if !env.Local() {
+		t.Log("existing cluster: GitHub down and --on-error=allow need a local webhook; checked by the local run")
+		return
+	}
 
 	env.StopGitHub()
 	_, stderr, err = s.kubectl("delete", "pod", "runner-a", "--wait=false")

@@ -44,10 +44,16 @@ type ControlPlane struct {
 	etcd, apiserver, kcm *process
 	tokens               map[string]string // user -> token
 	ports                *ports
+	kubectl              string // overrides Assets/kubectl for an existing cluster
 }
 
 // KubectlPath is the path of the kubectl matching the API server.
-func (c *ControlPlane) KubectlPath() string { return filepath.Join(c.Assets, "kubectl") }
+func (c *ControlPlane) KubectlPath() string {
+	if c.kubectl != "" {
+		return c.kubectl
+	}
+	return filepath.Join(c.Assets, "kubectl")
+}
 
 // StartControlPlane starts the three components and waits until the API server
 // is healthy and the controller manager has created the default ServiceAccount.
@@ -203,6 +209,11 @@ func (c *ControlPlane) startControllerManager(ctx context.Context, logf func(str
 
 // RESTConfig is a config for the API server authenticating with a bearer token.
 func (c *ControlPlane) RESTConfig(token string) *rest.Config {
+	if c.tokens == nil { // an existing cluster: keep its address and CA, drop its credentials
+		cfg := rest.AnonymousClientConfig(c.Config)
+		cfg.BearerToken = token
+		return cfg
+	}
 	return &rest.Config{
 		Host:            c.URL,
 		BearerToken:     token,

@@ -54,10 +54,12 @@ type Options struct {
 // Env is a running control plane with runner-guard registered in it.
 type Env struct {
 	*ControlPlane
-	// GitHub is the fake GitHub the webhook talks to.
-	GitHub *ghfake.Fake
-	// GitHubURL is the fake's base URL.
+	// GitHub controls the fake GitHub the webhook talks to.
+	GitHub GitHub
+	// GitHubURL is the fake's base URL (in-process fake only).
 	GitHubURL string
+
+	fake        *ghfake.Fake // nil when the fake runs in the cluster
 
 	opts        Options
 	githubSrv   *http.Server
@@ -127,7 +129,8 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 			return nil, err
 		}
 	}
-	e := &Env{opts: o, GitHub: ghfake.New()}
+	fake := ghfake.New()
+	e := &Env{opts: o, GitHub: fake, fake: fake}
 	defer func() {
 		if err != nil {
 			e.Stop()
@@ -137,7 +140,7 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	if e.ControlPlane, err = StartControlPlane(ctx, o.Dir, o.Assets, o.Logf); err != nil {
 		return e, err
 	}
-	e.GitHub.SetToken(githubToken)
+	e.fake.SetToken(githubToken)
 	if err = e.StartGitHub(); err != nil {
 		return e, err
 	}
@@ -162,6 +165,9 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 // StartGitHub serves the fake GitHub on loopback, on the same address as before
 // when it is restarted.
 func (e *Env) StartGitHub() error {
+	if e.fake == nil {
+		return errors.New("the fake GitHub runs in the cluster; it cannot be restarted from here")
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	addr := e.githubAddr
@@ -174,7 +180,7 @@ func (e *Env) StartGitHub() error {
 	}
 	e.githubAddr = l.Addr().String()
 	e.GitHubURL = "http://" + e.githubAddr + "/"
-	e.githubSrv = &http.Server{Handler: e.GitHub, ReadHeaderTimeout: 5 * time.Second}
+	e.githubSrv = &http.Server{Handler: e.fake, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = e.githubSrv.Serve(l) }()
 	return nil
 }
@@ -263,14 +269,18 @@ func (e *Env) StartWebhook(ctx context.Context, extraArgs ...string) error {
 
 // RestartWebhook stops the webhook and starts it again with other flags.
 func (e *Env) RestartWebhook(ctx context.Context, extraArgs ...string) error {
+	if e.webhook == nil {
+		return errors.New("the webhook runs in the cluster; it cannot be restarted from here")
+	}
 	if err := e.webhook.stop(15 * time.Second); err != nil {
 		return err
 	}
 	return e.StartWebhook(ctx, extraArgs...)
 }
 
-// WebhookLog is the current webhook process's log file.
-func (e *Env) WebhookLog() string { return e.webhook.logPath }
+// Local reports whether this Env runs its own control plane, webhook and fake
+// GitHub (false for an existing cluster reached with Connect).
+func (e *Env) Local() bool { return e.fake != nil }
 
 // register applies manifests/local with this run's port and CA, then waits
 // until the API server calls the webhook.

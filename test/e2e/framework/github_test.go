@@ -1,0 +1,58 @@
+package framework
+
+import (
+	"net/http/httptest"
+	"testing"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/ghclient/ghfake"
+)
+
+// RemoteGitHub must do to an out-of-process fake what the scenarios do to an
+// in-process one: check each control against the fake's own state.
+func TestRemoteGitHubControlsTheFake(t *testing.T) {
+	fake := ghfake.New()
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	remote := &RemoteGitHub{BaseURL: srv.URL, Fail: func(err error) { t.Fatal(err) }}
+	org, _ := ghclient.OrgScope("acme")
+
+	id := remote.AddRunner(org, "r1")
+	if got, ok := fake.Runner(org, "r1"); !ok || got.ID != id || id == 0 {
+		t.Fatalf("AddRunner: remote id %d, fake has %+v %v", id, got, ok)
+	}
+	if !remote.SetBusy(org, "r1", true) {
+		t.Fatal("SetBusy reported failure")
+	}
+	if got, _ := fake.Runner(org, "r1"); !got.Busy {
+		t.Fatal("SetBusy did not reach the fake")
+	}
+	if remote.SetBusy(org, "nope", true) {
+		t.Error("SetBusy of an unknown runner reported success")
+	}
+	if got, ok := remote.Runner(org, "r1"); !ok || !got.Busy || got.ID != id {
+		t.Errorf("Runner = %+v %v", got, ok)
+	}
+	if _, ok := remote.Runner(org, "nope"); ok {
+		t.Error("Runner found an unknown runner")
+	}
+
+	remote.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 503, Times: 1})
+	resp, err := srv.Client().Get(srv.URL + "/orgs/acme/actions/runners")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Errorf("injected fault: status %d, want 503", resp.StatusCode)
+	}
+	reqs := remote.Requests()
+	if len(reqs) != 1 || reqs[0].Status != 503 || reqs[0].Path != "/orgs/acme/actions/runners" {
+		t.Errorf("Requests = %+v, want the one 503", reqs)
+	}
+	remote.ResetLog()
+	remote.ClearFaults()
+	if n := len(fake.Requests()); n != 0 {
+		t.Errorf("ResetLog left %d requests", n)
+	}
+}
