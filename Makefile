@@ -13,6 +13,10 @@ TEST_DEPS      := build kustomize
 # them once (cold: about 12 minutes on 2 cores).
 K8S_ASSETS      = $(shell $(CURDIR)/hack/build-k8s.sh)
 
+# Fragments add targets and append to TEST_DEPS; include them before the rules
+# that read TEST_DEPS, since make expands prerequisites as it reads a rule.
+-include hack/make/*.mk
+
 .PHONY: help
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -48,5 +52,3 @@ demo: build k8s kustomize ## Start a local control plane, fake GitHub and the we
 .PHONY: clean
 clean: ## Remove build outputs (keeps the cached control-plane binaries in bin/k8s).
 	rm -f $(BIN)/webhook
-
--include hack/make/*.mk

@@ -59,7 +59,7 @@ type Env struct {
 	// GitHubURL is the fake's base URL (in-process fake only).
 	GitHubURL string
 
-	fake        *ghfake.Fake // nil when the fake runs in the cluster
+	fake *ghfake.Fake // nil when the fake runs in the cluster
 
 	opts        Options
 	githubSrv   *http.Server

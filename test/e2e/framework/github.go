@@ -95,7 +95,9 @@ func (g *RemoteGitHub) do(method, path string, query url.Values, body, out any) 
 	return resp.StatusCode, resp.StatusCode < 300
 }
 
-func scopeJSON(s ghclient.Scope) ghfake.ScopeJSON { return ghfake.ScopeJSON{Kind: s.Kind, Name: s.Name} }
+func scopeJSON(s ghclient.Scope) ghfake.ScopeJSON {
+	return ghfake.ScopeJSON{Kind: s.Kind, Name: s.Name}
+}
 
 func (g *RemoteGitHub) AddRunner(scope ghclient.Scope, name string) int64 {
 	var out struct {
