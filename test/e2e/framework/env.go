@@ -25,6 +25,7 @@ import (
 
 	"github.com/runner-guard/runner-guard/certs"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
+	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
 // The webhook's identity in the cluster, as in manifests/base.
@@ -364,7 +365,8 @@ func (e *Env) CreateRunningPod(ctx context.Context, pod *corev1.Pod) (*corev1.Po
 // MarkRunning reports every container of the pod running, as a kubelet would.
 func (e *Env) MarkRunning(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
 	pod = pod.DeepCopy()
-	pod.Status = runningStatus(pod)
+	pod.Status = fixture.RunningStatus(pod)
+	pod.Status.HostIP, pod.Status.PodIP = "127.0.0.1", "127.0.0.1"
 	updated, err := e.Client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("mark pod %s/%s running: %w", pod.Namespace, pod.Name, err)
@@ -470,24 +472,4 @@ func selectKinds(multiDoc []byte, kinds ...string) ([]byte, error) {
 		}
 	}
 	return out.Bytes(), nil
-}
-
-func runningStatus(pod *corev1.Pod) corev1.PodStatus {
-	now := metav1.Now()
-	st := corev1.PodStatus{
-		Phase:     corev1.PodRunning,
-		StartTime: &now,
-		HostIP:    "127.0.0.1", PodIP: "127.0.0.1",
-		Conditions: []corev1.PodCondition{
-			{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
-		},
-	}
-	for _, c := range pod.Spec.Containers {
-		st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{
-			Name: c.Name, Image: c.Image, ImageID: "docker://" + c.Image, Ready: true,
-			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
-		})
-	}
-	return st
 }

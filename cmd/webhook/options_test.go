@@ -1,0 +1,162 @@
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runner-guard/runner-guard/webhook"
+)
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestGitHubConfig(t *testing.T) {
+	dir := t.TempDir()
+	token := writeFile(t, dir, "token", "  ghp_abc\n")
+	empty := writeFile(t, dir, "empty", "\n")
+	key := writeFile(t, dir, "key.pem", "-----BEGIN RSA PRIVATE KEY-----\n")
+	tests := map[string]struct {
+		args    []string
+		env     map[string]string
+		wantErr string
+		check   func(t *testing.T, tok string, app bool)
+	}{
+		"token file": {args: []string{"--github-token-file", token}, check: func(t *testing.T, tok string, app bool) {
+			if tok != "ghp_abc" || app {
+				t.Errorf("token %q app %v", tok, app)
+			}
+		}},
+		"GITHUB_TOKEN": {env: map[string]string{"GITHUB_TOKEN": "ghp_env"}, check: func(t *testing.T, tok string, app bool) {
+			if tok != "ghp_env" {
+				t.Errorf("token %q", tok)
+			}
+		}},
+		"token file beats GITHUB_TOKEN": {args: []string{"--github-token-file", token}, env: map[string]string{"GITHUB_TOKEN": "ghp_env"}, check: func(t *testing.T, tok string, app bool) {
+			if tok != "ghp_abc" {
+				t.Errorf("token %q", tok)
+			}
+		}},
+		"app": {args: []string{"--github-app-id=1", "--github-app-installation-id=2", "--github-app-private-key-file", key}, check: func(t *testing.T, tok string, app bool) {
+			if tok != "" || !app {
+				t.Errorf("token %q app %v", tok, app)
+			}
+		}},
+		"no credentials":        {wantErr: "no GitHub credentials"},
+		"token and app":         {args: []string{"--github-token-file", token, "--github-app-id=1"}, wantErr: "mutually exclusive"},
+		"app without install":   {args: []string{"--github-app-id=1", "--github-app-private-key-file", key}, wantErr: "--github-app-installation-id"},
+		"app without key":       {args: []string{"--github-app-id=1", "--github-app-installation-id=2"}, wantErr: "--github-app-private-key-file"},
+		"app without id":        {args: []string{"--github-app-installation-id=2", "--github-app-private-key-file", key}, wantErr: "--github-app-id"},
+		"unreadable key":        {args: []string{"--github-app-id=1", "--github-app-installation-id=2", "--github-app-private-key-file", filepath.Join(dir, "nope")}, wantErr: "--github-app-private-key-file: open"},
+		"unreadable token file": {args: []string{"--github-token-file", filepath.Join(dir, "nope")}, wantErr: "--github-token-file: open"},
+		"empty token file":      {args: []string{"--github-token-file", empty}, wantErr: "is empty"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o, err := parseFlags(tc.args, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := o.githubConfig(func(k string) string { return tc.env[k] })
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, cfg.Token, cfg.App != nil)
+		})
+	}
+}
+
+func TestHandlerConfig(t *testing.T) {
+	dir := t.TempDir()
+	good := writeFile(t, dir, "good.yaml", "onError: allow\ngithubTimeout: 3s\n")
+	bad := writeFile(t, dir, "bad.yaml", "runnerPod: []\n")
+	tests := map[string]struct {
+		args        []string
+		wantErr     string
+		wantOnError webhook.OnErrorPolicy
+		wantTimeout time.Duration
+	}{
+		"defaults":             {wantOnError: webhook.OnErrorDeny, wantTimeout: 5 * time.Second},
+		"config file":          {args: []string{"--config", good}, wantOnError: webhook.OnErrorAllow, wantTimeout: 3 * time.Second},
+		"flags override file":  {args: []string{"--config", good, "--on-error=deny", "--github-timeout=2s"}, wantOnError: webhook.OnErrorDeny, wantTimeout: 2 * time.Second},
+		"bad on-error":         {args: []string{"--on-error=ignore"}, wantErr: "--on-error: invalid on-error policy"},
+		"negative timeout":     {args: []string{"--github-timeout=-1s"}, wantErr: "--github-timeout"},
+		"timeout over 10s":     {args: []string{"--github-timeout=30s"}, wantErr: "githubTimeout"},
+		"unknown config field": {args: []string{"--config", bad}, wantErr: `unknown field "runnerPod"`},
+		"missing config file":  {args: []string{"--config", filepath.Join(dir, "nope.yaml")}, wantErr: "--config: open"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o, err := parseFlags(tc.args, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := o.handlerConfig()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.OnError != tc.wantOnError || cfg.GitHubTimeout.Duration != tc.wantTimeout {
+				t.Errorf("onError %s timeout %s, want %s %s", cfg.OnError, cfg.GitHubTimeout.Duration, tc.wantOnError, tc.wantTimeout)
+			}
+		})
+	}
+}
+
+func TestParseFlagsErrors(t *testing.T) {
+	tests := map[string]struct {
+		args    []string
+		wantErr string
+	}{
+		"unknown flag":   {args: []string{"--nope"}, wantErr: "flag provided but not defined: -nope"},
+		"bad port value": {args: []string{"--webhook-port=x"}, wantErr: "webhook-port"},
+		"stray argument": {args: []string{"extra"}, wantErr: "unexpected arguments: extra"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := parseFlags(tc.args, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestCheckServing(t *testing.T) {
+	tests := map[string]struct {
+		port    int
+		certDir string
+		wantErr string
+	}{
+		"port out of range": {port: 70000, certDir: t.TempDir(), wantErr: "--webhook-port: 70000"},
+		"no certificates":   {port: 9443, certDir: t.TempDir(), wantErr: "--cert-dir: cannot load"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o := &options{webhookPort: tc.port, certDir: tc.certDir}
+			if err := o.checkServing(); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
