@@ -262,7 +262,11 @@ func (e *Env) StartWebhook(ctx context.Context, extraArgs ...string) error {
 	if err != nil {
 		return err
 	}
-	e.opts.Logf("runner-guard webhook starting on 127.0.0.1:%d (%s)", e.webhookPort, strings.Join(extraArgs, " "))
+	if len(extraArgs) > 0 {
+		e.opts.Logf("runner-guard webhook starting on 127.0.0.1:%d with %s", e.webhookPort, strings.Join(extraArgs, " "))
+	} else {
+		e.opts.Logf("runner-guard webhook starting on 127.0.0.1:%d", e.webhookPort)
+	}
 	return waitFor(ctx, "runner-guard webhook", 30*time.Second, e.webhook, func(ctx context.Context) error {
 		return httpGetOK(ctx, http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/readyz", healthPort))
 	})
