@@ -49,7 +49,10 @@ type Options struct {
 	Dir string
 	// WebhookArgs are extra flags for the webhook (e.g. --on-error=allow).
 	WebhookArgs []string
-	Logf        func(format string, args ...any)
+	// ControlOverHTTP drives the in-process fake GitHub through its /_fake/
+	// API, the way runs against a kind cluster do (E2E_GITHUB_CONTROL=http).
+	ControlOverHTTP bool
+	Logf            func(format string, args ...any)
 }
 
 // Env is a running control plane with runner-guard registered in it.
@@ -64,6 +67,7 @@ type Env struct {
 
 	opts        Options
 	githubSrv   *http.Server
+	controlSrv  *http.Server
 	githubAddr  string
 	webhook     *process
 	webhookPort int
@@ -79,10 +83,11 @@ func FromEnvironment() (Options, error) {
 		return Options{}, err
 	}
 	o := Options{
-		Assets:     os.Getenv("KUBEBUILDER_ASSETS"),
-		WebhookBin: os.Getenv("RUNNER_GUARD_BIN"),
-		Kustomize:  os.Getenv("KUSTOMIZE"),
-		RepoRoot:   root,
+		Assets:          os.Getenv("KUBEBUILDER_ASSETS"),
+		WebhookBin:      os.Getenv("RUNNER_GUARD_BIN"),
+		Kustomize:       os.Getenv("KUSTOMIZE"),
+		RepoRoot:        root,
+		ControlOverHTTP: os.Getenv("E2E_GITHUB_CONTROL") == "http",
 	}
 	if o.WebhookBin == "" {
 		o.WebhookBin = filepath.Join(root, "bin", "webhook")
@@ -144,6 +149,16 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	e.fake.SetToken(githubToken)
 	if err = e.StartGitHub(); err != nil {
 		return e, err
+	}
+	if o.ControlOverHTTP {
+		// Its own listener: the scenarios stop the GitHub API, never the controls.
+		l, lerr := net.Listen("tcp", "127.0.0.1:0")
+		if lerr != nil {
+			return e, lerr
+		}
+		e.controlSrv = &http.Server{Handler: e.fake.ControlHandler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = e.controlSrv.Serve(l) }()
+		e.GitHub = &RemoteGitHub{BaseURL: "http://" + l.Addr().String(), Fail: func(err error) { panic(fmt.Sprintf("fake GitHub control: %v", err)) }}
 	}
 	if err = e.installIdentity(ctx); err != nil {
 		return e, err
@@ -445,6 +460,9 @@ func (e *Env) Stop() {
 		_ = e.webhook.stop(15 * time.Second)
 	}
 	e.StopGitHub()
+	if e.controlSrv != nil {
+		_ = e.controlSrv.Close()
+	}
 	if e.ControlPlane != nil {
 		e.ControlPlane.Stop()
 	}

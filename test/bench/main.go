@@ -1,0 +1,681 @@
+// Command bench measures runner-guard side by side in one run: GitHub calls per
+// decision (steady state, a cold burst against ARC's old list-everything
+// algorithm, fast paths), admission throughput of the fast paths against a bare
+// controller-runtime webhook, runner-pod decision latency over a fake GitHub
+// with a fixed 50 ms answer, and the peak RSS of the real binary under load.
+//
+// It prints progress, then a table of figures with their targets, then one
+// `name=value` line per figure. It never fails on speed: the exit code is
+// non-zero only when a measurement could not be taken.
+//
+//	go run ./test/bench [-duration 4s] [-bin path/to/webhook]
+//
+// See docs/PERFORMANCE.md.
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/ghclient/ghfake"
+	"github.com/runner-guard/runner-guard/test/fixture"
+	"github.com/runner-guard/runner-guard/test/process"
+	"github.com/runner-guard/runner-guard/webhook"
+)
+
+const (
+	token         = "bench-token"
+	barePath      = "/bare"
+	githubLatency = 50 * time.Millisecond
+	clients       = 64
+)
+
+var (
+	duration = flag.Duration("duration", 4*time.Second, "how long each throughput run lasts (bare and fast path each get this, in two halves)")
+	binFlag  = flag.String("bin", "", "webhook binary for the RSS run (default $RUNNER_GUARD_BIN, else built from ./cmd/webhook)")
+	latencyN = flag.Int("latency-n", 400, "runner-pod decisions in the latency run")
+)
+
+// figure is one result line.
+type figure struct {
+	name, target, unit string
+	value              float64
+	ok                 bool // meets the target
+	note               string
+}
+
+var figures []figure
+
+func record(name string, value float64, unit, target string, ok bool, note string) {
+	figures = append(figures, figure{name: name, value: value, unit: unit, target: target, ok: ok, note: note})
+}
+
+func progress(format string, args ...any) {
+	fmt.Printf("bench: "+format+"\n", args...)
+}
+
+func main() {
+	flag.Parse()
+	ctrllog.SetLogger(logr.Discard())
+	start := time.Now()
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	progress("done in %s (GOMAXPROCS=%d, NumCPU=%d, %s/%s, %s)", time.Since(start).Round(100*time.Millisecond),
+		runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	printFigures()
+}
+
+// env is the in-process setup: a fake GitHub over plain HTTP, and
+// controller-runtime's webhook server over HTTPS serving runner-guard's handler
+// (swappable, so a run can start with a cold GitHub client) and a bare
+// allow-everything webhook.
+type env struct {
+	dir    string
+	files  *process.Files
+	gh     *ghfake.Fake
+	ghURL  string
+	url    string // https://127.0.0.1:PORT
+	client *http.Client
+	cur    atomic.Pointer[webhook.Handler]
+}
+
+func run() error {
+	dir, err := os.MkdirTemp("", "runner-guard-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	e, stop, err := setup(dir)
+	if err != nil {
+		return err
+	}
+	defer stop()
+
+	steps := []struct {
+		name string
+		fn   func(*env) error
+	}{
+		{"steady-state calls", (*env).steady},
+		{"burst of 100 deletes, cold cache", (*env).burst},
+		{"fast-path calls", (*env).fastPathCalls},
+		{"throughput, fast path vs bare webhook", (*env).throughput},
+		{"runner-pod latency", (*env).latency},
+		{"RSS of the real binary under load", (*env).rss},
+	}
+	for _, s := range steps {
+		t := time.Now()
+		progress("%s ...", s.name)
+		if err := s.fn(e); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		progress("%s: done in %s", s.name, time.Since(t).Round(10*time.Millisecond))
+	}
+	return nil
+}
+
+func setup(dir string) (*env, func(), error) {
+	files, err := process.NewFiles(dir, token)
+	if err != nil {
+		return nil, nil, err
+	}
+	gh := ghfake.New()
+	gh.SetToken(token)
+	gh.SetRateLimit(1<<30, 1<<30, time.Time{})
+	ghSrv := httptest.NewServer(gh)
+
+	port, err := process.FreePort()
+	if err != nil {
+		return nil, nil, err
+	}
+	e := &env{dir: dir, files: files, gh: gh, ghURL: ghSrv.URL + "/",
+		url: fmt.Sprintf("https://127.0.0.1:%d", port)}
+	if err := e.newHandler(); err != nil {
+		return nil, nil, err
+	}
+	// The same server setup as cmd/webhook: controller-runtime's webhook server,
+	// TLS 1.2+, HTTP/1.1 only.
+	srv := ctrlwebhook.NewServer(ctrlwebhook.Options{
+		Host: "127.0.0.1", Port: port, CertDir: files.CertDir,
+		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.MinVersion = tls.VersionTLS12; c.NextProtos = []string{"http/1.1"} }},
+	})
+	srv.Register(webhook.Path, &admission.Webhook{Handler: admission.HandlerFunc(func(ctx context.Context, r admission.Request) admission.Response {
+		return e.cur.Load().Handle(ctx, r)
+	})})
+	srv.Register(barePath, &admission.Webhook{Handler: admission.HandlerFunc(func(context.Context, admission.Request) admission.Response {
+		return admission.Allowed("")
+	})})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+	e.client = &http.Client{Timeout: 30 * time.Second, Transport: process.NewTransport(files.Pool, clients+8)}
+	stop := func() {
+		e.client.CloseIdleConnections()
+		cancel()
+		<-done
+		ghSrv.Close()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for srv.StartedChecker()(nil) != nil {
+		if time.Now().After(deadline) {
+			stop()
+			return nil, nil, errors.New("webhook server did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return e, stop, nil
+}
+
+// newHandler installs a fresh handler with a fresh (cold) GitHub client.
+func (e *env) newHandler() error {
+	gc, err := ghclient.New(ghclient.Config{BaseURL: e.ghURL, Token: token, Metrics: ghclient.NewMetrics()})
+	if err != nil {
+		return err
+	}
+	h, err := webhook.NewHandler(webhook.Options{
+		Config:  webhook.DefaultConfig(),
+		GitHub:  gc,
+		Pods:    fake.NewClientBuilder().Build(),
+		Metrics: webhook.NewMetrics(),
+	})
+	if err != nil {
+		return err
+	}
+	e.cur.Store(h)
+	return nil
+}
+
+func org(name string) ghclient.Scope {
+	s, err := ghclient.OrgScope(name)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+func body(pod *corev1.Pod) []byte {
+	b, err := process.DeleteReviewJSON(process.Review{Pod: pod})
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// decide sends one DELETE review to path and returns whether it was allowed.
+func (e *env) decide(path string, b []byte) (bool, error) {
+	resp, err := process.Send(context.Background(), e.client, e.url+path, b)
+	if err != nil {
+		return false, err
+	}
+	return resp.Allowed, nil
+}
+
+// steady: with the runner ID known (ARC's actions-runner/id annotation, or the
+// client's cache after a first look-up of a busy runner), each decision costs
+// one GitHub request.
+func (e *env) steady() error {
+	const n = 100
+	scope := org("steady")
+	busy := make([]*corev1.Pod, n)
+	for i := range busy {
+		name := fmt.Sprintf("busy-%03d", i)
+		e.gh.AddRunner(scope, name)
+		e.gh.SetBusy(scope, name, true)
+		busy[i] = fixture.MakeLegacyRunnerPod("ci", name).Org("steady").Running().Obj()
+	}
+	// Warm-up: the first delete of each busy runner looks its ID up by name.
+	for _, p := range busy {
+		if ok, err := e.decide(webhook.Path, body(p)); err != nil || ok {
+			return fmt.Errorf("warm-up: allowed=%v err=%v", ok, err)
+		}
+	}
+	idle := make([]*corev1.Pod, n)
+	for i := range idle {
+		name := fmt.Sprintf("idle-%03d", i)
+		id := e.gh.AddRunner(scope, name)
+		idle[i] = fixture.MakeLegacyRunnerPod("ci", name).Org("steady").RunnerID(id).Running().Obj()
+	}
+	e.gh.ResetLog()
+	decisions := 0
+	for i := range n {
+		// Retry the busy runner (ID cached) and delete an idle one (ID annotated).
+		if ok, err := e.decide(webhook.Path, body(busy[i])); err != nil || ok {
+			return fmt.Errorf("busy runner: allowed=%v err=%v", ok, err)
+		}
+		if ok, err := e.decide(webhook.Path, body(idle[i])); err != nil || !ok {
+			return fmt.Errorf("idle runner: allowed=%v err=%v", ok, err)
+		}
+		decisions += 2
+	}
+	calls := float64(e.gh.Count(""))
+	v := calls / float64(decisions)
+	progress("steady: %d decisions (busy retries with cached ID, idle runners with ID annotation), %.0f GitHub requests", decisions, calls)
+	record("calls_per_decision_steady", v, "req/decision", "<= 1.0", v <= 1.0, "")
+	return nil
+}
+
+// burst: 100 concurrent deletes of idle runner pods in an org with 1,000
+// registered runners and a cold client cache; runner-guard vs the seed algorithm.
+func (e *env) burst() error {
+	const registered, deletes = 1000, 100
+	scope := org("burst")
+	ids := map[string]int64{}
+	for i := range registered {
+		name := fmt.Sprintf("runner-%04d", i)
+		ids[name] = e.gh.AddRunner(scope, name)
+	}
+	names := make([]string, deletes)
+	for i := range names {
+		names[i] = fmt.Sprintf("runner-%04d", i*(registered/deletes))
+	}
+	reRegister := func() {
+		for _, n := range names {
+			ids[n] = e.gh.AddRunner(scope, n)
+		}
+	}
+	runBurst := func(label string, pod func(name string) *corev1.Pod) (int, error) {
+		if err := e.newHandler(); err != nil { // cold cache
+			return 0, err
+		}
+		reRegister()
+		bodies := make([][]byte, deletes)
+		for i, n := range names {
+			bodies[i] = body(pod(n))
+		}
+		e.gh.ResetLog()
+		var wg sync.WaitGroup
+		errs := make(chan error, deletes)
+		for _, b := range bodies {
+			wg.Go(func() {
+				if ok, err := e.decide(webhook.Path, b); err != nil || !ok {
+					errs <- fmt.Errorf("%s: allowed=%v err=%v", label, ok, err)
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		if err := <-errs; err != nil {
+			return 0, err
+		}
+		calls := e.gh.Count("")
+		for _, n := range names {
+			if _, ok := e.gh.Runner(scope, n); ok {
+				return 0, fmt.Errorf("%s: runner %s still registered", label, n)
+			}
+		}
+		return calls, nil
+	}
+
+	withID, err := runBurst("legacy pods with actions-runner/id", func(n string) *corev1.Pod {
+		return fixture.MakeLegacyRunnerPod("ci", n).Org("burst").RunnerID(ids[n]).Running().Obj()
+	})
+	if err != nil {
+		return err
+	}
+	progress("burst: runner-guard, legacy pods with ID annotation: %d requests", withID)
+	noID, err := runBurst("scale-set pods (no ID annotation)", func(n string) *corev1.Pod {
+		return fixture.MakeScaleSetRunnerPod("ci", n).Label("actions.github.com/organization", "burst").Running().Obj()
+	})
+	if err != nil {
+		return err
+	}
+	progress("burst: runner-guard, scale-set pods without ID: %d requests", noID)
+
+	reRegister()
+	e.gh.ResetLog()
+	seedCalls, err := e.seedBurst(scope, names)
+	if err != nil {
+		return err
+	}
+	progress("burst: seed algorithm (list all runners page by page, check busy, DELETE by ID): %d requests", seedCalls)
+	record("calls_burst_100", float64(withID), "requests", "<= 101", withID <= 101, "legacy pods carrying actions-runner/id")
+	record("calls_burst_100_noid", float64(noID), "requests", "(info)", true, "scale-set pods: list by name + DELETE each")
+	record("calls_burst_100_seed", float64(seedCalls), "requests", "(baseline)", true, "ARC's old way, same burst")
+	return nil
+}
+
+// seedBurst is ARC's old unregister, once per pod, 100 pods at once: list every
+// runner of the scope (per_page=100, following pages), find the name, skip if
+// busy, else DELETE by ID.
+func (e *env) seedBurst(scope ghclient.Scope, names []string) (int, error) {
+	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 100}}
+	defer c.CloseIdleConnections()
+	get := func(url string) (*http.Response, []byte, error) {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := c.Do(req)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp, b, err
+	}
+	seed := func(name string) error {
+		var found *ghfake.Runner
+		for page := 1; found == nil; page++ {
+			resp, b, err := get(fmt.Sprintf("%sorgs/%s/actions/runners?per_page=100&page=%d", e.ghURL, scope.Name, page))
+			if err != nil {
+				return err
+			}
+			var list struct {
+				Runners []ghfake.Runner `json:"runners"`
+			}
+			if err := json.Unmarshal(b, &list); err != nil {
+				return err
+			}
+			for i := range list.Runners {
+				if list.Runners[i].Name == name {
+					found = &list.Runners[i]
+				}
+			}
+			if !strings.Contains(resp.Header.Get("Link"), `rel="next"`) {
+				break
+			}
+		}
+		if found == nil || found.Busy {
+			return nil
+		}
+		req, _ := http.NewRequest(http.MethodDelete, fmt.Sprintf("%sorgs/%s/actions/runners/%d", e.ghURL, scope.Name, found.ID), nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := c.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(names))
+	for _, n := range names {
+		wg.Go(func() {
+			if err := seed(n); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	return e.gh.Count(""), nil
+}
+
+// fastPathBodies are DELETE reviews decided without GitHub: a non-runner pod,
+// a terminating runner pod and a runner pod whose container is not running.
+func fastPathBodies() [][]byte {
+	return [][]byte{
+		body(fixture.MakePod("apps", "web-0").Label("app", "web").Running().Obj()),
+		body(fixture.MakeLegacyRunnerPod("ci", "fast-terminating").Org("fast").Running().Terminating().Obj()),
+		body(fixture.MakeLegacyRunnerPod("ci", "fast-pending").Org("fast").Pending().Obj()),
+	}
+}
+
+func (e *env) fastPathCalls() error {
+	scope := org("fast")
+	for _, n := range []string{"fast-terminating", "fast-pending"} {
+		e.gh.AddRunner(scope, n)
+		e.gh.SetBusy(scope, n, true)
+	}
+	bodies := fastPathBodies()
+	e.gh.ResetLog()
+	for i := range 1000 {
+		if ok, err := e.decide(webhook.Path, bodies[i%len(bodies)]); err != nil || !ok {
+			return fmt.Errorf("fast-path decision %d: allowed=%v err=%v", i, ok, err)
+		}
+	}
+	calls := e.gh.Count("")
+	record("calls_fast_path", float64(calls), "requests", "0", calls == 0, "1,000 decisions: non-runner, terminating, not running")
+	return nil
+}
+
+// hammer posts bodies round-robin from `clients` goroutines for d and returns decisions/s.
+func (e *env) hammer(path string, bodies [][]byte, d time.Duration) (float64, error) {
+	var n atomic.Int64
+	var firstErr atomic.Value
+	stop := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for w := range clients {
+		wg.Go(func() {
+			for i := w; time.Now().Before(stop); i++ {
+				ok, err := e.decide(path, bodies[i%len(bodies)])
+				if err != nil || !ok {
+					firstErr.CompareAndSwap(nil, fmt.Errorf("%s: allowed=%v err=%v", path, ok, err))
+					return
+				}
+				n.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return 0, err
+	}
+	return float64(n.Load()) / d.Seconds(), nil
+}
+
+func (e *env) throughput() error {
+	bodies := fastPathBodies()
+	// Warm connections and code paths.
+	if _, err := e.hammer(barePath, bodies, 300*time.Millisecond); err != nil {
+		return err
+	}
+	if _, err := e.hammer(webhook.Path, bodies, 300*time.Millisecond); err != nil {
+		return err
+	}
+	half := *duration / 2
+	var bare, fast float64
+	// Interleave (bare, fast, fast, bare) so drift on a shared machine hits both.
+	for _, path := range []string{barePath, webhook.Path, webhook.Path, barePath} {
+		rps, err := e.hammer(path, bodies, half)
+		if err != nil {
+			return err
+		}
+		progress("throughput: %s %.0f decisions/s", path, rps)
+		if path == barePath {
+			bare += rps / 2
+		} else {
+			fast += rps / 2
+		}
+	}
+	ratio := fast / bare
+	record("fastpath_rps", fast, "decisions/s", "(info)", true, fmt.Sprintf("%d HTTPS clients, keep-alive", clients))
+	record("bare_rps", bare, "decisions/s", "(info)", true, "controller-runtime webhook allowing everything, same server")
+	record("fastpath_vs_bare", ratio, "ratio", ">= 0.8", ratio >= 0.8, "")
+	return nil
+}
+
+// latency: idle runner pods with a known ID (one DELETE each) while the fake
+// GitHub answers every request after a fixed 50 ms.
+func (e *env) latency() error {
+	n := *latencyN
+	const concurrency = 4
+	scope := org("latency")
+	bodies := make([][]byte, n)
+	for i := range bodies {
+		name := fmt.Sprintf("lat-%04d", i)
+		id := e.gh.AddRunner(scope, name)
+		bodies[i] = body(fixture.MakeLegacyRunnerPod("ci", name).Org("latency").RunnerID(id).Running().Obj())
+	}
+	e.gh.SetLatency(githubLatency)
+	defer e.gh.SetLatency(0)
+	// Warm up the client's connections to the fake GitHub.
+	for i := range concurrency * 2 {
+		warm := fmt.Sprintf("lat-warm-%d", i)
+		id := e.gh.AddRunner(scope, warm)
+		if _, err := e.decide(webhook.Path, body(fixture.MakeLegacyRunnerPod("ci", warm).Org("latency").RunnerID(id).Running().Obj())); err != nil {
+			return err
+		}
+	}
+	lat := make([]time.Duration, n)
+	var next atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	for range concurrency {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				t := time.Now()
+				ok, err := e.decide(webhook.Path, bodies[i])
+				lat[i] = time.Since(t)
+				if err != nil || !ok {
+					firstErr.CompareAndSwap(nil, fmt.Errorf("decision %d: allowed=%v err=%v", i, ok, err))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return err
+	}
+	slices.Sort(lat)
+	p50, p99 := pct(lat, 0.50), pct(lat, 0.99)
+	added := p99 - githubLatency
+	progress("latency: %d decisions, %d concurrent: p50 %s p99 %s max %s", n, concurrency, p50, p99, lat[len(lat)-1])
+	record("runner_p50_ms", ms(p50), "ms", "(info)", true, "GitHub answers after 50 ms")
+	record("runner_p99_ms", ms(p99), "ms", "(info)", true, "")
+	record("runner_added_p99_ms", ms(added), "ms", "<= 2", ms(added) <= 2, "p99 - 50 ms")
+	return nil
+}
+
+func pct(sorted []time.Duration, p float64) time.Duration {
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// rss runs the real binary and sends it 1,000 concurrent admission requests
+// (mixed runner and non-runner pods, GitHub latency 20 ms), sampling VmHWM.
+func (e *env) rss() error {
+	bin := *binFlag
+	if bin == "" {
+		var err error
+		progress("rss: building ./cmd/webhook (set RUNNER_GUARD_BIN to skip) ...")
+		if bin, err = process.Binary(filepath.Join(e.dir)); err != nil {
+			return err
+		}
+	}
+	p, err := process.Start(process.Config{Bin: bin, Files: e.files, GitHubURL: e.ghURL}, 60*time.Second)
+	if err != nil {
+		return err
+	}
+	defer func() { _, _ = p.Stop(30 * time.Second) }()
+	base, _, err := p.RSS()
+	if err != nil {
+		return err
+	}
+	scope := org("load")
+	bodies, want, err := process.LoadMix(e.gh, scope, 1000)
+	if err != nil {
+		return err
+	}
+	e.gh.SetLatency(20 * time.Millisecond)
+	defer e.gh.SetLatency(0)
+	c := &http.Client{Timeout: 60 * time.Second, Transport: process.NewTransport(e.files.Pool, len(bodies))}
+	defer c.CloseIdleConnections()
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	var firstErr atomic.Value
+	gate := make(chan struct{})
+	for i, b := range bodies {
+		wg.Go(func() {
+			<-gate
+			resp, err := process.Send(context.Background(), c, p.WebhookURL, b)
+			if err != nil || resp.Allowed != want[i] {
+				bad.Add(1)
+				firstErr.CompareAndSwap(nil, fmt.Errorf("request %d: %v (allowed=%v want %v)", i, err, resp != nil && resp.Allowed, want[i]))
+			}
+		})
+	}
+	t := time.Now()
+	close(gate)
+	wg.Wait()
+	took := time.Since(t)
+	_, peak, err := p.RSS()
+	if err != nil {
+		return err
+	}
+	if err, _ := firstErr.Load().(error); err != nil {
+		return fmt.Errorf("%d of %d answers wrong or failed; first: %w", bad.Load(), len(bodies), err)
+	}
+	progress("rss: baseline %.1f MiB, peak %.1f MiB; 1,000 concurrent requests answered in %s", mib(base), mib(peak), took.Round(time.Millisecond))
+	record("rss_mib", mib(peak), "MiB", "<= 64", mib(peak) <= 64, fmt.Sprintf("peak (VmHWM) of the binary; baseline %.1f MiB", mib(base)))
+	return nil
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+func printFigures() {
+	fmt.Println()
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%-28s %14s  %-12s %-10s %s\n", "figure", "value", "target", "meets", "note")
+	for _, f := range figures {
+		meets := "yes"
+		switch {
+		case strings.HasPrefix(f.target, "("):
+			meets = "-"
+		case !f.ok:
+			meets = "NO"
+		}
+		fmt.Fprintf(&b, "%-28s %14s  %-12s %-10s %s\n", f.name, format(f.value)+" "+shortUnit(f.unit), f.target, meets, f.note)
+	}
+	fmt.Print(b.String())
+	fmt.Println()
+	for _, f := range figures {
+		fmt.Printf("%s=%s\n", f.name, format(f.value))
+	}
+}
+
+func shortUnit(u string) string {
+	switch u {
+	case "requests", "ratio", "req/decision":
+		return ""
+	case "decisions/s":
+		return "/s"
+	}
+	return u
+}
+
+func format(v float64) string {
+	switch {
+	case v == math.Trunc(v) && math.Abs(v) < 1e9:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case math.Abs(v) >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+}
