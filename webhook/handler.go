@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -124,6 +125,11 @@ func (h *Handler) pod(ctx context.Context, op Operation, req admission.Request) 
 		if len(req.OldObject.Raw) == 0 {
 			return nil, admission.Errored(http.StatusBadRequest, errors.New("DELETE review carries no oldObject")), false
 		}
+		// Most deleted pods are not runners: read only the labels first and
+		// decode the whole pod for runner pods alone.
+		if notRunner, ok := h.surelyNotRunner(req.OldObject.Raw); ok && notRunner != nil {
+			return notRunner, admission.Response{}, true
+		}
 		pod := &corev1.Pod{}
 		if err := h.decoder.DecodeRaw(req.OldObject, pod); err != nil {
 			return nil, admission.Errored(http.StatusBadRequest, fmt.Errorf("decode oldObject as Pod: %w", err)), false
@@ -155,6 +161,33 @@ func (h *Handler) pod(ctx context.Context, op Operation, req admission.Request) 
 		return nil, toResponse(d), false
 	}
 	return pod, admission.Response{}, true
+}
+
+// podHead is the part of a pod that rule 1 reads.
+type podHead struct {
+	Kind       string `json:"kind"`
+	APIVersion string `json:"apiVersion"`
+	Metadata   struct {
+		Name      string            `json:"name"`
+		Namespace string            `json:"namespace"`
+		Labels    map[string]string `json:"labels"`
+	} `json:"metadata"`
+}
+
+// surelyNotRunner returns a label-only pod when raw is a v1 Pod whose labels
+// match no runner spec (ok true), so rule 1 can decide without a full decode.
+// Anything it cannot read cheaply is left to the full decoder.
+func (h *Handler) surelyNotRunner(raw []byte) (*corev1.Pod, bool) {
+	var head podHead
+	if err := json.Unmarshal(raw, &head); err != nil || head.Kind != "Pod" || head.APIVersion != "v1" {
+		return nil, false
+	}
+	pod := &corev1.Pod{}
+	pod.Name, pod.Namespace, pod.Labels = head.Metadata.Name, head.Metadata.Namespace, head.Metadata.Labels
+	if matchRunnerPod(pod, h.decider.specs) != nil {
+		return nil, true
+	}
+	return pod, true
 }
 
 // record emits the decision's Event on the pod. Dry runs have no side effects.

@@ -371,12 +371,13 @@ func TestHandlerDenialNotRemembered(t *testing.T) {
 func TestHandlerMalformedBodies(t *testing.T) {
 	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
 	tests := map[string][]byte{
-		"not json":        []byte("{not json"),
-		"empty object":    []byte("{}"),
-		"no request":      []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`),
-		"oldObject junk":  []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","operation":"DELETE","resource":{"version":"v1","resource":"pods"},"oldObject":{"kind":"Pod","apiVersion":"v1","spec":"x"}}}`),
-		"no oldObject":    []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","operation":"DELETE","resource":{"version":"v1","resource":"pods"}}}`),
-		"eviction no pod": []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","operation":"CREATE","resource":{"version":"v1","resource":"pods"},"subResource":"eviction"}}`),
+		"not json":            []byte("{not json"),
+		"empty object":        []byte("{}"),
+		"no request":          []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`),
+		"oldObject junk":      []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","operation":"DELETE","resource":{"version":"v1","resource":"pods"},"oldObject":{"kind":"Pod","apiVersion":"v1","metadata":{"labels":{"actions-runner":""}},"spec":"x"}}}`),
+		"oldObject not a pod": []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","operation":"DELETE","resource":{"version":"v1","resource":"pods"},"oldObject":[1,2]}}`),
+		"no oldObject":        []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","operation":"DELETE","resource":{"version":"v1","resource":"pods"}}}`),
+		"eviction no pod":     []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","operation":"CREATE","resource":{"version":"v1","resource":"pods"},"subResource":"eviction"}}`),
 	}
 	h := newHarness(t, Config{}, pod)
 	for name, body := range tests {
@@ -392,6 +393,19 @@ func TestHandlerMalformedBodies(t *testing.T) {
 	}
 	if h.github.Count("") != 0 {
 		t.Errorf("malformed reviews reached GitHub: %+v", h.github.Requests())
+	}
+}
+
+// Rule 1 reads only the labels: a non-runner pod is let go without decoding
+// the rest of it, and a runner pod is decoded whole.
+func TestHandlerReadsLabelsFirst(t *testing.T) {
+	h := newHarness(t, Config{})
+	body := []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","operation":"DELETE","resource":{"version":"v1","resource":"pods"},"oldObject":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web","namespace":"ci","labels":{"app":"web"}},"spec":"not decoded"}}}`)
+	if _, out := h.post(t, body); !out.Response.Allowed {
+		t.Fatalf("non-runner pod denied: %+v", out.Response.Result)
+	}
+	if got := testutil.ToFloat64(h.metrics.Decisions.WithLabelValues("delete", "allow", string(ReasonNotRunnerPod))); got != 1 {
+		t.Errorf("not-runner-pod decisions = %v, want 1", got)
 	}
 }
 
