@@ -7,6 +7,7 @@ package webhook
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -65,6 +66,9 @@ type Config struct {
 	GitHubTimeout metav1.Duration `json:"githubTimeout,omitempty"`
 	// BusyRetryAfter is the retryAfterSeconds of a refused eviction.
 	BusyRetryAfter metav1.Duration `json:"busyRetryAfter,omitempty"`
+	// ExemptNamespaces are never guarded, whatever the webhook configuration's
+	// namespaceSelector says: kube-system and runner-guard's own namespace.
+	ExemptNamespaces []string `json:"exemptNamespaces,omitempty"`
 	// RecentlyAdmittedTTL is how long an admitted deletion of one pod answers the
 	// API server's repeated reviews of the same deletion without asking GitHub.
 	RecentlyAdmittedTTL metav1.Duration `json:"recentlyAdmittedTTL,omitempty"`
@@ -184,6 +188,9 @@ func (c *Config) Complete() error {
 	}
 	if c.BusyRetryAfter.Duration == 0 {
 		c.BusyRetryAfter.Duration = DefaultBusyRetryAfter
+	}
+	if !slices.Contains(c.ExemptNamespaces, "kube-system") {
+		c.ExemptNamespaces = append(c.ExemptNamespaces, "kube-system")
 	}
 	if c.RecentlyAdmittedTTL.Duration == 0 {
 		c.RecentlyAdmittedTTL.Duration = DefaultRecentAdmittedTTL

@@ -27,11 +27,12 @@ type decider struct {
 func newDecider(cfg Config, gh GitHub, now func() time.Time) *decider {
 	return &decider{
 		policy: policy{
-			OnError:         cfg.OnError,
-			BypassUsers:     cfg.Bypass.Users,
-			BypassGroups:    cfg.Bypass.Groups,
-			ForceAnnotation: cfg.forceAnnotation(),
-			BusyRetryAfter:  cfg.BusyRetryAfter.Duration,
+			OnError:          cfg.OnError,
+			BypassUsers:      cfg.Bypass.Users,
+			BypassGroups:     cfg.Bypass.Groups,
+			ForceAnnotation:  cfg.forceAnnotation(),
+			ExemptNamespaces: cfg.ExemptNamespaces,
+			BusyRetryAfter:   cfg.BusyRetryAfter.Duration,
 		},
 		specs:         cfg.RunnerPods,
 		github:        gh,

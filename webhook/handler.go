@@ -97,6 +97,10 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Allowed(fmt.Sprintf("runner-guard does not handle %s %s/%s", req.Operation, req.Resource.Resource, req.SubResource))
 	}
 
+	if dec, exempt := ruleExemptNamespace(req.Namespace, h.decider.policy); exempt {
+		h.metrics.observe(op, dec)
+		return toResponse(dec)
+	}
 	pod, resp, ok := h.pod(ctx, op, req)
 	if !ok {
 		return resp

@@ -157,6 +157,10 @@ func TestHandlerDecisions(t *testing.T) {
 			req: request{op: OperationDelete, pod: fixture.MakePod("ci", "web").Running().Obj()}, setup: busy,
 			allowed: true, reason: ReasonNotRunnerPod, ghCalls: map[string]int{}, stillReg: true,
 		},
+		"1 kube-system is exempt": {
+			req: request{op: OperationDelete, pod: fixture.MakeLegacyRunnerPod("kube-system", "runner-1").Org("acme").Running().Obj()}, setup: busy,
+			allowed: true, reason: ReasonExemptNamespace, ghCalls: map[string]int{}, stillReg: true,
+		},
 		"1 eviction of a pod that is gone": {
 			req: request{op: OperationEvict, pod: fixture.MakePod("ci", "gone").Obj()}, setup: busy, podGone: true,
 			allowed: true, reason: ReasonPodNotFound, ghCalls: map[string]int{}, stillReg: true,

@@ -27,6 +27,7 @@ const (
 type Reason string
 
 const (
+	ReasonExemptNamespace   Reason = "exempt-namespace"
 	ReasonNotRunnerPod      Reason = "not-runner-pod"
 	ReasonPodNotFound       Reason = "pod-not-found"
 	ReasonTerminating       Reason = "already-terminating"
@@ -95,11 +96,12 @@ type githubResult struct {
 
 // policy is the configuration the rules read.
 type policy struct {
-	OnError         OnErrorPolicy
-	BypassUsers     []string
-	BypassGroups    []string
-	ForceAnnotation string // "" when disabled
-	BusyRetryAfter  time.Duration
+	OnError          OnErrorPolicy
+	BypassUsers      []string
+	BypassGroups     []string
+	ForceAnnotation  string // "" when disabled
+	ExemptNamespaces []string
+	BusyRetryAfter   time.Duration
 }
 
 func allow(reason Reason, msg string) Decision {
@@ -107,6 +109,15 @@ func allow(reason Reason, msg string) Decision {
 }
 
 func podRef(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }
+
+// Rule 1, first part: kube-system and runner-guard's own namespace are never
+// guarded, so a misconfigured selector cannot lock the cluster's own pods.
+func ruleExemptNamespace(namespace string, p policy) (Decision, bool) {
+	if slices.Contains(p.ExemptNamespaces, namespace) {
+		return allow(ReasonExemptNamespace, fmt.Sprintf("namespace %q is exempt", namespace)), true
+	}
+	return Decision{}, false
+}
 
 // Rule 1: a pod that is not a runner pod (or, for an eviction, no longer exists)
 // holds no job.

@@ -337,3 +337,23 @@ func TestRuleGitHubError(t *testing.T) {
 		})
 	}
 }
+
+func TestRuleExemptNamespace(t *testing.T) {
+	pol := testPolicy(OnErrorDeny)
+	pol.ExemptNamespaces = append(pol.ExemptNamespaces, "runner-guard-system")
+	tests := map[string]struct {
+		ns   string
+		want wantDecision
+	}{
+		"kube-system":           {"kube-system", wantDecision{applies: true, allowed: true, reason: ReasonExemptNamespace}},
+		"own namespace":         {"runner-guard-system", wantDecision{applies: true, allowed: true, reason: ReasonExemptNamespace}},
+		"runner namespace":      {"ci", wantDecision{}},
+		"cluster-scoped (none)": {"", wantDecision{}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, ok := ruleExemptNamespace(tc.ns, pol)
+			checkDecision(t, got, ok, tc.want)
+		})
+	}
+}

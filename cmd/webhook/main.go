@@ -51,7 +51,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 }
 
 func start(ctx context.Context, opts *options, getenv func(string) string, stderr io.Writer) error {
-	hcfg, err := opts.handlerConfig()
+	hcfg, err := opts.handlerConfig(getenv)
 	if err != nil {
 		return err
 	}

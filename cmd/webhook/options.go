@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -117,7 +118,7 @@ func (o *options) githubConfig(getenv func(string) string) (ghclient.Config, err
 }
 
 // handlerConfig reads --config and applies the flags that override it.
-func (o *options) handlerConfig() (webhook.Config, error) {
+func (o *options) handlerConfig(getenv func(string) string) (webhook.Config, error) {
 	cfg := webhook.Config{}
 	if o.configFile != "" {
 		data, err := os.ReadFile(o.configFile)
@@ -134,6 +135,10 @@ func (o *options) handlerConfig() (webhook.Config, error) {
 			return cfg, fmt.Errorf("--on-error: %w", err)
 		}
 		cfg.OnError = p
+	}
+	// The Deployment passes its namespace through the downward API.
+	if ns := strings.TrimSpace(getenv("POD_NAMESPACE")); ns != "" && !slices.Contains(cfg.ExemptNamespaces, ns) {
+		cfg.ExemptNamespaces = append(cfg.ExemptNamespaces, ns)
 	}
 	if o.githubTimeout < 0 {
 		return cfg, fmt.Errorf("--github-timeout: must be positive, got %s", o.githubTimeout)

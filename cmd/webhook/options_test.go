@@ -4,6 +4,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -87,10 +88,14 @@ func TestHandlerConfig(t *testing.T) {
 	bad := writeFile(t, dir, "bad.yaml", "runnerPod: []\n")
 	tests := map[string]struct {
 		args        []string
+		env         map[string]string
 		wantErr     string
 		wantOnError webhook.OnErrorPolicy
 		wantTimeout time.Duration
+		wantExempt  []string
 	}{
+		"own namespace exempt": {env: map[string]string{"POD_NAMESPACE": "runner-guard-system"}, wantOnError: webhook.OnErrorDeny,
+			wantTimeout: 5 * time.Second, wantExempt: []string{"kube-system", "runner-guard-system"}},
 		"defaults":             {wantOnError: webhook.OnErrorDeny, wantTimeout: 5 * time.Second},
 		"config file":          {args: []string{"--config", good}, wantOnError: webhook.OnErrorAllow, wantTimeout: 3 * time.Second},
 		"flags override file":  {args: []string{"--config", good, "--on-error=deny", "--github-timeout=2s"}, wantOnError: webhook.OnErrorDeny, wantTimeout: 2 * time.Second},
@@ -106,7 +111,7 @@ func TestHandlerConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := o.handlerConfig()
+			cfg, err := o.handlerConfig(func(k string) string { return tc.env[k] })
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error = %v, want %q", err, tc.wantErr)
@@ -115,6 +120,12 @@ func TestHandlerConfig(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tc.wantExempt == nil {
+				tc.wantExempt = []string{"kube-system"}
+			}
+			if got := slices.Sorted(slices.Values(cfg.ExemptNamespaces)); !slices.Equal(got, tc.wantExempt) {
+				t.Errorf("exempt namespaces %v, want %v", cfg.ExemptNamespaces, tc.wantExempt)
 			}
 			if cfg.OnError != tc.wantOnError || cfg.GitHubTimeout.Duration != tc.wantTimeout {
 				t.Errorf("onError %s timeout %s, want %s %s", cfg.OnError, cfg.GitHubTimeout.Duration, tc.wantOnError, tc.wantTimeout)
