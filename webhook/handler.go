@@ -242,7 +242,7 @@ func (h *Handler) record(r review, d Decision) {
 	if r.Operation == OperationEvict {
 		action = "Evict"
 	}
-	note := d.Message
+	note := fmt.Sprintf("%s [reason: %s]", d.Message, d.Reason)
 	if d.Reason == ReasonUnregistered {
 		// A validating webhook cannot undo: say what happens if a later step rejects the delete.
 		note += "; if the deletion is rejected after this, the runner process exits and its controller replaces the pod"
@@ -263,7 +263,9 @@ func toResponse(d Decision) admission.Response {
 		}
 		return resp
 	}
-	resp := admission.Denied(d.Message)
+	// The stable reason closes the message, so scripts and people can match it
+	// against Events and the decisions metric.
+	resp := admission.Denied(fmt.Sprintf("%s [reason: %s]", d.Message, d.Reason))
 	code := d.Code
 	if code == 0 {
 		code = http.StatusForbidden

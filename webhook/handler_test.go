@@ -296,6 +296,9 @@ func TestHandlerDecisions(t *testing.T) {
 					t.Errorf("retryAfterSeconds = %+v, want %d", resp.Result.Details, tc.retry)
 				}
 			}
+			if !tc.allowed && !strings.HasSuffix(resp.Result.Message, "[reason: "+string(tc.reason)+"]") {
+				t.Errorf("denial message %q does not end with its reason %q", resp.Result.Message, tc.reason)
+			}
 			for _, m := range tc.msg {
 				if !strings.Contains(resp.Result.Message, m) {
 					t.Errorf("message %q does not contain %q", resp.Result.Message, m)

@@ -217,6 +217,12 @@ func faultRequest(t *testing.T, e *env, tc faultCase, runnerName string) *admiss
 	if err != nil {
 		t.Fatalf("admission request: %v", err)
 	}
+	if e.github != nil && tc.fault != nil {
+		// A request the client gave up on is logged once the fake notices.
+		for deadline := time.Now().Add(5 * time.Second); e.github.Count("") == 0 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	if e.github != nil && tc.fault != nil && e.github.Count("") == 0 {
 		t.Errorf("the fake GitHub saw no request")
 	}
