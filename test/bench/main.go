@@ -71,10 +71,8 @@ type figure struct {
 	note               string
 }
 
-var figures []figure
-
-func record(name string, value float64, unit, target string, ok bool, note string) {
-	figures = append(figures, figure{name: name, value: value, unit: unit, target: target, ok: ok, note: note})
+func (e *env) record(name string, value float64, unit, target string, ok bool, note string) {
+	e.figures = append(e.figures, figure{name: name, value: value, unit: unit, target: target, ok: ok, note: note})
 }
 
 func progress(format string, args ...any) {
@@ -85,13 +83,14 @@ func main() {
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard())
 	start := time.Now()
-	if err := run(); err != nil {
+	figures, err := run()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 	progress("done in %s (GOMAXPROCS=%d, NumCPU=%d, %s/%s, %s)", time.Since(start).Round(100*time.Millisecond),
 		runtime.GOMAXPROCS(0), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
-	printFigures()
+	printFigures(figures)
 }
 
 // env is the in-process setup: a fake GitHub over plain HTTP, and
@@ -111,17 +110,20 @@ type env struct {
 	// ghTime records how long the fake GitHub spent on each request path
 	// (its injected latency included), so the latency run can subtract it.
 	ghTime sync.Map // string -> time.Duration
+	// figures are the results, in the order measured.
+	figures []figure
 }
 
-func run() error {
+// run measures every figure and returns them.
+func run() ([]figure, error) {
 	dir, err := os.MkdirTemp("", "runner-guard-bench-")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	e, stop, err := setup(dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer stop()
 
@@ -140,11 +142,11 @@ func run() error {
 		t := time.Now()
 		progress("%s ...", s.name)
 		if err := s.fn(e); err != nil {
-			return fmt.Errorf("%s: %w", s.name, err)
+			return nil, fmt.Errorf("%s: %w", s.name, err)
 		}
 		progress("%s: done in %s", s.name, time.Since(t).Round(10*time.Millisecond))
 	}
-	return nil
+	return e.figures, nil
 }
 
 func setup(dir string) (*env, func(), error) {
@@ -331,7 +333,7 @@ func (e *env) steady() error {
 	calls := float64(e.gh.Count(""))
 	v := calls / float64(decisions)
 	progress("steady: %d decisions (busy retries with cached ID, idle runners with ID annotation), %.0f GitHub requests", decisions, calls)
-	record("calls_per_decision_steady", v, "req/decision", "<= 1.0", v <= 1.0, "")
+	e.record("calls_per_decision_steady", v, "req/decision", "<= 1.0", v <= 1.0, "")
 	return nil
 }
 
@@ -409,9 +411,9 @@ func (e *env) burst() error {
 		return err
 	}
 	progress("burst: seed algorithm (list all runners page by page, check busy, DELETE by ID): %d requests", seedCalls)
-	record("calls_burst_100", float64(withID), "requests", "<= 101", withID <= 101, "legacy pods carrying actions-runner/id")
-	record("calls_burst_100_noid", float64(noID), "requests", "(info)", true, "scale-set pods: list by name + DELETE each")
-	record("calls_burst_100_seed", float64(seedCalls), "requests", "(baseline)", true, "ARC's old way, same burst")
+	e.record("calls_burst_100", float64(withID), "requests", "<= 101", withID <= 101, "legacy pods carrying actions-runner/id")
+	e.record("calls_burst_100_noid", float64(noID), "requests", "(info)", true, "scale-set pods: list by name + DELETE each")
+	e.record("calls_burst_100_seed", float64(seedCalls), "requests", "(baseline)", true, "ARC's old way, same burst")
 	return nil
 }
 
@@ -507,7 +509,7 @@ func (e *env) fastPathCalls() error {
 		}
 	}
 	calls := e.gh.Count("")
-	record("calls_fast_path", float64(calls), "requests", "0", calls == 0, "1,000 decisions: non-runner, terminating, not running")
+	e.record("calls_fast_path", float64(calls), "requests", "0", calls == 0, "1,000 decisions: non-runner, terminating, not running")
 	return nil
 }
 
@@ -561,9 +563,9 @@ func (e *env) throughput() error {
 		}
 	}
 	ratio := fast / bare
-	record("fastpath_rps", fast, "decisions/s", "(info)", true, fmt.Sprintf("%d HTTPS clients, keep-alive", clients))
-	record("bare_rps", bare, "decisions/s", "(info)", true, "controller-runtime webhook allowing everything, same server")
-	record("fastpath_vs_bare", ratio, "ratio", ">= 0.8", ratio >= 0.8, "")
+	e.record("fastpath_rps", fast, "decisions/s", "(info)", true, fmt.Sprintf("%d HTTPS clients, keep-alive", clients))
+	e.record("bare_rps", bare, "decisions/s", "(info)", true, "controller-runtime webhook allowing everything, same server")
+	e.record("fastpath_vs_bare", ratio, "ratio", ">= 0.8", ratio >= 0.8, "")
 	return nil
 }
 
@@ -637,18 +639,18 @@ func (e *env) latency() error {
 	ownP99 := pct(own.d, 0.99)
 	progress("latency: %d decisions, %d concurrent: p50 %s p99 %s max %s; handler's own p50 %s p99 %s; client-observed minus GitHub p50 %s p99 %s",
 		n, concurrency, p50, p99, lat[len(lat)-1], pct(own.d, 0.5), ownP99, pct(hop, 0.5), pct(hop, 0.99))
-	record("runner_p50_ms", ms(p50), "ms", "(info)", true, "GitHub answers after 50 ms")
-	record("runner_p99_ms", ms(p99), "ms", "(info)", true, fmt.Sprintf("p99 - 50 ms = %.2f ms", ms(p99-githubLatency)))
-	record("runner_added_p99_ms", ms(ownP99), "ms", "<= 2", ms(ownP99) <= 2,
+	e.record("runner_p50_ms", ms(p50), "ms", "(info)", true, "GitHub answers after 50 ms")
+	e.record("runner_p99_ms", ms(p99), "ms", "(info)", true, fmt.Sprintf("p99 - 50 ms = %.2f ms", ms(p99-githubLatency)))
+	e.record("runner_added_p99_ms", ms(ownP99), "ms", "<= 2", ms(ownP99) <= 2,
 		"p99 of the handler's time less its GitHub round trips")
 	bareHop, err := e.bareHop(bodies[:min(len(bodies), 200)], concurrency)
 	if err != nil {
 		return err
 	}
 	progress("latency: bare webhook waiting %s: client-observed minus the wait p50 %s p99 %s", githubLatency, pct(bareHop, 0.5), pct(bareHop, 0.99))
-	record("runner_hop_p99_ms", ms(pct(hop, 0.99)), "ms", "(info)", true,
+	e.record("runner_hop_p99_ms", ms(pct(hop, 0.99)), "ms", "(info)", true,
 		"p99 of client-observed time less the fake GitHub's own: adds loopback hops and idle wake-ups")
-	record("bare_hop_p99_ms", ms(pct(bareHop, 0.99)), "ms", "(info)", true,
+	e.record("bare_hop_p99_ms", ms(pct(bareHop, 0.99)), "ms", "(info)", true,
 		"the same for a bare webhook that waits 50 ms itself: this machine's share of the hop")
 	return nil
 }
@@ -732,7 +734,7 @@ func (e *env) rss() error {
 		return err
 	}
 	progress("rss: %d clients: baseline %.1f MiB, peak %.1f MiB; 1,000 requests answered in %s", clients, mib(base), mib(peak), took.Round(time.Millisecond))
-	record("rss_mib", mib(peak), "MiB", "<= 64", mib(peak) <= 64,
+	e.record("rss_mib", mib(peak), "MiB", "<= 64", mib(peak) <= 64,
 		fmt.Sprintf("peak (VmHWM), %d clients; baseline %.1f MiB", clients, mib(base)))
 
 	base, peak, took, err = e.loadBinary(bin, "load-wide", 1000, 1000)
@@ -740,7 +742,7 @@ func (e *env) rss() error {
 		return err
 	}
 	progress("rss: 1,000 connections: baseline %.1f MiB, peak %.1f MiB; answered in %s", mib(base), mib(peak), took.Round(time.Millisecond))
-	record("rss_1000_conns_mib", mib(peak), "MiB", "(info)", true, "peak with 1,000 simultaneous TLS connections")
+	e.record("rss_1000_conns_mib", mib(peak), "MiB", "(info)", true, "peak with 1,000 simultaneous TLS connections")
 	return nil
 }
 
@@ -798,7 +800,7 @@ func (e *env) loadBinary(bin, scopeName string, n, conns int) (base, peak int64,
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
-func printFigures() {
+func printFigures(figures []figure) {
 	fmt.Println()
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "%-28s %14s  %-12s %-10s %s\n", "figure", "value", "target", "meets", "note")
