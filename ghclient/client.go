@@ -85,6 +85,16 @@ type cacheEntry struct {
 	expires time.Time
 }
 
+// ConfigError names the Config field New rejected, so a caller can point at
+// its own flag or setting.
+type ConfigError struct {
+	Field string // e.g. "BaseURL", "App.PrivateKeyPEM"
+	Err   error
+}
+
+func (e *ConfigError) Error() string { return fmt.Sprintf("invalid Config.%s: %v", e.Field, e.Err) }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
 // New validates cfg and builds a Client. It makes no requests.
 func New(cfg Config) (*Client, error) {
 	base, err := normalizeBaseURL(cfg.BaseURL)
@@ -98,7 +108,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, errors.New("conflicting GitHub credentials: set only one of Config.Token and Config.App")
 	}
 	if cfg.CacheTTL < 0 {
-		return nil, fmt.Errorf("invalid Config.CacheTTL: must not be negative, got %s", cfg.CacheTTL)
+		return nil, &ConfigError{Field: "CacheTTL", Err: fmt.Errorf("must not be negative, got %s", cfg.CacheTTL)}
 	}
 
 	rt := cfg.Transport
@@ -123,15 +133,15 @@ func New(cfg Config) (*Client, error) {
 	if app := cfg.App; app != nil {
 		switch {
 		case app.AppID <= 0:
-			return nil, fmt.Errorf("invalid Config.App.AppID: must be positive, got %d", app.AppID)
+			return nil, &ConfigError{Field: "App.AppID", Err: fmt.Errorf("must be positive, got %d", app.AppID)}
 		case app.InstallationID <= 0:
-			return nil, fmt.Errorf("invalid Config.App.InstallationID: must be positive, got %d", app.InstallationID)
+			return nil, &ConfigError{Field: "App.InstallationID", Err: fmt.Errorf("must be positive, got %d", app.InstallationID)}
 		case len(app.PrivateKeyPEM) == 0:
-			return nil, errors.New("invalid Config.App.PrivateKeyPEM: empty")
+			return nil, &ConfigError{Field: "App.PrivateKeyPEM", Err: errors.New("empty")}
 		}
 		itr, err := ghinstallation.New(rt, app.AppID, app.InstallationID, app.PrivateKeyPEM)
 		if err != nil {
-			return nil, fmt.Errorf("invalid Config.App.PrivateKeyPEM: %w", err)
+			return nil, &ConfigError{Field: "App.PrivateKeyPEM", Err: err}
 		}
 		// Installation tokens come from the same API root (GHES: HOST/api/v3).
 		itr.BaseURL = strings.TrimSuffix(base, "/")
@@ -167,13 +177,13 @@ func normalizeBaseURL(raw string) (string, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", fmt.Errorf("invalid Config.BaseURL %q: %w", raw, err)
+		return "", &ConfigError{Field: "BaseURL", Err: err}
 	}
 	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return "", fmt.Errorf("invalid Config.BaseURL %q: want an absolute http(s) URL such as %s or https://HOST/api/v3/", raw, DefaultBaseURL)
+		return "", &ConfigError{Field: "BaseURL", Err: fmt.Errorf("%q: want an absolute http(s) URL such as %s or https://HOST/api/v3/", raw, DefaultBaseURL)}
 	}
 	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return "", fmt.Errorf("invalid Config.BaseURL %q: must not carry a query, fragment or user info", raw)
+		return "", &ConfigError{Field: "BaseURL", Err: fmt.Errorf("%q: must not carry a query, fragment or user info", raw)}
 	}
 	if !strings.HasSuffix(u.Path, "/") {
 		u.Path += "/"

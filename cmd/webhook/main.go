@@ -71,7 +71,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	gcfg.Metrics = ghMetrics
 	gh, err := ghclient.New(gcfg)
 	if err != nil {
-		return fmt.Errorf("GitHub client: %w", err)
+		return githubConfigError(err)
 	}
 
 	restCfg, err := restConfig(opts.kubeconfig)

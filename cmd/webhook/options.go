@@ -173,3 +173,24 @@ func (o *options) checkServing() error {
 func oneLine(err error) string {
 	return strings.ReplaceAll(err.Error(), "\n", "; ")
 }
+
+// githubFlags maps the GitHub client's config fields to the flags that set them.
+func githubFlags() map[string]string {
+	return map[string]string{
+		"BaseURL":            "--github-url",
+		"App.AppID":          "--github-app-id",
+		"App.InstallationID": "--github-app-installation-id",
+		"App.PrivateKeyPEM":  "--github-app-private-key-file",
+	}
+}
+
+// githubConfigError names the flag behind a field the GitHub client rejected.
+func githubConfigError(err error) error {
+	var ce *ghclient.ConfigError
+	if errors.As(err, &ce) {
+		if flag, ok := githubFlags()[ce.Field]; ok {
+			return fmt.Errorf("%s: %w", flag, ce.Err)
+		}
+	}
+	return fmt.Errorf("GitHub client: %w", err)
+}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/webhook"
 )
 
@@ -167,6 +168,37 @@ func TestCheckServing(t *testing.T) {
 			o := &options{webhookPort: tc.port, certDir: tc.certDir}
 			if err := o.checkServing(); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("error = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestGitHubConfigErrorNamesTheFlag(t *testing.T) {
+	dir := t.TempDir()
+	badKey := writeFile(t, dir, "key.pem", "not a key")
+	tests := map[string]struct {
+		args     []string
+		wantFlag string
+	}{
+		"bad URL":     {args: []string{"--github-url=ftp://example", "--github-token-file", writeFile(t, dir, "t", "x")}, wantFlag: "--github-url: "},
+		"bad app key": {args: []string{"--github-app-id=1", "--github-app-installation-id=2", "--github-app-private-key-file", badKey}, wantFlag: "--github-app-private-key-file: "},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o, err := parseFlags(tc.args, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := o.githubConfig(func(string) string { return "" })
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = ghclient.New(cfg)
+			if err == nil {
+				t.Fatal("ghclient.New accepted the config")
+			}
+			if got := githubConfigError(err).Error(); !strings.HasPrefix(got, tc.wantFlag) {
+				t.Errorf("error %q does not start with %q", got, tc.wantFlag)
 			}
 		})
 	}

@@ -84,7 +84,7 @@ func TestStartupErrors(t *testing.T) {
 			// GITHUB_TOKEN is only a fallback: App flags win, and the broken key is named.
 			args: []string{"--cert-dir=" + files.CertDir, "--github-app-id=1", "--github-app-installation-id=2", "--github-app-private-key-file=" + appKey},
 			env:  []string{"GITHUB_TOKEN=x"},
-			want: []string{"PrivateKeyPEM"},
+			want: []string{"--github-app-private-key-file:"},
 		},
 		"unreadable token file": {
 			// A directory: unreadable even for root.
@@ -117,7 +117,7 @@ func TestStartupErrors(t *testing.T) {
 		},
 		"bad github url": {
 			args: []string{"--cert-dir=" + files.CertDir, "--github-token-file=" + files.TokenFile, "--github-url=ftp://x"},
-			want: []string{"BaseURL", "ftp://x"},
+			want: []string{"--github-url:", "ftp://x"},
 		},
 	}
 	for name, tc := range tests {
