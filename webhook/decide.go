@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -82,7 +83,9 @@ func (d *decider) decide(ctx context.Context, r review) (Decision, Target) {
 		}
 	}
 	// Unreachable with a well-behaved GitHub client: an outcome it never returns.
-	return ruleGitHubErrorUnexpected(r, target, res, d.policy), target
+	res.Err = fmt.Errorf("GitHub client returned unexpected outcome %s", res.Outcome)
+	dec, _ := ruleGitHubError(r, target, res, d.policy)
+	return dec, target
 }
 
 // askGitHub makes the one GitHub call of a decision, bounded by the GitHub timeout.
@@ -102,18 +105,6 @@ func (d *decider) askGitHub(ctx context.Context, r review, t Target) githubResul
 	out, err := d.github.Unregister(ctx, t.Scope, t.Name, t.IDHint)
 	log.V(1).Info("asked GitHub to unregister runner", "outcome", out.String(), "error", errString(err), "took", time.Since(start))
 	return githubResult{Outcome: out, Err: err}
-}
-
-func ruleGitHubErrorUnexpected(r review, t Target, res githubResult, p policy) Decision {
-	res.Err = errUnexpectedOutcome{res.Outcome}
-	dec, _ := ruleGitHubError(r, t, res, p)
-	return dec
-}
-
-type errUnexpectedOutcome struct{ outcome ghclient.Outcome }
-
-func (e errUnexpectedOutcome) Error() string {
-	return "GitHub client returned unexpected outcome " + e.outcome.String()
 }
 
 func errString(err error) string {

@@ -20,19 +20,16 @@ import (
 	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
-// stubGitHub answers every runner as removed (or busy/idle for dry runs)
-// without any network, so fuzzing exercises decoding and decisions only.
-type stubGitHub struct{}
-
-func (stubGitHub) Unregister(_ context.Context, scope ghclient.Scope, name string, _ int64) (ghclient.Outcome, error) {
-	if strings.Contains(name, "busy") {
-		return ghclient.Busy, nil
-	}
-	return ghclient.Removed, nil
-}
-
-func (stubGitHub) Status(context.Context, ghclient.Scope, string) (ghclient.RunnerStatus, error) {
-	return ghclient.RunnerStatus{State: ghclient.StateIdle, ID: 1}, nil
+// fuzzGitHub is the fake GitHub behind the fuzzed handler, with a rate limit
+// no fuzzing run exhausts, and a busy and an idle runner in org acme.
+func fuzzGitHub(f *testing.F) *ghclient.Client {
+	gh, client := fakeGitHub(f)
+	gh.SetRateLimit(1<<30, 1<<30, time.Time{})
+	acme, _ := ghclient.OrgScope("acme")
+	gh.AddRunner(acme, "runner-1")
+	gh.AddRunner(acme, "runner-busy")
+	gh.SetBusy(acme, "runner-busy", true)
+	return client
 }
 
 // FuzzAdmissionHTTP posts arbitrary bodies to the admission endpoint the way
@@ -42,7 +39,7 @@ func FuzzAdmissionHTTP(f *testing.F) {
 	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").RunnerID(7).Running().Obj()
 	reader := fake.NewClientBuilder().WithObjects(pod.DeepCopy()).Build()
 	cfg := DefaultConfig()
-	h, err := NewHandler(Options{Config: cfg, GitHub: stubGitHub{}, Pods: reader, Metrics: NewMetrics()})
+	h, err := NewHandler(Options{Config: cfg, GitHub: fuzzGitHub(f), Pods: reader, Metrics: NewMetrics()})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -109,7 +106,7 @@ func fuzzAdmissionSeeds(f *testing.F, pod *corev1.Pod) [][]byte {
 // never a panic, and a resolved scope is always one GitHub accepts.
 func FuzzRunnerRecognition(f *testing.F) {
 	cfg := DefaultConfig()
-	d := newDecider(cfg, stubGitHub{}, time.Now)
+	d := newDecider(cfg, fuzzGitHub(f), time.Now)
 	f.Add("runner-1", "actions-runner", "", "RUNNER_ORG", "acme", "RUNNER_NAME", "runner-1", "1001")
 	f.Add("r", "actions-ephemeral-runner", "True", "X", "", "actions.github.com/repository", "app", "")
 	f.Add("r", "actions-runner", "", "RUNNER_REPO", "acme/app", "RUNNER_ENTERPRISE", "big", "-5")

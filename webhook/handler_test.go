@@ -37,16 +37,24 @@ type harness struct {
 	url     string
 }
 
-func newHarness(t *testing.T, cfg Config, pods ...*corev1.Pod) *harness {
-	t.Helper()
+// fakeGitHub serves a fake GitHub for the test and returns it with a real
+// client talking to it.
+func fakeGitHub(tb testing.TB) (*ghfake.Fake, *ghclient.Client) {
+	tb.Helper()
 	gh := ghfake.New()
 	gh.SetToken("test-token")
 	ghSrv := httptest.NewServer(gh)
-	t.Cleanup(ghSrv.Close)
+	tb.Cleanup(ghSrv.Close)
 	client, err := ghclient.New(ghclient.Config{BaseURL: ghSrv.URL + "/", Token: "test-token"})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
+	return gh, client
+}
+
+func newHarness(t *testing.T, cfg Config, pods ...*corev1.Pod) *harness {
+	t.Helper()
+	gh, client := fakeGitHub(t)
 	objs := make([]runtime.Object, 0, len(pods))
 	for _, p := range pods {
 		objs = append(objs, p)

@@ -54,10 +54,4 @@ func (m *admittedMemory) admitted(uid types.UID, t Target) bool {
 	return ok && m.now().Before(exp)
 }
 
-func (m *admittedMemory) len() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.entries)
-}
-
 func targetKey(t Target) string { return t.Scope.String() + "\x00" + t.Name }

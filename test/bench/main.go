@@ -256,6 +256,31 @@ func (g githubWaitTimer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
+// forEach runs fn(0..n-1) on `workers` goroutines; a worker stops at its first
+// error, and the first error is returned.
+func forEach(n, workers int, fn func(i int) error) error {
+	var next atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	err, _ := firstErr.Load().(error)
+	return err
+}
+
 // durations collects measurements from many goroutines.
 type durations struct {
 	mu sync.Mutex
@@ -366,18 +391,13 @@ func (e *env) burst() error {
 			bodies[i] = body(pod(n))
 		}
 		e.gh.ResetLog()
-		var wg sync.WaitGroup
-		errs := make(chan error, deletes)
-		for _, b := range bodies {
-			wg.Go(func() {
-				if ok, err := e.decide(webhook.Path, b); err != nil || !ok {
-					errs <- fmt.Errorf("%s: allowed=%v err=%v", label, ok, err)
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		if err := <-errs; err != nil {
+		err := forEach(len(bodies), len(bodies), func(i int) error {
+			if ok, err := e.decide(webhook.Path, bodies[i]); err != nil || !ok {
+				return fmt.Errorf("%s: allowed=%v err=%v", label, ok, err)
+			}
+			return nil
+		})
+		if err != nil {
 			return 0, err
 		}
 		calls := e.gh.Count("")
@@ -468,18 +488,7 @@ func (e *env) seedBurst(scope ghclient.Scope, names []string) (int, error) {
 		resp.Body.Close()
 		return nil
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, len(names))
-	for _, n := range names {
-		wg.Go(func() {
-			if err := seed(n); err != nil {
-				errs <- err
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	if err := forEach(len(names), len(names), func(i int) error { return seed(names[i]) }); err != nil {
 		return 0, err
 	}
 	return e.gh.Count(""), nil
@@ -596,28 +605,16 @@ func (e *env) latency() error {
 	own := &durations{}
 	e.own.Store(own)
 	defer e.own.Store(nil)
-	var next atomic.Int64
-	var firstErr atomic.Value
-	var wg sync.WaitGroup
-	for range concurrency {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				t := time.Now()
-				ok, err := e.decide(webhook.Path, bodies[i])
-				lat[i] = time.Since(t)
-				if err != nil || !ok {
-					firstErr.CompareAndSwap(nil, fmt.Errorf("decision %d: allowed=%v err=%v", i, ok, err))
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
+	err := forEach(n, concurrency, func(i int) error {
+		t := time.Now()
+		ok, err := e.decide(webhook.Path, bodies[i])
+		lat[i] = time.Since(t)
+		if err != nil || !ok {
+			return fmt.Errorf("decision %d: allowed=%v err=%v", i, ok, err)
+		}
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	// Beside the handler's own time, the whole hop: what the client waited
@@ -643,7 +640,7 @@ func (e *env) latency() error {
 	e.record("runner_p99_ms", ms(p99), "ms", "(info)", true, fmt.Sprintf("p99 - 50 ms = %.2f ms", ms(p99-githubLatency)))
 	e.record("runner_added_p99_ms", ms(ownP99), "ms", "<= 2", ms(ownP99) <= 2,
 		"p99 of the handler's time less its GitHub round trips")
-	bareHop, err := e.bareHop(bodies[:min(len(bodies), 200)], concurrency)
+	bareHop, err := e.bareHop(min(n, 200), concurrency)
 	if err != nil {
 		return err
 	}
@@ -655,54 +652,33 @@ func (e *env) latency() error {
 	return nil
 }
 
-// bareHop sends bodies to the bare waiting webhook and returns, per request,
-// the client-observed time less the handler's wait.
-func (e *env) bareHop(bodies [][]byte, concurrency int) ([]time.Duration, error) {
+// bareHop sends n reviews to the bare waiting webhook and returns, per
+// request, the client-observed time less the handler's wait.
+func (e *env) bareHop(n, concurrency int) ([]time.Duration, error) {
 	out := &durations{}
-	var next atomic.Int64
-	var firstErr atomic.Value
-	var wg sync.WaitGroup
-	for range concurrency {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(bodies) {
-					return
-				}
-				uid := fmt.Sprintf("bare-%d-%d", time.Now().UnixNano(), i)
-				b := bytes.Replace(bodies[i], []byte(`"uid":"`), []byte(`"uid":"`+uid), 1)
-				t := time.Now()
-				if _, err := e.decide(bareWaitPath, b); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-				took := time.Since(t)
-				waited, ok := e.ghTime.Load("bare " + uid + reviewUIDSuffix(bodies[i]))
-				if !ok {
-					firstErr.CompareAndSwap(nil, fmt.Errorf("bare request %d: no wait recorded", i))
-					return
-				}
-				out.add(took - waited.(time.Duration))
-			}
-		})
-	}
-	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
+	err := forEach(n, concurrency, func(i int) error {
+		uid := fmt.Sprintf("bare-%d", i)
+		b, err := process.DeleteReviewJSON(process.Review{Pod: fixture.MakePod("apps", uid).Obj(), UID: uid})
+		if err != nil {
+			return err
+		}
+		t := time.Now()
+		if _, err := e.decide(bareWaitPath, b); err != nil {
+			return err
+		}
+		took := time.Since(t)
+		waited, ok := e.ghTime.Load("bare " + uid)
+		if !ok {
+			return fmt.Errorf("bare request %d: no wait recorded", i)
+		}
+		out.add(took - waited.(time.Duration))
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	slices.Sort(out.d)
 	return out.d, nil
-}
-
-// reviewUIDSuffix is the original review UID that follows the prefix bareHop inserts.
-func reviewUIDSuffix(body []byte) string {
-	var r struct {
-		Request struct {
-			UID string `json:"uid"`
-		} `json:"request"`
-	}
-	_ = json.Unmarshal(body, &r)
-	return r.Request.UID
 }
 
 func pct(sorted []time.Duration, p float64) time.Duration {

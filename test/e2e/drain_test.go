@@ -1,33 +1,15 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/runner-guard/runner-guard/test/process"
 )
-
-// syncBuffer collects a running command's output safely.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // Scenario 5: kubectl drain of a node with a busy runner: the eviction is
 // refused with 429 and drain keeps retrying; once the runner is idle the drain
@@ -47,7 +29,7 @@ func TestDrainWaitsForBusyRunner(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(s.ctx, 3*time.Minute)
 	defer cancel()
-	var out syncBuffer
+	var out process.LockedBuffer
 	drain := exec.CommandContext(ctx, env.KubectlPath(), "--kubeconfig="+env.ControlPlane.Kubeconfig,
 		"drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=150s")
 	drain.Stdout, drain.Stderr = &out, &out

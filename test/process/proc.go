@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -88,12 +89,54 @@ func RepoRoot() (string, error) {
 
 // FreePort returns a loopback TCP port that was free a moment ago.
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := FreePorts(1)
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports[0], nil
+}
+
+// FreePorts returns n distinct loopback TCP ports that were free a moment ago.
+// All n are held open together: the kernel may hand a just-closed port out again.
+func FreePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// Ports hands out loopback ports, never the same one twice, to callers that
+// take them one at a time: the kernel may offer a just-closed port again
+// before its first taker has bound it. The zero value is ready to use.
+type Ports struct {
+	mu   sync.Mutex
+	used map[int]bool
+}
+
+// Free returns a port that was free a moment ago and that p never gave out.
+func (p *Ports) Free() (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.used == nil {
+		p.used = map[int]bool{}
+	}
+	for range 100 {
+		port, err := FreePort()
+		if err != nil {
+			return 0, err
+		}
+		if !p.used[port] {
+			p.used[port] = true
+			return port, nil
+		}
+	}
+	return 0, errors.New("no free loopback port")
 }
 
 // ClosedURL returns an http URL on a loopback port nothing listens on.
@@ -178,7 +221,7 @@ type Proc struct {
 	// Client speaks HTTPS to the webhook and trusts Files.Pool.
 	Client *http.Client
 
-	log    *lockedBuffer
+	log    *LockedBuffer
 	waitCh chan struct{}
 	err    error
 }
@@ -219,20 +262,16 @@ func (c Config) args(webhookPort, metricsPort, healthPort int) []string {
 // Start runs the binary and waits until /readyz answers 200 and the webhook
 // port accepts TLS, or the process exits, or timeout passes.
 func Start(cfg Config, timeout time.Duration) (*Proc, error) {
-	ports := make([]int, 3)
-	for i := range ports {
-		p, err := FreePort()
-		if err != nil {
-			return nil, err
-		}
-		ports[i] = p
+	ports, err := FreePorts(3)
+	if err != nil {
+		return nil, err
 	}
 	p := &Proc{
 		WebhookAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		MetricsURL:  fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[1]),
 		HealthURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[2]),
 		Files:       cfg.Files,
-		log:         &lockedBuffer{},
+		log:         &LockedBuffer{},
 		waitCh:      make(chan struct{}),
 	}
 	p.WebhookURL = "https://" + p.WebhookAddr + ValidatePath
@@ -419,19 +458,11 @@ type Review struct {
 	DryRun bool
 }
 
-var reviewSeq struct {
-	sync.Mutex
-	n int
-}
-
 // DeleteReviewJSON renders an AdmissionReview for DELETE of r.Pod.
 func DeleteReviewJSON(r Review) ([]byte, error) {
 	uid := r.UID
 	if uid == "" {
-		reviewSeq.Lock()
-		reviewSeq.n++
-		uid = fmt.Sprintf("review-%d-%d", time.Now().UnixNano(), reviewSeq.n)
-		reviewSeq.Unlock()
+		uid = "review-" + uuid.NewString()
 	}
 	user := r.User
 	if user == "" {
@@ -506,12 +537,14 @@ func withoutEnv(env []string, name string) []string {
 	return out
 }
 
-type lockedBuffer struct {
+// LockedBuffer collects a running command's output safely; it keeps the
+// last few MiB.
+type LockedBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *lockedBuffer) Write(p []byte) (int, error) {
+func (b *LockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	// Keep the last few MiB: long load runs log every denial.
@@ -522,7 +555,7 @@ func (b *lockedBuffer) Write(p []byte) (int, error) {
 	return b.buf.Write(p)
 }
 
-func (b *lockedBuffer) String() string {
+func (b *LockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()

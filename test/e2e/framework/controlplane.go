@@ -22,6 +22,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/runner-guard/runner-guard/certs"
+	"github.com/runner-guard/runner-guard/test/process"
 )
 
 // AdminToken authenticates the harness's admin (group system:masters).
@@ -41,9 +42,9 @@ type ControlPlane struct {
 	URL    string
 	CACert []byte
 
-	etcd, apiserver, kcm *process
+	etcd, apiserver, kcm *component
 	tokens               map[string]string // user -> token
-	ports                *ports
+	ports                *process.Ports
 	kubectl              string // overrides Assets/kubectl for an existing cluster
 }
 
@@ -63,7 +64,7 @@ func StartControlPlane(ctx context.Context, dir, assets string, logf func(string
 			return nil, fmt.Errorf("control-plane binary missing: %w (run `make k8s`, or set KUBEBUILDER_ASSETS)", err)
 		}
 	}
-	c := &ControlPlane{Dir: dir, Assets: assets, tokens: map[string]string{}, ports: &ports{}}
+	c := &ControlPlane{Dir: dir, Assets: assets, tokens: map[string]string{}, ports: &process.Ports{}}
 	if err := c.startEtcd(ctx, logf); err != nil {
 		c.Stop()
 		return nil, err
@@ -80,11 +81,11 @@ func StartControlPlane(ctx context.Context, dir, assets string, logf func(string
 }
 
 func (c *ControlPlane) startEtcd(ctx context.Context, logf func(string, ...any)) error {
-	clientPort, err := c.ports.free()
+	clientPort, err := c.ports.Free()
 	if err != nil {
 		return err
 	}
-	peerPort, err := c.ports.free()
+	peerPort, err := c.ports.Free()
 	if err != nil {
 		return err
 	}
@@ -109,7 +110,7 @@ func (c *ControlPlane) startEtcd(ctx context.Context, logf func(string, ...any))
 
 func (c *ControlPlane) startAPIServer(ctx context.Context, logf func(string, ...any)) error {
 	etcdURL := c.URL
-	port, err := c.ports.free()
+	port, err := c.ports.Free()
 	if err != nil {
 		return err
 	}
@@ -234,7 +235,7 @@ func (c *ControlPlane) WriteKubeconfig(path, user, token string) error {
 
 // Stop ends the components in reverse order.
 func (c *ControlPlane) Stop() {
-	for _, p := range []*process{c.kcm, c.apiserver, c.etcd} {
+	for _, p := range []*component{c.kcm, c.apiserver, c.etcd} {
 		_ = p.stop(10 * time.Second)
 	}
 }
@@ -242,7 +243,7 @@ func (c *ControlPlane) Stop() {
 // Logs lists the log files of the components.
 func (c *ControlPlane) Logs() []string {
 	var logs []string
-	for _, p := range []*process{c.etcd, c.apiserver, c.kcm} {
+	for _, p := range []*component{c.etcd, c.apiserver, c.kcm} {
 		if p != nil {
 			logs = append(logs, p.logPath)
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/runner-guard/runner-guard/certs"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/fixture"
+	"github.com/runner-guard/runner-guard/test/process"
 )
 
 // The webhook's identity in the cluster, as in manifests/base.
@@ -69,7 +70,7 @@ type Env struct {
 	githubSrv   *http.Server
 	controlSrv  *http.Server
 	githubAddr  string
-	webhook     *process
+	webhook     *component
 	webhookPort int
 	certDir     string
 	kubeconfig  string // the webhook's own (ServiceAccount) kubeconfig
@@ -78,7 +79,7 @@ type Env struct {
 
 // FromEnvironment fills Options from the variables `make e2e` sets.
 func FromEnvironment() (Options, error) {
-	root, err := repoRoot()
+	root, err := process.RepoRoot()
 	if err != nil {
 		return Options{}, err
 	}
@@ -108,21 +109,6 @@ func FromEnvironment() (Options, error) {
 		return o, fmt.Errorf("e2e prerequisites missing: %s; run `make e2e`", strings.Join(missing, ", "))
 	}
 	return o, nil
-}
-
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if data, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && bytes.Contains(data, []byte("module github.com/runner-guard/runner-guard\n")) {
-			return d, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", fmt.Errorf("repository root not found above %s", dir)
-		}
-	}
 }
 
 // Start brings up the whole environment. On error everything started is stopped.
@@ -166,7 +152,7 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	if err = e.writeWebhookCerts(); err != nil {
 		return e, err
 	}
-	if e.webhookPort, err = e.ports.free(); err != nil {
+	if e.webhookPort, err = e.ports.Free(); err != nil {
 		return e, err
 	}
 	if err = e.StartWebhook(ctx, o.WebhookArgs...); err != nil {
@@ -253,11 +239,11 @@ func (e *Env) StartWebhook(ctx context.Context, extraArgs ...string) error {
 	if err := os.WriteFile(tokenFile, []byte(githubToken+"\n"), 0o600); err != nil {
 		return err
 	}
-	healthPort, err := e.ports.free()
+	healthPort, err := e.ports.Free()
 	if err != nil {
 		return err
 	}
-	metricsPort, err := e.ports.free()
+	metricsPort, err := e.ports.Free()
 	if err != nil {
 		return err
 	}

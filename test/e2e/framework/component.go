@@ -9,17 +9,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"time"
 )
 
-// process is one child process whose output goes to a log file.
-type process struct {
+// component is one child process whose output goes to a log file.
+type component struct {
 	name    string
 	cmd     *exec.Cmd
 	logPath string
@@ -27,7 +25,7 @@ type process struct {
 	err     error
 }
 
-func startProcess(dir, name, bin string, args []string, env []string) (*process, error) {
+func startProcess(dir, name, bin string, args []string, env []string) (*component, error) {
 	logPath := filepath.Join(dir, name+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -43,7 +41,7 @@ func startProcess(dir, name, bin string, args []string, env []string) (*process,
 		logFile.Close()
 		return nil, fmt.Errorf("%s: start %s: %w", name, bin, err)
 	}
-	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	p := &component{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		logFile.Close()
@@ -53,7 +51,7 @@ func startProcess(dir, name, bin string, args []string, env []string) (*process,
 }
 
 // exited reports whether the process has ended.
-func (p *process) exited() bool {
+func (p *component) exited() bool {
 	select {
 	case <-p.done:
 		return true
@@ -63,7 +61,7 @@ func (p *process) exited() bool {
 }
 
 // stop sends SIGTERM, then SIGKILL after grace.
-func (p *process) stop(grace time.Duration) error {
+func (p *component) stop(grace time.Duration) error {
 	if p == nil || p.exited() {
 		return nil
 	}
@@ -78,36 +76,8 @@ func (p *process) stop(grace time.Duration) error {
 	}
 }
 
-// ports hands out unused loopback ports, never the same one twice: the kernel
-// may offer a just-closed port again before its first taker has bound it.
-type ports struct {
-	mu   sync.Mutex
-	used map[int]bool
-}
-
-func (p *ports) free() (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.used == nil {
-		p.used = map[int]bool{}
-	}
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !p.used[port] {
-			p.used[port] = true
-			return port, nil
-		}
-	}
-	return 0, errors.New("no free loopback port")
-}
-
 // waitFor polls check until it succeeds, the process dies, or timeout passes.
-func waitFor(ctx context.Context, what string, timeout time.Duration, p *process, check func(context.Context) error) error {
+func waitFor(ctx context.Context, what string, timeout time.Duration, p *component, check func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last error
