@@ -1,0 +1,38 @@
+# The real node (test/node): kubelet, containerd, kube-proxy and the control
+# plane in a network namespace, runner-guard deployed as pods. Included by the
+# root Makefile.
+
+NODE_IMAGE_PAUSE      ?= $(BIN)/node-pause-image.tar
+NODE_IMAGE_FAKERUNNER ?= $(BIN)/fakerunner-image.tar
+# What test/node reads (written by node-deps): binaries, images, kustomize.
+NODE_ENV_FILE         := $(BIN)/node.env
+# The node needs root and network namespaces. `make test` runs it where it
+# can; E2E_NODE=1 makes a machine that cannot a failure instead of a skip.
+NODE_CAPABLE          := $(shell [ "$$(id -u)" = 0 ] && command -v nsenter >/dev/null && command -v ip >/dev/null && echo yes)
+
+.PHONY: node
+node: ## Build kubelet, kube-scheduler, kube-proxy, containerd v2 and the CNI plugins into bin/node (cached).
+	@$(CURDIR)/hack/build-node.sh >/dev/null
+
+.PHONY: node-images
+node-images: $(IMAGE_TOOL) ## Build the node's pause image and the fake runner image (bin/node-pause-image.tar, bin/fakerunner-image.tar).
+	$(call image-build-binary,./test/node/cmd/pause,$(BIN)/linux-$(IMAGE_ARCH)/pause)
+	$(IMAGE_TOOL) -binary $(BIN)/linux-$(IMAGE_ARCH)/pause -path /pause -out $(NODE_IMAGE_PAUSE) -ca-bundle= \
+	  -tag runner-guard-pause:latest -version $(VERSION) -arch $(IMAGE_ARCH) -title runner-guard-pause \
+	  -description "Pod sandbox for runner-guard's node tests"
+	$(call image-build-binary,./test/node/cmd/fakerunner,$(BIN)/linux-$(IMAGE_ARCH)/fakerunner)
+	$(IMAGE_TOOL) -binary $(BIN)/linux-$(IMAGE_ARCH)/fakerunner -path /fakerunner -out $(NODE_IMAGE_FAKERUNNER) -ca-bundle= \
+	  -tag runner-guard-fakerunner:latest -version $(VERSION) -arch $(IMAGE_ARCH) -title runner-guard-fakerunner \
+	  -description "A GitHub Actions runner played against the fake GitHub, for runner-guard's node tests"
+
+.PHONY: node-deps
+node-deps: k8s node kustomize image image-fakegithub node-images
+	@[ "$(NODE_CAPABLE)" = yes ] || { echo "node: cannot run the real node here: it needs root, nsenter and ip (iproute2)" >&2; exit 1; }
+	@{ echo "KUBEBUILDER_ASSETS=$(K8S_ASSETS)"; \
+	   echo "RUNNER_GUARD_NODE_ASSETS=$$($(CURDIR)/hack/build-node.sh)"; \
+	   echo "RUNNER_GUARD_NODE_IMAGES=$(NODE_IMAGE_PAUSE) $(IMAGE_TAR) $(FAKEGITHUB_TAR) $(NODE_IMAGE_FAKERUNNER)"; \
+	   echo "KUSTOMIZE=$(KUSTOMIZE)"; } > $(NODE_ENV_FILE)
+
+.PHONY: e2e-node
+e2e-node: node-deps ## Run the real-node scenarios (root): runner-guard as pods, busy/idle runners, drain, rollout, the e2e suite.
+	E2E_NODE=1 RUNNER_GUARD_NODE_ENV=$(NODE_ENV_FILE) $(GO) test -count=1 -timeout 45m -v ./test/node/

@@ -1,0 +1,310 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The fake GitHub's control API through the API server's service proxy.
+const fakeProxy = "/api/v1/namespaces/runner-guard-system/services/http:fakegithub:http/proxy"
+
+// scenario is one test's namespace and GitHub organization.
+type scenario struct {
+	t   *testing.T
+	ctx context.Context
+	ns  string
+	org string
+}
+
+func newScenario(t *testing.T, name string) *scenario {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	s := &scenario{t: t, ctx: ctx, ns: "node-" + name, org: "node-" + name}
+	if out, err := cluster.Kubectl(ctx, "create", "namespace", s.ns); err != nil {
+		cancel()
+		t.Fatalf("create namespace: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		// Let every runner go so the namespace can be deleted.
+		_ = s.removeAllRunners()
+		dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer dcancel()
+		if out, err := cluster.Kubectl(dctx, "delete", "namespace", s.ns, "--timeout=100s"); err != nil {
+			t.Logf("delete namespace %s: %v: %s", s.ns, err, out)
+		}
+		cancel()
+	})
+	return s
+}
+
+// kubectl runs kubectl and fails the test on error.
+func (s *scenario) kubectl(args ...string) string {
+	s.t.Helper()
+	out, err := cluster.Kubectl(s.ctx, args...)
+	if err != nil {
+		s.t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// runnerPod is an ARC legacy-mode runner pod running the fake runner.
+func (s *scenario) runnerPod(name string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %[1]s
+  namespace: %[2]s
+  labels: {actions-runner: ""}
+spec:
+  nodeSelector: {kubernetes.io/hostname: %[3]s}
+  terminationGracePeriodSeconds: 30
+  automountServiceAccountToken: false
+  securityContext:
+    runAsNonRoot: true
+    runAsUser: 65532
+    seccompProfile: {type: RuntimeDefault}
+  containers:
+  - name: runner
+    image: runner-guard-fakerunner:latest
+    imagePullPolicy: Never
+    env:
+    - {name: RUNNER_ORG, value: %[4]s}
+    - {name: GITHUB_URL, value: %[5]q}
+    securityContext:
+      readOnlyRootFilesystem: true
+      allowPrivilegeEscalation: false
+      capabilities: {drop: [ALL]}
+`, name, s.ns, NodeName, s.org, FakeGitHubURL)
+}
+
+// startRunners creates runner pods and waits until each runs and its runner
+// is registered with the fake GitHub.
+func (s *scenario) startRunners(names ...string) {
+	s.t.Helper()
+	var docs []string
+	for _, n := range names {
+		docs = append(docs, s.runnerPod(n))
+	}
+	cmd := cluster.KubectlCommand(s.ctx, "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(strings.Join(docs, "---\n"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		s.t.Fatalf("create runner pods: %v: %s", err, out)
+	}
+	for _, n := range names {
+		s.eventually("runner "+n+" running and registered", 90*time.Second, func() error {
+			if !s.containerRunning(n) {
+				return fmt.Errorf("container not running: %s", s.podSummary(n))
+			}
+			if !s.registered(n) {
+				return fmt.Errorf("not registered; logs: %s", s.logs(n))
+			}
+			return nil
+		})
+	}
+}
+
+// eventually polls f every 250ms until it succeeds or timeout passes.
+func (s *scenario) eventually(what string, timeout time.Duration, f func() error) {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) || s.ctx.Err() != nil {
+			s.t.Fatalf("%s: not within %s: %v", what, timeout, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func (s *scenario) pod(name string) *corev1.Pod {
+	p, err := cluster.Client.CoreV1().Pods(s.ns).Get(s.ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		s.t.Fatalf("get pod %s: %v", name, err)
+	}
+	return p
+}
+
+// containerRunning says whether the pod's runner container runs now.
+func (s *scenario) containerRunning(name string) bool {
+	p := s.pod(name)
+	if p == nil {
+		return false
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == "runner" && cs.State.Running != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *scenario) podSummary(name string) string {
+	p := s.pod(name)
+	if p == nil {
+		return "gone"
+	}
+	b, _ := json.Marshal(p.Status.ContainerStatuses)
+	return fmt.Sprintf("phase %s deleting %v containers %s", p.Status.Phase, p.DeletionTimestamp != nil, b)
+}
+
+func (s *scenario) logs(name string) string {
+	out, err := cluster.Kubectl(s.ctx, "-n", s.ns, "logs", name, "-c", "runner")
+	if err != nil {
+		return "(no logs: " + strings.TrimSpace(out) + ")"
+	}
+	return out
+}
+
+// fake calls the fake GitHub's control API.
+func (s *scenario) fake(method, path string, body any) ([]byte, error) {
+	req := cluster.Client.CoreV1().RESTClient().Verb(method).AbsPath(fakeProxy + path)
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		q, _ := url.ParseQuery(path[i+1:])
+		req = cluster.Client.CoreV1().RESTClient().Verb(method).AbsPath(fakeProxy + path[:i])
+		for k, vs := range q {
+			for _, v := range vs {
+				req = req.Param(k, v)
+			}
+		}
+	}
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		req = req.Body(b).SetHeader("Content-Type", "application/json")
+	}
+	return req.DoRaw(s.ctx)
+}
+
+type fakeRunner struct {
+	ID   int64  `json:"id"`
+	Name string `json:"name"`
+	Busy bool   `json:"busy"`
+}
+
+func (s *scenario) runners() []fakeRunner {
+	s.t.Helper()
+	b, err := s.fake("GET", "/_fake/runners?kind=org&name="+s.org, nil)
+	if err != nil {
+		s.t.Fatalf("list fake runners: %v: %s", err, b)
+	}
+	var rs []fakeRunner
+	if err := json.Unmarshal(b, &rs); err != nil {
+		s.t.Fatalf("decode fake runners: %v: %s", err, b)
+	}
+	return rs
+}
+
+func (s *scenario) registered(name string) bool {
+	for _, r := range s.runners() {
+		if r.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// setBusy is GitHub handing the runner a job (true) or the job ending.
+func (s *scenario) setBusy(name string, busy bool) {
+	s.t.Helper()
+	body := map[string]any{"scope": map[string]string{"kind": "org", "name": s.org}, "name": name, "busy": busy}
+	if b, err := s.fake("POST", "/_fake/runners/state", body); err != nil {
+		s.t.Fatalf("set %s busy=%v: %v: %s", name, busy, err, b)
+	}
+}
+
+func (s *scenario) removeAllRunners() error {
+	for _, r := range s.runners() {
+		if _, err := s.fake("DELETE", "/_fake/runners?kind=org&name="+s.org+"&runner="+r.Name, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type fakeRequest struct {
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	Status int    `json:"status"`
+}
+
+// githubRequests are the GitHub API requests the fake answered for this
+// scenario's organization.
+func (s *scenario) githubRequests() []fakeRequest {
+	s.t.Helper()
+	b, err := s.fake("GET", "/_fake/requests", nil)
+	if err != nil {
+		s.t.Fatalf("fake requests: %v: %s", err, b)
+	}
+	var all []fakeRequest
+	if err := json.Unmarshal(b, &all); err != nil {
+		s.t.Fatalf("decode fake requests: %v", err)
+	}
+	var mine []fakeRequest
+	for _, r := range all {
+		if strings.Contains(r.Path, "/orgs/"+s.org+"/") {
+			mine = append(mine, r)
+		}
+	}
+	return mine
+}
+
+// countDeletes counts the fake's DELETE answers with status (0 for any).
+func (s *scenario) countDeletes(status int) int {
+	n := 0
+	for _, r := range s.githubRequests() {
+		if r.Method == "DELETE" && (status == 0 || r.Status == status) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitLog waits for a line in the runner's output.
+func (s *scenario) waitLog(name, line string) {
+	s.t.Helper()
+	s.eventually(name+" logs "+line, 30*time.Second, func() error {
+		if l := s.logs(name); !strings.Contains(l, line) {
+			return fmt.Errorf("logs: %q", l)
+		}
+		return nil
+	})
+}
+
+// deletePod runs kubectl delete without waiting for the pod to go.
+func (s *scenario) deletePod(name string) (string, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
+	return cluster.Kubectl(ctx, "-n", s.ns, "delete", "pod", name, "--wait=false")
+}
+
+// lines keeps the non-empty lines of out that contain any of subs.
+func lines(out string, subs ...string) string {
+	var b bytes.Buffer
+	for _, l := range strings.Split(out, "\n") {
+		for _, sub := range subs {
+			if strings.Contains(l, sub) {
+				b.WriteString(l + "\n")
+				break
+			}
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,424 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/runner-guard/runner-guard/test/process"
+)
+
+const rgNamespace = "runner-guard-system"
+
+// runner-guard as deployed: two Ready replicas behind the Service, with no
+// restarts, and the API server reaching them through the Service with the
+// certificate in the caBundle (a dry-run delete of a runner pod without a
+// scope is denied by the webhook itself).
+func TestNodeRunnerGuardDeployed(t *testing.T) {
+	s := newScenario(t, "deployed")
+	pods, err := cluster.Client.CoreV1().Pods(rgNamespace).List(s.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=webhook"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := 0
+	for _, p := range pods.Items {
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Ready && cs.RestartCount == 0 {
+				ready++
+			}
+			if cs.RestartCount != 0 {
+				t.Errorf("pod %s restarted %d times", p.Name, cs.RestartCount)
+			}
+		}
+	}
+	if ready != 2 {
+		t.Fatalf("%d Ready webhook replicas without restarts, want 2", ready)
+	}
+	eps := s.kubectl("-n", rgNamespace, "get", "endpointslices", "-l", "kubernetes.io/service-name=runner-guard-webhook",
+		"-o", "jsonpath={range .items[*].endpoints[*]}{.addresses[0]} {.conditions.ready}{\"\\n\"}{end}")
+	if strings.Count(eps, "true") != 2 {
+		t.Fatalf("Service endpoints: %q, want two ready", eps)
+	}
+	s.kubectl("-n", s.ns, "run", "no-scope", "--image=runner-guard-fakerunner:latest", "--image-pull-policy=Never",
+		"--labels=actions-runner=", "--overrides", `{"spec":{"containers":[{"name":"runner","image":"runner-guard-fakerunner:latest","imagePullPolicy":"Never","env":[{"name":"GITHUB_URL","value":"`+FakeGitHubURL+`"},{"name":"RUNNER_ORG","value":"`+s.org+`"}]}]}}`)
+	s.eventually("no-scope pod running", 60*time.Second, func() error {
+		if !s.containerRunning("no-scope") {
+			return fmt.Errorf("%s", s.podSummary("no-scope"))
+		}
+		return nil
+	})
+	out, err := cluster.Kubectl(s.ctx, "-n", s.ns, "delete", "pod", "no-scope", "--dry-run=server")
+	if err == nil || !strings.Contains(out, "cannot tell where") {
+		t.Fatalf("dry-run delete of a runner pod without scope: err %v, output %q; want runner-guard's denial", err, out)
+	}
+	t.Logf("webhook reached through the Service: %s", strings.TrimSpace(out))
+}
+
+// A busy runner's pod: kubectl delete is refused with "runner busy" and the
+// container keeps running its job, untouched by the kubelet.
+func TestNodeBusyRunnerDeleteRefused(t *testing.T) {
+	s := newScenario(t, "busy")
+	s.startRunners("runner-busy")
+	s.setBusy("runner-busy", true)
+	s.waitLog("runner-busy", "job started")
+
+	out, err := s.deletePod("runner-busy")
+	if err == nil || !strings.Contains(out, "runner busy") {
+		t.Fatalf("kubectl delete of a busy runner: err %v, output %q; want refused as runner busy", err, out)
+	}
+	t.Logf("refused: %s", strings.TrimSpace(out))
+	// Give the kubelet time to act on a deletion, had one got through.
+	time.Sleep(5 * time.Second)
+	p := s.pod("runner-busy")
+	if p == nil || p.DeletionTimestamp != nil {
+		t.Fatalf("busy runner's pod is gone or terminating: %s", s.podSummary("runner-busy"))
+	}
+	if !s.containerRunning("runner-busy") || p.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Fatalf("busy runner's container not running as before: %s", s.podSummary("runner-busy"))
+	}
+	if l := s.logs("runner-busy"); strings.Contains(l, "exiting") {
+		t.Fatalf("the runner was stopped: %s", l)
+	}
+	if !s.registered("runner-busy") {
+		t.Fatal("busy runner was unregistered")
+	}
+
+	// The job ends: now the same delete goes through.
+	s.setBusy("runner-busy", false)
+	s.waitLog("runner-busy", "job finished")
+	if out, err := s.deletePod("runner-busy"); err != nil {
+		t.Fatalf("delete after the job: %v: %s", err, out)
+	}
+}
+
+// An idle runner's pod: the delete unregisters the runner (one 204 from
+// GitHub), the kubelet stops the container, and the pod is gone well before
+// its 30 s grace period, because the runner exits as soon as it is removed
+// or signalled.
+func TestNodeIdleRunnerUnregisteredAndGone(t *testing.T) {
+	s := newScenario(t, "idle")
+	s.startRunners("runner-idle")
+	var terminated sync.Map
+	stop := watchTerminations(s, &terminated)
+	defer stop()
+
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(s.ctx, 60*time.Second)
+	defer cancel()
+	out, err := cluster.Kubectl(ctx, "-n", s.ns, "delete", "pod", "runner-idle", "--timeout=50s")
+	if err != nil {
+		t.Fatalf("kubectl delete of an idle runner: %v: %s", err, out)
+	}
+	took := time.Since(start)
+	t.Logf("deleted and gone in %s: %s", took.Round(time.Millisecond), strings.TrimSpace(out))
+	if s.pod("runner-idle") != nil {
+		t.Fatal("pod still there after kubectl delete returned")
+	}
+	if took > 25*time.Second {
+		t.Errorf("pod took %s to go; the runner should exit at once", took)
+	}
+	if s.registered("runner-idle") {
+		t.Fatal("runner still registered with GitHub")
+	}
+	if n := s.countDeletes(204); n != 1 {
+		t.Fatalf("%d unregisters answered 204, want 1: %+v", n, s.githubRequests())
+	}
+	if v, ok := terminated.Load("runner-idle"); ok {
+		t.Logf("kubelet reported the runner container terminated: %s", v)
+	} else {
+		t.Error("never saw the kubelet report the runner container terminated")
+	}
+}
+
+// watchTerminations records the terminated state the kubelet reports for
+// each pod's runner container.
+func watchTerminations(s *scenario, into *sync.Map) func() {
+	ctx, cancel := context.WithCancel(s.ctx)
+	w, err := cluster.Client.CoreV1().Pods(s.ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		cancel()
+		s.t.Fatalf("watch pods: %v", err)
+	}
+	go func() {
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			for _, cs := range p.Status.ContainerStatuses {
+				if t := cs.State.Terminated; t != nil {
+					into.Store(p.Name, fmt.Sprintf("exit code %d (%s)", t.ExitCode, t.Reason))
+				}
+			}
+		}
+	}()
+	return func() { w.Stop(); cancel() }
+}
+
+// kubectl drain of the node (its runner pods) waits while the runner is
+// busy: the eviction is refused with 429 and retried; it completes once the
+// job ends. The drain is limited to runner pods: on a single node the
+// webhook's own replicas and the fake GitHub have nowhere else to go.
+func TestNodeDrainWaitsForBusyRunner(t *testing.T) {
+	s := newScenario(t, "drain")
+	s.startRunners("runner-drain")
+	s.setBusy("runner-drain", true)
+	s.waitLog("runner-drain", "job started")
+	defer func() {
+		if out, err := cluster.Kubectl(context.Background(), "uncordon", NodeName); err != nil {
+			t.Errorf("uncordon: %v: %s", err, out)
+		}
+	}()
+
+	ctx, cancel := context.WithTimeout(s.ctx, 4*time.Minute)
+	defer cancel()
+	var out process.LockedBuffer
+	drain := cluster.KubectlCommand(ctx, "drain", NodeName, "--pod-selector=actions-runner",
+		"--ignore-daemonsets", "--delete-emptydir-data", "--timeout=200s")
+	drain.Stdout, drain.Stderr = &out, &out
+	if err := drain.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- drain.Wait() }()
+
+	s.eventually("drain retries the refused eviction", 60*time.Second, func() error {
+		if n := s.countDeletes(422); n < 2 {
+			return fmt.Errorf("%d refused unregisters so far; drain output %q", n, out.String())
+		}
+		return nil
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("drain ended while the runner was busy: %v\n%s", err, out.String())
+	default:
+	}
+	if p := s.pod("runner-drain"); p == nil || p.DeletionTimestamp != nil || !s.containerRunning("runner-drain") {
+		t.Fatalf("busy runner disturbed during drain: %s", s.podSummary("runner-drain"))
+	}
+	if ev := s.kubectl("-n", s.ns, "get", "events", "--field-selector", "reason=RunnerBusy", "-o", "name"); strings.TrimSpace(ev) == "" {
+		t.Error("no RunnerBusy event for the refused eviction")
+	}
+
+	s.setBusy("runner-drain", false)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("drain failed: %v\n%s", err, out.String())
+		}
+	case <-time.After(150 * time.Second):
+		t.Fatalf("drain did not finish after the job ended\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "drained") {
+		t.Errorf("drain output lacks 'drained': %s", out.String())
+	}
+	if s.pod("runner-drain") != nil {
+		t.Fatalf("runner pod still there after the drain: %s", s.podSummary("runner-drain"))
+	}
+	if s.registered("runner-drain") {
+		t.Fatal("drained runner still registered")
+	}
+	t.Logf("drain output:\n%s", lines(out.String(), "evict", "drained", "error"))
+}
+
+// decisionStream deletes runner pods while something disrupts runner-guard:
+// busy runners must be refused as busy every time, idle ones allowed and
+// unregistered. Any other outcome (a failed webhook call, a busy runner let
+// through) is a lost decision.
+type decisionStream struct {
+	s          *scenario
+	busy, idle []string
+	lost       []string
+	decided    int
+}
+
+func (d *decisionStream) deleteBusy(name string) {
+	out, err := d.s.deletePod(name)
+	d.decided++
+	if err == nil || !strings.Contains(out, "runner busy") {
+		d.lost = append(d.lost, fmt.Sprintf("busy %s: err %v: %s", name, err, strings.TrimSpace(out)))
+	}
+}
+
+func (d *decisionStream) deleteIdle(name string) {
+	out, err := d.s.deletePod(name)
+	d.decided++
+	if err != nil {
+		d.lost = append(d.lost, fmt.Sprintf("idle %s: err %v: %s", name, err, strings.TrimSpace(out)))
+	}
+}
+
+// run deletes one busy and one idle runner per round until until() is true
+// (after at least minRounds) or the idle runners run out.
+func (d *decisionStream) run(minRounds int, until func() bool) {
+	for i := 0; i < len(d.idle); i++ {
+		d.deleteBusy(d.busy[i%len(d.busy)])
+		d.deleteIdle(d.idle[i])
+		if i+1 >= minRounds && until() {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// check asserts nothing was lost, the busy runners still run and are
+// registered, and the idle ones were unregistered.
+func (d *decisionStream) check(t *testing.T, deletedIdle int) {
+	t.Helper()
+	for _, l := range d.lost {
+		t.Errorf("lost decision: %s", l)
+	}
+	for _, b := range d.busy {
+		if !d.s.containerRunning(b) || !d.s.registered(b) {
+			t.Errorf("busy runner %s disturbed: %s", b, d.s.podSummary(b))
+		}
+	}
+	for _, n := range d.idle[:deletedIdle] {
+		if d.s.registered(n) {
+			t.Errorf("idle runner %s deleted but still registered", n)
+		}
+	}
+	t.Logf("%d decisions, %d lost", d.decided, len(d.lost))
+}
+
+func newDecisionStream(s *scenario, busy, idle int) *decisionStream {
+	d := &decisionStream{s: s}
+	for i := 0; i < busy; i++ {
+		d.busy = append(d.busy, fmt.Sprintf("busy-%d", i))
+	}
+	for i := 0; i < idle; i++ {
+		d.idle = append(d.idle, fmt.Sprintf("idle-%d", i))
+	}
+	s.startRunners(append(append([]string{}, d.busy...), d.idle...)...)
+	for _, b := range d.busy {
+		s.setBusy(b, true)
+	}
+	return d
+}
+
+// kubectl rollout restart of runner-guard under a stream of deletes: the
+// rollout (maxUnavailable 0) replaces both replicas while every delete still
+// gets its decision.
+func TestNodeRollingRestartLosesNoDecision(t *testing.T) {
+	s := newScenario(t, "rollout")
+	d := newDecisionStream(s, 2, 12)
+
+	s.kubectl("-n", rgNamespace, "rollout", "restart", "deployment/runner-guard-webhook")
+	rolled := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(s.ctx, 3*time.Minute)
+		defer cancel()
+		out, err := cluster.Kubectl(ctx, "-n", rgNamespace, "rollout", "status", "deployment/runner-guard-webhook", "--timeout=170s")
+		if err != nil {
+			err = fmt.Errorf("%w: %s", err, out)
+		}
+		rolled <- err
+	}()
+	var rolloutErr error
+	finished := false
+	d.run(3, func() bool {
+		select {
+		case rolloutErr = <-rolled:
+			finished = true
+		default:
+		}
+		return finished
+	})
+	if !finished {
+		rolloutErr = <-rolled
+	}
+	if rolloutErr != nil {
+		t.Fatalf("rollout: %v", rolloutErr)
+	}
+	deleted := 0
+	for i := range d.idle {
+		if s.pod(d.idle[i]) == nil || s.pod(d.idle[i]).DeletionTimestamp != nil {
+			deleted = i + 1
+		}
+	}
+	d.check(t, deleted)
+	requireTwoReadyReplicas(t, s)
+}
+
+// Killing one runner-guard replica's process (SIGKILL, as a crash or the
+// OOM killer would) keeps decisions flowing through the other; the kubelet
+// restarts the killed container.
+func TestNodeKillOneReplicaKeepsDecisionsFlowing(t *testing.T) {
+	s := newScenario(t, "kill")
+	d := newDecisionStream(s, 2, 8)
+	pods, err := cluster.Client.CoreV1().Pods(rgNamespace).List(s.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=webhook"})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("webhook pods: %v", err)
+	}
+	victim := pods.Items[0]
+	id := strings.TrimPrefix(victim.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	if err := cluster.ctr(s.ctx, "tasks", "kill", "--signal", "SIGKILL", id); err != nil {
+		t.Fatalf("kill %s: %v", victim.Name, err)
+	}
+	t.Logf("killed the webhook process of %s", victim.Name)
+	d.run(len(d.idle), func() bool { return false })
+	d.check(t, len(d.idle))
+	s.eventually("killed replica restarted by the kubelet", 90*time.Second, func() error {
+		p, err := cluster.Client.CoreV1().Pods(rgNamespace).Get(s.ctx, victim.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cs := p.Status.ContainerStatuses[0]
+		if cs.RestartCount < 1 || !cs.Ready {
+			return fmt.Errorf("restarts %d ready %v", cs.RestartCount, cs.Ready)
+		}
+		return nil
+	})
+	requireTwoReadyReplicas(t, s)
+}
+
+func requireTwoReadyReplicas(t *testing.T, s *scenario) {
+	t.Helper()
+	s.eventually("two Ready runner-guard replicas", 90*time.Second, func() error {
+		out, err := cluster.Kubectl(s.ctx, "-n", rgNamespace, "get", "deployment", "runner-guard-webhook", "-o", "jsonpath={.status.readyReplicas}")
+		if err != nil || strings.TrimSpace(out) != "2" {
+			return fmt.Errorf("readyReplicas %q: %v", out, err)
+		}
+		return nil
+	})
+}
+
+// The e2e suite's external-cluster mode (what make e2e-kind runs) against
+// this node: E2E_CLUSTER=external with the admin kubeconfig, run inside the
+// node's network namespace.
+func TestNodeE2ESuiteExternal(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	bin := filepath.Join(t.TempDir(), "e2e.test")
+	build := exec.CommandContext(ctx, "go", "test", "-c", "-o", bin, "./test/e2e")
+	build.Dir = repoRoot
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the e2e suite: %v: %s", err, out)
+	}
+	logPath := filepath.Join(cluster.opts.Dir, "e2e-external.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	cmd := inNetnsCommand(ctx, bin, "-test.v", "-test.count=1", "-test.timeout=22m")
+	cmd.Dir = filepath.Join(repoRoot, "test", "e2e")
+	cmd.Env = append(os.Environ(), "E2E_CLUSTER=external", "KUBECONFIG="+cluster.Kubeconfig, "KUBECTL="+cluster.KubectlPath())
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	start := time.Now()
+	runErr := cmd.Run()
+	out, _ := os.ReadFile(logPath)
+	t.Logf("e2e suite (external) in %s:\n%s", time.Since(start).Round(time.Second), lines(string(out), "--- ", "PASS", "FAIL", "ok ", "panic"))
+	if runErr != nil {
+		t.Fatalf("e2e suite against the node failed: %v; full output in %s", runErr, logPath)
+	}
+}
