@@ -67,6 +67,8 @@ metadata:
   labels: {actions-runner: ""}
 spec:
   nodeSelector: {kubernetes.io/hostname: %[3]s}
+  # As ARC's runner pods: a runner that exits is done, not restarted.
+  restartPolicy: Never
   terminationGracePeriodSeconds: 30
   automountServiceAccountToken: false
   securityContext:

@@ -38,7 +38,7 @@ const (
 // NetnsPath is the bind mount `ip netns` keeps for the node's namespace.
 func NetnsPath() string { return filepath.Join(netnsDir, NetnsName) }
 
-// createNetns makes the node's network namespace: loopback up, a dummy eth0
+// createNetns makes the node's network namespace: loopback up, an eth0
 // with the node's address and a default route through it (Service addresses
 // need a route before kube-proxy's DNAT rewrites them), forwarding on, and
 // bridged traffic through iptables for kube-proxy.
@@ -49,9 +49,12 @@ func createNetns(ctx context.Context) error {
 	steps := [][]string{
 		{"ip", "netns", "add", NetnsName},
 		{"ip", "-n", NetnsName, "link", "set", "lo", "up"},
-		{"ip", "-n", NetnsName, "link", "add", "eth0", "type", "dummy"},
+		// No dummy driver on these kernels: a veth pair with both ends in
+		// the namespace gives eth0 a carrier.
+		{"ip", "-n", NetnsName, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0-peer"},
 		{"ip", "-n", NetnsName, "addr", "add", nodeCIDR, "dev", "eth0"},
 		{"ip", "-n", NetnsName, "link", "set", "eth0", "up"},
+		{"ip", "-n", NetnsName, "link", "set", "eth0-peer", "up"},
 		{"ip", "-n", NetnsName, "route", "add", "default", "dev", "eth0"},
 	}
 	for _, s := range steps {
