@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -36,20 +36,29 @@ const (
 	maxCacheEntries = 10000
 )
 
-// AppCredentials authenticate as a GitHub App installation.
+// AppCredentials authenticate as a GitHub App.
 type AppCredentials struct {
-	AppID          int64
+	// AppID is the App's numeric ID; ClientID ("Iv1...") may be set instead.
+	AppID    int64
+	ClientID string
+	// InstallationID 0 means: find the installation of each runner's owner
+	// (GET /orgs/{org}/installation or /repos/{owner}/{repo}/installation).
 	InstallationID int64
 	PrivateKeyPEM  []byte
 }
 
-// Config configures a Client. Exactly one of Token and App must be set.
+// Config configures a Client. Exactly one of Token, TokenFile and App must be set.
 type Config struct {
 	// BaseURL is the REST API root: DefaultBaseURL when empty; for GitHub
 	// Enterprise Server "https://HOST/api/v3/". A trailing slash is added.
 	BaseURL string
+	// AllowHTTP permits a plain http:// BaseURL (a trusted network, tests).
+	AllowHTTP bool
 	// Token is a personal access or fine-grained token.
 	Token string
+	// TokenFile holds the token; it is re-read when it changes (a rotated
+	// Secret), and once more before giving up on a 401.
+	TokenFile string
 	// App authenticates as a GitHub App installation.
 	App *AppCredentials
 	// UserAgent is sent with every request, e.g. "runner-guard/v0.1.0".
@@ -60,15 +69,20 @@ type Config struct {
 	Metrics *Metrics
 	// CacheTTL is the lifetime of a name->ID cache entry; default DefaultCacheTTL.
 	CacheTTL time.Duration
-	// Now is the clock for cache expiry and RetryAfter; default time.Now.
+	// Now is the clock for cache expiry, RetryAfter and token file checks; default time.Now.
 	Now func() time.Time
 }
 
 // Client unregisters self-hosted runners. It is safe for concurrent use.
 type Client struct {
-	gh  *github.Client
-	ttl time.Duration
-	now func() time.Time
+	// gh serves every scope, unless installs is set (an App without a fixed
+	// installation), which picks one client per runner owner.
+	gh       *github.Client
+	installs *installations
+	isApp    bool
+	cloud    bool // github.com or GHE.com: a bare 403 is a rate limit
+	ttl      time.Duration
+	now      func() time.Time
 
 	mu    sync.Mutex
 	cache map[lookupKey]cacheEntry
@@ -95,70 +109,84 @@ type ConfigError struct {
 func (e *ConfigError) Error() string { return fmt.Sprintf("invalid Config.%s: %v", e.Field, e.Err) }
 func (e *ConfigError) Unwrap() error { return e.Err }
 
+// ErrAppEnterpriseScope: GitHub Apps cannot manage enterprise runners; they
+// need a token. Returned (wrapped) before any request is made.
+var ErrAppEnterpriseScope = errors.New("GitHub Apps cannot manage enterprise runners: enterprise scope needs a token")
+
+// clientOptions are the settings that do not identify credentials; a Router
+// shares them between its clients.
+type clientOptions struct {
+	userAgent string
+	transport http.RoundTripper
+	metrics   *Metrics
+	ttl       time.Duration
+	now       func() time.Time
+}
+
 // New validates cfg and builds a Client. It makes no requests.
 func New(cfg Config) (*Client, error) {
-	base, err := normalizeBaseURL(cfg.BaseURL)
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case cfg.Token == "" && cfg.App == nil:
-		return nil, errors.New("missing GitHub credentials: set Config.Token or Config.App")
-	case cfg.Token != "" && cfg.App != nil:
-		return nil, errors.New("conflicting GitHub credentials: set only one of Config.Token and Config.App")
+	a, ferr := checkAuth(configAuthInput(cfg))
+	if ferr != nil {
+		return nil, configError(cfg, ferr)
 	}
 	if cfg.CacheTTL < 0 {
 		return nil, &ConfigError{Field: "CacheTTL", Err: fmt.Errorf("must not be negative, got %s", cfg.CacheTTL)}
 	}
+	c, err := newClient(a, clientOptions{
+		userAgent: cfg.UserAgent, transport: cfg.Transport, metrics: cfg.Metrics, ttl: cfg.CacheTTL, now: cfg.Now,
+	})
+	if err != nil {
+		var fe *fieldError
+		if errors.As(err, &fe) {
+			return nil, configError(cfg, fe)
+		}
+		return nil, err
+	}
+	return c, nil
+}
 
-	rt := cfg.Transport
+func configAuthInput(cfg Config) authInput {
+	in := authInput{baseURL: cfg.BaseURL, allowHTTP: cfg.AllowHTTP, token: cfg.Token, tokenFile: cfg.TokenFile}
+	if app := cfg.App; app != nil {
+		in.app, in.install, in.key = true, app.InstallationID, app.PrivateKeyPEM
+		in.appID = app.ClientID
+		if in.appID == "" && app.AppID != 0 {
+			in.appID = strconv.FormatInt(app.AppID, 10)
+		}
+	}
+	return in
+}
+
+// configError renders a credential problem with the Config field's name.
+func configError(cfg Config, fe *fieldError) error {
+	field := map[CredentialField]string{
+		FieldBaseURL:        "BaseURL",
+		FieldToken:          "Token",
+		FieldAppID:          "App.AppID",
+		FieldInstallationID: "App.InstallationID",
+		FieldPrivateKey:     "App.PrivateKeyPEM",
+	}[fe.field]
+	if fe.field == FieldToken && cfg.TokenFile != "" {
+		field = "TokenFile"
+	}
+	return &ConfigError{Field: field, Err: fe.err}
+}
+
+// newClient builds a Client from validated credentials.
+func newClient(a auth, o clientOptions) (*Client, error) {
+	rt := o.transport
 	if rt == nil {
 		rt = http.DefaultTransport.(*http.Transport).Clone()
 	}
 	// Metrics sit under authentication so the token exchange is counted too.
-	if cfg.Metrics != nil {
-		rt = &instrumentedTransport{next: rt, metrics: cfg.Metrics}
-	}
-
-	ua := cfg.UserAgent
-	if ua == "" {
-		ua = DefaultUserAgent
-	}
-	opts := []github.ClientOptionsFunc{
-		github.WithURLs(&base, &base),
-		github.WithUserAgent(ua),
-		github.WithTimeout(requestTimeout),
-		github.WithMaxSecondaryRateLimitRetryAfterDuration(maxRememberedSecondary),
-	}
-	if app := cfg.App; app != nil {
-		switch {
-		case app.AppID <= 0:
-			return nil, &ConfigError{Field: "App.AppID", Err: fmt.Errorf("must be positive, got %d", app.AppID)}
-		case app.InstallationID <= 0:
-			return nil, &ConfigError{Field: "App.InstallationID", Err: fmt.Errorf("must be positive, got %d", app.InstallationID)}
-		case len(app.PrivateKeyPEM) == 0:
-			return nil, &ConfigError{Field: "App.PrivateKeyPEM", Err: errors.New("empty")}
-		}
-		itr, err := ghinstallation.New(rt, app.AppID, app.InstallationID, app.PrivateKeyPEM)
-		if err != nil {
-			return nil, &ConfigError{Field: "App.PrivateKeyPEM", Err: err}
-		}
-		// Installation tokens come from the same API root (GHES: HOST/api/v3).
-		itr.BaseURL = strings.TrimSuffix(base, "/")
-		rt = itr
-	} else {
-		opts = append(opts, github.WithAuthToken(cfg.Token))
-	}
-	opts = append(opts, github.WithTransport(rt))
-
-	gh, err := github.NewClient(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("create GitHub client: %w", err)
+	if o.metrics != nil {
+		rt = &instrumentedTransport{next: rt, metrics: o.metrics}
 	}
 	c := &Client{
-		gh:    gh,
-		ttl:   cfg.CacheTTL,
-		now:   cfg.Now,
+		isApp: a.app != nil,
+		cloud: a.cloud,
+		ttl:   o.ttl,
+		now:   o.now,
 		cache: map[lookupKey]cacheEntry{},
 		calls: map[lookupKey]*lookupCall{},
 	}
@@ -168,27 +196,66 @@ func New(cfg Config) (*Client, error) {
 	if c.now == nil {
 		c.now = time.Now
 	}
+	var err error
+	switch {
+	case a.app != nil:
+		err = c.setupApp(a, rt, o.userAgent)
+	case a.tokenFile != "":
+		var src *fileToken
+		if src, err = newFileToken(a.tokenFile, c.now); err == nil {
+			c.gh, err = newGitHub(a.base, o.userAgent, &tokenTransport{src: src, next: rt})
+		}
+	default:
+		c.gh, err = newGitHub(a.base, o.userAgent, rt, github.WithAuthToken(a.token))
+	}
+	if err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
-func normalizeBaseURL(raw string) (string, error) {
-	if raw == "" {
-		return DefaultBaseURL, nil
-	}
-	u, err := url.Parse(raw)
+// setupApp authenticates as the App's fixed installation, or prepares to find
+// the installation of each runner owner with one shared key.
+func (c *Client) setupApp(a auth, rt http.RoundTripper, userAgent string) error {
+	atr, err := appsTransport(rt, a.app)
 	if err != nil {
-		return "", &ConfigError{Field: "BaseURL", Err: err}
+		return err
 	}
-	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return "", &ConfigError{Field: "BaseURL", Err: fmt.Errorf("%q: want an absolute http(s) URL such as %s or https://HOST/api/v3/", raw, DefaultBaseURL)}
+	// Installation tokens come from the same API root (GHES: HOST/api/v3).
+	atr.BaseURL = strings.TrimSuffix(a.base, "/")
+	if a.app.install > 0 {
+		c.gh, err = newGitHub(a.base, userAgent, ghinstallation.NewFromAppsTransport(atr, a.app.install))
+		return err
 	}
-	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return "", &ConfigError{Field: "BaseURL", Err: fmt.Errorf("%q: must not carry a query, fragment or user info", raw)}
+	appAPI, err := newGitHub(a.base, userAgent, atr)
+	if err != nil {
+		return err
 	}
-	if !strings.HasSuffix(u.Path, "/") {
-		u.Path += "/"
+	c.installs = &installations{
+		atr:    atr,
+		appAPI: appAPI,
+		build:  func(itr http.RoundTripper) (*github.Client, error) { return newGitHub(a.base, userAgent, itr) },
+		owners: map[string]*installation{},
 	}
-	return u.String(), nil
+	return nil
+}
+
+func newGitHub(base, userAgent string, rt http.RoundTripper, extra ...github.ClientOptionsFunc) (*github.Client, error) {
+	if userAgent == "" {
+		userAgent = DefaultUserAgent
+	}
+	opts := []github.ClientOptionsFunc{
+		github.WithURLs(&base, &base),
+		github.WithUserAgent(userAgent),
+		github.WithTimeout(requestTimeout),
+		github.WithMaxSecondaryRateLimitRetryAfterDuration(maxRememberedSecondary),
+		github.WithTransport(rt),
+	}
+	gh, err := github.NewClient(append(opts, extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("create GitHub client: %w", err)
+	}
+	return gh, nil
 }
 
 // Unregister removes the runner from GitHub unless it is running a job. It makes
@@ -200,7 +267,7 @@ func normalizeBaseURL(raw string) (string, error) {
 // naming the operation, scope, runner and HTTP status. It never retries or
 // sleeps; ctx bounds it.
 func (c *Client) Unregister(ctx context.Context, scope Scope, runnerName string, idHint int64) (Outcome, error) {
-	if err := checkArgs(scope, runnerName); err != nil {
+	if err := c.checkArgs(scope, runnerName); err != nil {
 		return 0, err
 	}
 	key := lookupKey{scope: scope, name: runnerName}
@@ -244,7 +311,7 @@ func (c *Client) Unregister(ctx context.Context, scope Scope, runnerName string,
 // Status looks the runner up without changing anything (dry runs). It costs one
 // list request (more only when the name filter returns several pages).
 func (c *Client) Status(ctx context.Context, scope Scope, runnerName string) (RunnerStatus, error) {
-	if err := checkArgs(scope, runnerName); err != nil {
+	if err := c.checkArgs(scope, runnerName); err != nil {
 		return RunnerStatus{}, err
 	}
 	r, err := c.lookup(ctx, lookupKey{scope: scope, name: runnerName})
@@ -261,7 +328,10 @@ func (c *Client) Status(ctx context.Context, scope Scope, runnerName string) (Ru
 	return st, nil
 }
 
-func checkArgs(scope Scope, runnerName string) error {
+func (c *Client) checkArgs(scope Scope, runnerName string) error {
+	if c.isApp && scope.Kind == ScopeEnterprise {
+		return fmt.Errorf("runner %q in %s: %w", runnerName, scope, ErrAppEnterpriseScope)
+	}
 	switch scope.Kind {
 	case ScopeEnterprise, ScopeOrg, ScopeRepo:
 	default:
@@ -276,33 +346,64 @@ func checkArgs(scope Scope, runnerName string) error {
 	return nil
 }
 
-// deleteRunner answers Removed (2xx), NotFound (404) or Busy (422).
+// deleteRunner answers Removed (2xx), NotFound (404) or Busy (422 saying the
+// runner is running a job).
 func (c *Client) deleteRunner(ctx context.Context, scope Scope, name string, id int64) (Outcome, error) {
+	op := fmt.Sprintf("remove runner %q (id %d) from %s", name, id, scope)
+	gh, err := c.api(ctx, scope)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
 	var resp *github.Response
-	var err error
 	switch scope.Kind {
 	case ScopeRepo:
 		owner, repo, _ := strings.Cut(scope.Name, "/")
-		resp, err = c.gh.Actions.RemoveRunner(ctx, owner, repo, id)
+		resp, err = gh.Actions.RemoveRunner(ctx, owner, repo, id)
 	case ScopeOrg:
-		resp, err = c.gh.Actions.RemoveOrganizationRunner(ctx, scope.Name, id)
+		resp, err = gh.Actions.RemoveOrganizationRunner(ctx, scope.Name, id)
 	default:
-		resp, err = c.gh.Enterprise.RemoveRunner(ctx, scope.Name, id)
+		resp, err = gh.Enterprise.RemoveRunner(ctx, scope.Name, id)
 	}
 	switch {
 	case err == nil:
 		return Removed, nil
 	case statusOf(err) == http.StatusNotFound:
+		// Unregister lists next; a lost installation shows there.
 		return NotFound, nil
 	case statusOf(err) == http.StatusUnprocessableEntity:
-		return Busy, nil
+		msg := errorMessage(err)
+		if isBusyMessage(msg) {
+			return Busy, nil
+		}
+		return 0, fmt.Errorf("%s: GitHub refused with 422 but not because the runner is busy: %q: %w", op, msg, err)
 	}
-	return 0, c.wrap(fmt.Sprintf("remove runner %q (id %d) from %s", name, id, scope), resp, err)
+	c.forgetInstallation(scope, err)
+	return 0, c.wrap(op, resp, err)
+}
+
+// api returns the GitHub client for scope: the one client, or the client of
+// the App installation on the scope's owner.
+func (c *Client) api(ctx context.Context, scope Scope) (*github.Client, error) {
+	if c.installs == nil {
+		return c.gh, nil
+	}
+	return c.installs.client(ctx, c, scope)
+}
+
+// forgetInstallation drops a discovered installation after a 401 or 404: the
+// App was uninstalled, reinstalled under a new ID, or lost the owner.
+func (c *Client) forgetInstallation(scope Scope, err error) {
+	if c.installs == nil {
+		return
+	}
+	if s := anyStatusOf(err); s == http.StatusUnauthorized || s == http.StatusNotFound {
+		c.installs.forget(scope)
+	}
 }
 
 // wrap names the operation and maps rate limits to *RateLimited.
 func (c *Client) wrap(op string, resp *github.Response, err error) error {
-	if rl := rateLimited(err, c.now()); rl != nil {
+	if rl := rateLimited(err, c.now(), c.cloud); rl != nil {
 		return fmt.Errorf("%s: %w", op, rl)
 	}
 	// API errors already carry method, URL and status; others (bad JSON) do not.
@@ -311,7 +412,6 @@ func (c *Client) wrap(op string, resp *github.Response, err error) error {
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }
-
 func (c *Client) cached(k lookupKey) int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -55,10 +56,12 @@ func newEnv(t *testing.T, mods ...func(*ghclient.Config)) *env {
 	t.Cleanup(srv.Close)
 	m := ghclient.NewMetrics()
 	cfg := ghclient.Config{
-		BaseURL:   srv.URL,
+		// github.com's host, served by the fake: rate-limit rules differ on GHES.
+		BaseURL:   "http://api.github.com",
+		AllowHTTP: true,
 		Token:     testToken,
 		UserAgent: "runner-guard/test",
-		Transport: srv.Client().Transport,
+		Transport: dialTo(srv),
 		Metrics:   m,
 	}
 	for _, mod := range mods {
@@ -69,6 +72,18 @@ func newEnv(t *testing.T, mods ...func(*ghclient.Config)) *env {
 		t.Fatalf("New: %v", err)
 	}
 	return &env{fake: f, srv: srv, client: c, metrics: m}
+}
+
+// dialTo sends every request, whatever its host, to srv: tests can then use
+// github.com's or a GHES host name against the fake.
+func dialTo(srv *httptest.Server) http.RoundTripper {
+	tr := srv.Client().Transport.(*http.Transport).Clone()
+	addr := srv.Listener.Addr().String()
+	tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	return tr
 }
 
 // calls renders the fake's log as "METHOD /path?sorted-query" lines.
@@ -773,7 +788,7 @@ func TestGHESBaseURL(t *testing.T) {
 	}
 	for name, suffix := range tests {
 		t.Run(name, func(t *testing.T) {
-			e := newEnv(t, func(c *ghclient.Config) { c.BaseURL += suffix })
+			e := newEnv(t, func(c *ghclient.Config) { c.BaseURL = "http://ghe.example.com" + suffix })
 			e.fake.AddRunner(org, "r1")
 			if got, err := e.client.Unregister(context.Background(), org, "r1", 0); err != nil || got != ghclient.Removed {
 				t.Fatalf("Unregister = %v, %v", got, err)
@@ -854,20 +869,29 @@ func TestNewConfigErrors(t *testing.T) {
 		cfg  ghclient.Config
 		want string
 	}{
-		"no credentials":    {cfg: ghclient.Config{}, want: "Config.Token or Config.App"},
-		"both credentials":  {cfg: ghclient.Config{Token: "x", App: &ghclient.AppCredentials{AppID: 1, InstallationID: 1, PrivateKeyPEM: []byte("k")}}, want: "only one of Config.Token and Config.App"},
-		"URL without host":  {cfg: ghclient.Config{Token: "x", BaseURL: "api.github.com"}, want: "Config.BaseURL"},
-		"ftp URL":           {cfg: ghclient.Config{Token: "x", BaseURL: "ftp://ghe.example.com/api/v3/"}, want: "Config.BaseURL"},
-		"unparsable URL":    {cfg: ghclient.Config{Token: "x", BaseURL: "http://[::1"}, want: "Config.BaseURL"},
-		"URL with query":    {cfg: ghclient.Config{Token: "x", BaseURL: "https://ghe.example.com/api/v3/?x=1"}, want: "Config.BaseURL"},
-		"negative TTL":      {cfg: ghclient.Config{Token: "x", CacheTTL: -time.Second}, want: "Config.CacheTTL"},
-		"app without ID":    {cfg: ghclient.Config{App: &ghclient.AppCredentials{InstallationID: 1, PrivateKeyPEM: []byte("k")}}, want: "Config.App.AppID"},
-		"app w/o install":   {cfg: ghclient.Config{App: &ghclient.AppCredentials{AppID: 1, PrivateKeyPEM: []byte("k")}}, want: "Config.App.InstallationID"},
-		"app without key":   {cfg: ghclient.Config{App: &ghclient.AppCredentials{AppID: 1, InstallationID: 1}}, want: "Config.App.PrivateKeyPEM"},
-		"app with bad key":  {cfg: ghclient.Config{App: &ghclient.AppCredentials{AppID: 1, InstallationID: 1, PrivateKeyPEM: []byte("not a key")}}, want: "Config.App.PrivateKeyPEM"},
-		"valid token":       {cfg: ghclient.Config{Token: "x"}},
-		"valid GHES":        {cfg: ghclient.Config{Token: "x", BaseURL: "https://ghe.example.com/api/v3"}},
-		"valid default TTL": {cfg: ghclient.Config{Token: "x", CacheTTL: 0}},
+		"no credentials":                 {cfg: ghclient.Config{}, want: "Config.Token: missing GitHub credentials"},
+		"both credentials":               {cfg: ghclient.Config{Token: "x", App: &ghclient.AppCredentials{AppID: 1, InstallationID: 1, PrivateKeyPEM: []byte("k")}}, want: "Config.Token: conflicting GitHub credentials"},
+		"token and file":                 {cfg: ghclient.Config{Token: "x", TokenFile: "/nonexistent"}, want: "Config.TokenFile: set only one"},
+		"missing file":                   {cfg: ghclient.Config{TokenFile: "/nonexistent/token"}, want: "Config.TokenFile: token file: stat /nonexistent/token"},
+		"plain http":                     {cfg: ghclient.Config{Token: "x", BaseURL: "http://ghe.example.com/api/v3"}, want: "Config.BaseURL: \"http://ghe.example.com/api/v3\": plain http"},
+		"user info":                      {cfg: ghclient.Config{Token: "x", BaseURL: "https://bob:hunter2@ghe.example.com/api/v3"}, want: "Config.BaseURL: \"https://ghe.example.com/api/v3\": must not carry user info"},
+		"user info, bad URL":             {cfg: ghclient.Config{Token: "x", BaseURL: "https://bob:hunter2@[::1/api/v3"}, want: "Config.BaseURL: \"https://[::1/api/v3\" is not a URL"},
+		"negative install":               {cfg: ghclient.Config{App: &ghclient.AppCredentials{AppID: 1, InstallationID: -1, PrivateKeyPEM: []byte("k")}}, want: "Config.App.InstallationID"},
+		"mistyped client ID":             {cfg: ghclient.Config{App: &ghclient.AppCredentials{ClientID: "12ab", PrivateKeyPEM: testKeyPEM}}, want: "Config.App.AppID"},
+		"URL without host":               {cfg: ghclient.Config{Token: "x", BaseURL: "api.github.com"}, want: "Config.BaseURL"},
+		"ftp URL":                        {cfg: ghclient.Config{Token: "x", BaseURL: "ftp://ghe.example.com/api/v3/"}, want: "Config.BaseURL"},
+		"unparsable URL":                 {cfg: ghclient.Config{Token: "x", BaseURL: "http://[::1"}, want: "Config.BaseURL"},
+		"URL with query":                 {cfg: ghclient.Config{Token: "x", BaseURL: "https://ghe.example.com/api/v3/?x=1"}, want: "Config.BaseURL"},
+		"negative TTL":                   {cfg: ghclient.Config{Token: "x", CacheTTL: -time.Second}, want: "Config.CacheTTL"},
+		"app without ID":                 {cfg: ghclient.Config{App: &ghclient.AppCredentials{InstallationID: 1, PrivateKeyPEM: []byte("k")}}, want: "Config.App.AppID"},
+		"app without key":                {cfg: ghclient.Config{App: &ghclient.AppCredentials{AppID: 1, InstallationID: 1}}, want: "Config.App.PrivateKeyPEM"},
+		"app with bad key":               {cfg: ghclient.Config{App: &ghclient.AppCredentials{AppID: 1, InstallationID: 1, PrivateKeyPEM: []byte("not a key")}}, want: "Config.App.PrivateKeyPEM"},
+		"valid token":                    {cfg: ghclient.Config{Token: "x"}},
+		"valid http allowed":             {cfg: ghclient.Config{Token: "x", BaseURL: "http://ghe.example.com/api/v3", AllowHTTP: true}},
+		"valid app without installation": {cfg: ghclient.Config{App: &ghclient.AppCredentials{AppID: 1, PrivateKeyPEM: testKeyPEM}}},
+		"valid client ID":                {cfg: ghclient.Config{App: &ghclient.AppCredentials{ClientID: "Iv23liABC", InstallationID: 3, PrivateKeyPEM: testKeyPEM}}},
+		"valid GHES":                     {cfg: ghclient.Config{Token: "x", BaseURL: "https://ghe.example.com/api/v3"}},
+		"valid default TTL":              {cfg: ghclient.Config{Token: "x", CacheTTL: 0}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -880,6 +904,9 @@ func TestNewConfigErrors(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("New error = %v, want one containing %q", err, tc.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("New error %q echoes the URL's password", err)
 			}
 		})
 	}

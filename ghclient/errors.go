@@ -2,6 +2,7 @@ package ghclient
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -51,8 +52,10 @@ func secondaryWait(e *github.AbuseRateLimitError) time.Duration {
 //     or no rate-limit headers at all (GitHub sends them on every answer, so a
 //     bare 403/429 is a limit from something in between).
 //
-// A 403 with remaining > 0 and nothing else is a permission problem, not a limit.
-func rateLimited(err error, now time.Time) *RateLimited {
+// A 403 with remaining > 0 and nothing else is a permission problem, not a
+// limit. On GitHub Enterprise Server (cloud false) rate limiting is often off
+// and no headers are sent, so a bare 403 is an error there too.
+func rateLimited(err error, now time.Time, cloud bool) *RateLimited {
 	var primary *github.RateLimitError
 	if errors.As(err, &primary) {
 		wait, ok := retryAfterHeader(primary.Response)
@@ -93,7 +96,7 @@ func rateLimited(err error, now time.Time) *RateLimited {
 		}
 		return &RateLimited{RetryAfter: max(wait, minRetryAfter), Primary: true, Err: err}
 	}
-	if resp.StatusCode == http.StatusTooManyRequests || remaining == "" ||
+	if resp.StatusCode == http.StatusTooManyRequests || remaining == "" && cloud ||
 		strings.Contains(strings.ToLower(msg), "rate limit") {
 		return &RateLimited{RetryAfter: defaultSecondaryWait, Err: err}
 	}
@@ -123,4 +126,44 @@ func statusOf(err error) int {
 		return er.Response.StatusCode
 	}
 	return 0
+}
+
+// anyStatusOf returns the HTTP status of an API error or of a failed
+// installation-token exchange, or 0.
+func anyStatusOf(err error) int {
+	if s := statusOf(err); s != 0 {
+		return s
+	}
+	var he *ghinstallation.HTTPError
+	if errors.As(err, &he) && he.Response != nil {
+		return he.Response.StatusCode
+	}
+	return 0
+}
+
+// maxMessage bounds how much of an error body is quoted in a message.
+const maxMessage = 300
+
+// errorMessage is GitHub's "message", else the start of the raw body.
+func errorMessage(err error) string {
+	var er *github.ErrorResponse
+	if !errors.As(err, &er) {
+		return ""
+	}
+	msg := er.Message
+	if msg == "" && er.Response != nil && er.Response.Body != nil {
+		// go-github puts the body back when it is not JSON.
+		b, _ := io.ReadAll(io.LimitReader(er.Response.Body, maxMessage))
+		msg = strings.TrimSpace(string(b))
+	}
+	if len(msg) > maxMessage {
+		msg = msg[:maxMessage] + "..."
+	}
+	return msg
+}
+
+// isBusyMessage recognizes GitHub's answer for a runner with a job:
+// `Runner "NAME" is still running a job`.
+func isBusyMessage(msg string) bool {
+	return strings.Contains(strings.ToLower(msg), "running a job")
 }

@@ -25,6 +25,7 @@ func TestRateLimitedMapping(t *testing.T) {
 
 	tests := map[string]struct {
 		err         error
+		ghes        bool // GitHub Enterprise Server: no rate-limit headers is normal
 		wantLimited bool
 		wantPrimary bool
 		wantWait    time.Duration
@@ -79,12 +80,31 @@ func TestRateLimitedMapping(t *testing.T) {
 		"token exchange answered 401": {
 			err: &ghinstallation.HTTPError{Response: resp(401, nil)},
 		},
+		"bare 403 on github.com: a limit from something in between": {
+			err:         &github.ErrorResponse{Response: resp(403, nil), Message: "Forbidden"},
+			wantLimited: true, wantWait: time.Minute,
+		},
+		"bare 403 on GHES: an error": {
+			err: &github.ErrorResponse{Response: resp(403, nil), Message: "Must have admin rights to Repository."}, ghes: true,
+		},
+		"bare 429 on GHES: still a limit": {
+			err: &github.ErrorResponse{Response: resp(429, nil)}, ghes: true,
+			wantLimited: true, wantWait: time.Minute,
+		},
+		"403 on GHES with retry-after: a limit": {
+			err: &github.ErrorResponse{Response: resp(403, map[string]string{"Retry-After": "9"})}, ghes: true,
+			wantLimited: true, wantWait: 9 * time.Second,
+		},
+		"403 on GHES saying rate limit: a limit": {
+			err: &github.ErrorResponse{Response: resp(403, nil), Message: "API rate limit exceeded"}, ghes: true,
+			wantLimited: true, wantWait: time.Minute,
+		},
 		"500":             {err: &github.ErrorResponse{Response: resp(500, nil)}},
 		"transport error": {err: errors.New("connection refused")},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			rl := rateLimited(tc.err, now)
+			rl := rateLimited(tc.err, now, !tc.ghes)
 			if (rl != nil) != tc.wantLimited {
 				t.Fatalf("rateLimited = %v, want limited=%v", rl, tc.wantLimited)
 			}

@@ -77,7 +77,7 @@ func FuzzResponses(f *testing.F) {
 			return d.DialContext(ctx, "tcp", srv.Listener.Addr().String())
 		}}
 		defer tr.CloseIdleConnections()
-		c, err := ghclient.New(ghclient.Config{BaseURL: srv.URL + "/", Token: "t", Transport: tr})
+		c, err := ghclient.New(ghclient.Config{BaseURL: srv.URL + "/", AllowHTTP: true, Token: "t", Transport: tr})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -86,12 +86,17 @@ func (c *Client) scan(ctx context.Context, scope Scope, nameFilter string, match
 		opts.Name = &nameFilter
 		op = fmt.Sprintf("list runners named %q in %s", nameFilter, scope)
 	}
+	gh, err := c.api(ctx, scope)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	for range maxListPages {
-		runners, resp, err := c.listPage(ctx, scope, opts)
+		runners, resp, err := listPage(ctx, gh, scope, opts)
 		if err != nil {
 			if opts.Page > 1 {
 				op = fmt.Sprintf("%s (page %d)", op, opts.Page)
 			}
+			c.forgetInstallation(scope, err)
 			return nil, c.wrap(op, resp, err)
 		}
 		if runners != nil {
@@ -110,14 +115,14 @@ func (c *Client) scan(ctx context.Context, scope Scope, nameFilter string, match
 	return nil, fmt.Errorf("%s: more than %d pages", op, maxListPages)
 }
 
-func (c *Client) listPage(ctx context.Context, scope Scope, opts *github.ListRunnersOptions) (*github.Runners, *github.Response, error) {
+func listPage(ctx context.Context, gh *github.Client, scope Scope, opts *github.ListRunnersOptions) (*github.Runners, *github.Response, error) {
 	switch scope.Kind {
 	case ScopeRepo:
 		owner, repo, _ := strings.Cut(scope.Name, "/")
-		return c.gh.Actions.ListRunners(ctx, owner, repo, opts)
+		return gh.Actions.ListRunners(ctx, owner, repo, opts)
 	case ScopeOrg:
-		return c.gh.Actions.ListOrganizationRunners(ctx, scope.Name, opts)
+		return gh.Actions.ListOrganizationRunners(ctx, scope.Name, opts)
 	default:
-		return c.gh.Enterprise.ListRunners(ctx, scope.Name, opts)
+		return gh.Enterprise.ListRunners(ctx, scope.Name, opts)
 	}
 }
