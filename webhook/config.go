@@ -72,6 +72,10 @@ type Config struct {
 	// RecentlyAdmittedTTL is how long an admitted deletion of one pod answers the
 	// API server's repeated reviews of the same deletion without asking GitHub.
 	RecentlyAdmittedTTL metav1.Duration `json:"recentlyAdmittedTTL,omitempty"`
+
+	// OnErrorSource names the setting that chose OnError, for denial messages
+	// ("--on-error=deny", "onError: deny in --config"); empty means the flag's default.
+	OnErrorSource string `json:"-"`
 }
 
 // RunnerPodSpec describes one kind of runner pod (one ARC mode).
@@ -159,10 +163,26 @@ func ParseConfig(data []byte) (Config, error) {
 	if err := yaml.UnmarshalStrict(data, &c); err != nil {
 		return Config{}, fmt.Errorf("parse config: %w", err)
 	}
+	if c.OnError != "" {
+		c.OnErrorSource = fmt.Sprintf("onError: %s in --config", c.OnError)
+	}
 	if err := c.Complete(); err != nil {
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// policy is the part of the configuration the rules read.
+func (c *Config) policy() policy {
+	return policy{
+		OnError:          c.OnError,
+		OnErrorSource:    c.OnErrorSource,
+		BypassUsers:      c.Bypass.Users,
+		BypassGroups:     c.Bypass.Groups,
+		ForceAnnotation:  c.forceAnnotation(),
+		ExemptNamespaces: c.ExemptNamespaces,
+		BusyRetryAfter:   c.BusyRetryAfter.Duration,
+	}
 }
 
 // Complete fills in defaults and validates, naming the offending field.

@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -16,10 +15,12 @@ type GitHub interface {
 	Status(ctx context.Context, scope ghclient.Scope, runnerName string) (ghclient.RunnerStatus, error)
 }
 
-// decider applies the decision table of DESIGN.md, rules 1 to 10 in order.
+// decider runs the decision table (rules.go) over the facts of one review,
+// resolving the runner and asking GitHub only when a rule needs them.
 type decider struct {
 	policy        policy
 	specs         []RunnerPodSpec
+	table         []rule
 	github        GitHub
 	githubTimeout time.Duration
 	memory        *admittedMemory
@@ -27,15 +28,9 @@ type decider struct {
 
 func newDecider(cfg Config, gh GitHub, now func() time.Time) *decider {
 	return &decider{
-		policy: policy{
-			OnError:          cfg.OnError,
-			BypassUsers:      cfg.Bypass.Users,
-			BypassGroups:     cfg.Bypass.Groups,
-			ForceAnnotation:  cfg.forceAnnotation(),
-			ExemptNamespaces: cfg.ExemptNamespaces,
-			BusyRetryAfter:   cfg.BusyRetryAfter.Duration,
-		},
+		policy:        cfg.policy(),
 		specs:         cfg.RunnerPods,
+		table:         decisionTable(),
 		github:        gh,
 		githubTimeout: cfg.GitHubTimeout.Duration,
 		memory:        newAdmittedMemory(cfg.RecentlyAdmittedTTL.Duration, now),
@@ -46,52 +41,39 @@ func newDecider(cfg Config, gh GitHub, now func() time.Time) *decider {
 // when the decision was made before the runner was resolved).
 func (d *decider) decide(ctx context.Context, r review) (Decision, Target) {
 	r.Spec = matchRunnerPod(r.Pod, d.specs)
-	if dec, ok := ruleNotRunnerPod(r); ok {
-		return dec, Target{}
-	}
-	if dec, ok := ruleAlreadyTerminating(r); ok {
-		return dec, Target{}
-	}
-	if dec, ok := ruleRunnerNotRunning(r); ok {
-		return dec, Target{}
-	}
-	if dec, ok := ruleBypass(r, d.policy); ok {
-		return dec, Target{}
-	}
-	target, scopeErr := resolveTarget(r.Pod, r.Spec)
-	if dec, ok := ruleScopeUnknown(r, scopeErr, d.policy); ok {
-		return dec, target
-	}
-	if !r.DryRun && d.memory.admitted(r.Pod.UID, target) {
-		return allow(ReasonRecentlyAdmitted, "deletion of this pod was admitted moments ago; runner already unregistered"), target
-	}
-
-	res := d.askGitHub(ctx, r, target)
-	rules := []func() (Decision, bool){
-		func() (Decision, bool) { return ruleDryRun(r, target, res, d.policy) },
-		func() (Decision, bool) { return ruleUnregistered(r, target, res) },
-		func() (Decision, bool) { return ruleRunnerBusy(r, target, res, d.policy) },
-		func() (Decision, bool) { return ruleRateLimited(r, target, res) },
-		func() (Decision, bool) { return ruleGitHubError(r, target, res, d.policy) },
-	}
-	for _, rule := range rules {
-		if dec, ok := rule(); ok {
+	reached := stageRequest
+	for _, rl := range d.table {
+		for reached < rl.needs {
+			reached++
+			d.resolve(ctx, &r, reached)
+		}
+		if dec, ok := rl.decide(&r, &d.policy); ok {
 			if dec.Reason == ReasonUnregistered || dec.Reason == ReasonRunnerNotFound {
-				d.memory.remember(r.Pod.UID, target)
+				d.memory.remember(r.Pod.UID, r.Target)
 			}
-			return dec, target
+			return dec, r.Target
 		}
 	}
-	// Unreachable with a well-behaved GitHub client: an outcome it never returns.
-	res.Err = fmt.Errorf("GitHub client returned unexpected outcome %s", res.Outcome)
-	dec, _ := ruleGitHubError(r, target, res, d.policy)
-	return dec, target
+	// The table's last rule always decides; reaching here is a programming error.
+	panic("webhook: decision table ended without a decision")
+}
+
+// resolve adds the facts of stage s to the review.
+func (d *decider) resolve(ctx context.Context, r *review, s stage) {
+	switch s {
+	case stageRunner:
+		r.Target, r.ScopeErr = resolveTarget(r.Pod, r.Spec)
+		r.RecentlyAdmitted = r.ScopeErr == nil && d.memory.admitted(r.Pod.UID, r.Target)
+	case stageGitHub:
+		r.GitHub = d.askGitHub(ctx, r)
+	}
 }
 
 // askGitHub makes the one GitHub call of a decision, bounded by the GitHub timeout.
-func (d *decider) askGitHub(ctx context.Context, r review, t Target) githubResult {
+func (d *decider) askGitHub(ctx context.Context, r *review) githubResult {
 	ctx, cancel := context.WithTimeout(ctx, d.githubTimeout)
 	defer cancel()
+	t := r.Target
 	log := logr.FromContextOrDiscard(ctx).WithValues("runner", t.Name, "scope", t.Scope.String(), "runnerIDHint", t.IDHint)
 	start := time.Now()
 	if r.DryRun {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	jsoniter "github.com/json-iterator/go"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -46,6 +48,9 @@ type Options struct {
 // Handler is the admission.Handler for DELETE pods and CREATE pods/eviction.
 type Handler struct {
 	decider *decider
+	// exempt and specs let the handler skip decoding what the rules will not read.
+	exempt  []string
+	specs   []RunnerPodSpec
 	decoder admission.Decoder
 	pods    client.Reader
 	events  events.EventRecorder
@@ -73,6 +78,8 @@ func NewHandler(o Options) (*Handler, error) {
 	}
 	return &Handler{
 		decider: newDecider(o.Config, o.GitHub, o.Now),
+		exempt:  o.Config.ExemptNamespaces,
+		specs:   o.Config.RunnerPods,
 		decoder: admission.NewDecoder(o.Scheme),
 		pods:    o.Pods,
 		events:  o.Events,
@@ -80,9 +87,10 @@ func NewHandler(o Options) (*Handler, error) {
 	}, nil
 }
 
-// Handle answers one AdmissionReview.
+// Handle answers one AdmissionReview. It gathers the review's facts, hands
+// them to the decider, and records every decision the same way: metric, log
+// line and (where the decision table says so) an Event.
 func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.Response {
-	log := logf.FromContext(ctx)
 	if req.UID == "" || req.Operation == "" {
 		return admission.Errored(http.StatusBadRequest, errors.New("AdmissionReview carries no request (uid and operation are required)"))
 	}
@@ -96,79 +104,90 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		// Only reachable through a misconfigured webhook rule; never block it.
 		return admission.Allowed(fmt.Sprintf("runner-guard does not handle %s %s/%s", req.Operation, req.Resource.Resource, req.SubResource))
 	}
-
-	if dec, exempt := ruleExemptNamespace(req.Namespace, h.decider.policy); exempt {
-		h.metrics.observe(op, dec)
-		return toResponse(dec)
+	r, err := h.facts(ctx, op, req)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
 	}
-	pod, resp, ok := h.pod(ctx, op, req)
-	if !ok {
-		return resp
-	}
-	r := review{Operation: op, Pod: pod, User: req.UserInfo, DryRun: req.DryRun != nil && *req.DryRun}
 	dec, target := h.decider.decide(ctx, r)
-
 	h.metrics.observe(op, dec)
 	h.record(r, dec)
-	// Quiet allows are most decisions: build their log fields only when wanted.
-	quiet := dec.Allowed && dec.Warning == "" && dec.Reason != ReasonUnregistered
-	if !quiet || log.V(1).Enabled() {
-		kv := []any{"operation", op, "allowed", dec.Allowed, "reason", dec.Reason, "dryRun", r.DryRun}
-		if target.Name != "" {
-			kv = append(kv, "runner", target.Name, "scope", target.Scope.String())
-		}
-		if quiet {
-			log.V(1).Info("admitted", kv...)
-		} else {
-			log.Info(dec.Message, kv...)
-		}
-	}
+	h.log(ctx, r, dec, target)
 	return toResponse(dec)
 }
 
-// pod returns the pod under review: the DELETE's oldObject, or for an eviction
-// the live pod (nil if it is gone). ok is false when resp must be returned as is.
-func (h *Handler) pod(ctx context.Context, op Operation, req admission.Request) (*corev1.Pod, admission.Response, bool) {
+// facts gathers what the rules decide on: the pod (the DELETE's oldObject, or
+// for an eviction the live pod, nil if it is gone, or the error reading it),
+// the requester and whether this is a dry run. An error means a malformed review.
+func (h *Handler) facts(ctx context.Context, op Operation, req admission.Request) (review, error) {
+	r := review{
+		Operation: op,
+		Namespace: req.Namespace,
+		Name:      req.Name,
+		User:      req.UserInfo,
+		DryRun:    req.DryRun != nil && *req.DryRun,
+	}
+	if slices.Contains(h.exempt, r.Namespace) {
+		// The first rule decides on the namespace alone: read nothing more.
+		return r, nil
+	}
 	if op == OperationDelete {
 		if len(req.OldObject.Raw) == 0 {
-			return nil, admission.Errored(http.StatusBadRequest, errors.New("DELETE review carries no oldObject")), false
+			return r, errors.New("DELETE review carries no oldObject")
 		}
 		// Most deleted pods are not running runners: read only what rules 1
 		// to 3 need and decode the whole pod only when they do not decide.
 		if partial := h.fastPathPod(req.OldObject.Raw); partial != nil {
-			return partial, admission.Response{}, true
+			r.Pod = partial
+		} else {
+			pod := &corev1.Pod{}
+			if err := h.decoder.DecodeRaw(req.OldObject, pod); err != nil {
+				return r, fmt.Errorf("decode oldObject as Pod: %w", err)
+			}
+			r.Pod = pod
 		}
-		pod := &corev1.Pod{}
-		if err := h.decoder.DecodeRaw(req.OldObject, pod); err != nil {
-			return nil, admission.Errored(http.StatusBadRequest, fmt.Errorf("decode oldObject as Pod: %w", err)), false
-		}
-		return pod, admission.Response{}, true
+		r.Name = r.Pod.Name
+		return r, nil
 	}
 
-	name := req.Name
-	if name == "" && len(req.Object.Raw) > 0 {
+	if r.Name == "" && len(req.Object.Raw) > 0 {
 		ev := &policyv1.Eviction{}
 		if err := h.decoder.DecodeRaw(req.Object, ev); err != nil {
-			return nil, admission.Errored(http.StatusBadRequest, fmt.Errorf("decode Eviction: %w", err)), false
+			return r, fmt.Errorf("decode Eviction: %w", err)
 		}
-		name = ev.Name
+		r.Name = ev.Name
 	}
-	if name == "" || req.Namespace == "" {
-		return nil, admission.Errored(http.StatusBadRequest, errors.New("eviction review names no pod")), false
+	if r.Name == "" || r.Namespace == "" {
+		return r, errors.New("eviction review names no pod")
 	}
 	pod := &corev1.Pod{}
-	err := h.pods.Get(ctx, types.NamespacedName{Namespace: req.Namespace, Name: name}, pod)
+	err := h.pods.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: r.Name}, pod)
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, admission.Response{}, true
 	case err != nil:
-		d := onError(h.decider.policy, ReasonPodLookupFailed,
-			fmt.Sprintf("cannot read pod %s/%s to check its runner: %v", req.Namespace, name, err), http.StatusTooManyRequests)
-		d.RetryAfter = h.decider.policy.BusyRetryAfter
-		h.metrics.observe(op, d)
-		return nil, toResponse(d), false
+		r.PodErr = err
+	default:
+		r.Pod = pod
 	}
-	return pod, admission.Response{}, true
+	return r, nil
+}
+
+// log writes the decision's line. Quiet allows are most decisions: their
+// fields are built only when verbose logging is on.
+func (h *Handler) log(ctx context.Context, r review, dec Decision, target Target) {
+	log := logf.FromContext(ctx)
+	quiet := dec.Allowed && dec.Warning == "" && dec.Reason != ReasonUnregistered
+	if quiet && !log.V(1).Enabled() {
+		return
+	}
+	kv := []any{"operation", r.Operation, "pod", klog.KRef(r.Namespace, r.Name), "allowed", dec.Allowed, "reason", dec.Reason, "dryRun", r.DryRun}
+	if target.Name != "" {
+		kv = append(kv, "runner", target.Name, "scope", target.Scope.String())
+	}
+	if quiet {
+		log.V(1).Info("admitted", kv...)
+		return
+	}
+	log.Info(dec.Message, kv...)
 }
 
 // fastJSON reads podHead; json-iterator skips the fields podHead does not
@@ -212,7 +231,7 @@ func (h *Handler) fastPathPod(raw []byte) *corev1.Pod {
 	pod := &corev1.Pod{}
 	pod.Name, pod.Namespace, pod.UID = head.Metadata.Name, head.Metadata.Namespace, head.Metadata.UID
 	pod.Labels, pod.DeletionTimestamp = head.Metadata.Labels, head.Metadata.DeletionTimestamp
-	spec := matchRunnerPod(pod, h.decider.specs)
+	spec := matchRunnerPod(pod, h.specs)
 	if spec == nil || pod.DeletionTimestamp != nil {
 		return pod
 	}
@@ -235,8 +254,13 @@ func (h *Handler) fastPathPod(raw []byte) *corev1.Pod {
 
 // record emits the decision's Event on the pod. Dry runs have no side effects.
 func (h *Handler) record(r review, d Decision) {
-	if h.events == nil || r.DryRun || d.EventReason == "" || r.Pod == nil {
+	if h.events == nil || r.DryRun || d.EventReason == "" {
 		return
+	}
+	var regarding runtime.Object = r.Pod
+	if r.Pod == nil {
+		// The pod could not be read: record the Event against its reference.
+		regarding = &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: r.Namespace, Name: r.Name}
 	}
 	action := "Delete"
 	if r.Operation == OperationEvict {
@@ -250,7 +274,7 @@ func (h *Handler) record(r review, d Decision) {
 	if len(note) > 1000 {
 		note = note[:1000]
 	}
-	h.events.Eventf(r.Pod, nil, d.EventType, d.EventReason, action, "%s", note)
+	h.events.Eventf(regarding, nil, d.EventType, d.EventReason, action, "%s", note)
 }
 
 // toResponse turns a decision into an admission response. The code and reason

@@ -23,7 +23,7 @@ func BenchmarkHandleFastPath(b *testing.B) {
 		"terminating": fixture.MakeLegacyRunnerPod("ci", "r1").Org("acme").Running().Terminating().Obj(),
 		"not-running": fixture.MakeLegacyRunnerPod("ci", "r2").Org("acme").Pending().Obj(),
 	}
-	gh, err := ghclient.New(ghclient.Config{BaseURL: "http://127.0.0.1:1/", Token: "t"})
+	gh, err := ghclient.New(ghclient.Config{BaseURL: "http://127.0.0.1:1/", AllowHTTP: true, Token: "t"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func fakeGitHub(tb testing.TB) (*ghfake.Fake, *ghclient.Client) {
 	gh.SetToken("test-token")
 	ghSrv := httptest.NewServer(gh)
 	tb.Cleanup(ghSrv.Close)
-	client, err := ghclient.New(ghclient.Config{BaseURL: ghSrv.URL + "/", Token: "test-token"})
+	client, err := ghclient.New(ghclient.Config{BaseURL: ghSrv.URL + "/", AllowHTTP: true, Token: "test-token"})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -24,28 +24,28 @@ const (
 
 // Reason is a stable name for why a decision was made, used in messages,
 // Events and the decisions metric. Do not rename: dashboards depend on them.
+// docs/DESIGN.md has one row per reason; a test keeps the two in step.
 type Reason string
 
 const (
-	ReasonExemptNamespace   Reason = "exempt-namespace"
-	ReasonNotRunnerPod      Reason = "not-runner-pod"
-	ReasonPodNotFound       Reason = "pod-not-found"
-	ReasonTerminating       Reason = "already-terminating"
-	ReasonRunnerNotRunning  Reason = "runner-not-running"
-	ReasonBypassUser        Reason = "bypass-user"
-	ReasonForceAnnotation   Reason = "force-annotation"
-	ReasonScopeUnknown      Reason = "scope-unknown"
-	ReasonRecentlyAdmitted  Reason = "recently-admitted"
-	ReasonDryRunBusy        Reason = "dry-run-runner-busy"
-	ReasonDryRunIdle        Reason = "dry-run-runner-idle"
-	ReasonDryRunNotFound    Reason = "dry-run-runner-not-found"
-	ReasonUnregistered      Reason = "unregistered"
-	ReasonRunnerNotFound    Reason = "runner-not-found"
-	ReasonRunnerBusy        Reason = "runner-busy"
-	ReasonRateLimited       Reason = "rate-limited"
-	ReasonGitHubError       Reason = "github-error"
-	ReasonPodLookupFailed   Reason = "pod-lookup-failed"
-	ReasonUnhandledResource Reason = "unhandled-request"
+	ReasonExemptNamespace  Reason = "exempt-namespace"
+	ReasonPodLookupFailed  Reason = "pod-lookup-failed"
+	ReasonNotRunnerPod     Reason = "not-runner-pod"
+	ReasonPodNotFound      Reason = "pod-not-found"
+	ReasonTerminating      Reason = "already-terminating"
+	ReasonRunnerNotRunning Reason = "runner-not-running"
+	ReasonBypassUser       Reason = "bypass-user"
+	ReasonForceAnnotation  Reason = "force-annotation"
+	ReasonScopeUnknown     Reason = "scope-unknown"
+	ReasonRecentlyAdmitted Reason = "recently-admitted"
+	ReasonDryRunBusy       Reason = "dry-run-runner-busy"
+	ReasonDryRunIdle       Reason = "dry-run-runner-idle"
+	ReasonDryRunNotFound   Reason = "dry-run-runner-not-found"
+	ReasonUnregistered     Reason = "unregistered"
+	ReasonRunnerNotFound   Reason = "runner-not-found"
+	ReasonRunnerBusy       Reason = "runner-busy"
+	ReasonRateLimited      Reason = "rate-limited"
+	ReasonGitHubError      Reason = "github-error"
 )
 
 // Event reasons (events.k8s.io reason field, CamelCase by convention).
@@ -56,6 +56,7 @@ const (
 	EventGitHubError        = "GitHubError"
 	EventScopeUnknown       = "RunnerScopeUnknown"
 	EventRateLimited        = "GitHubRateLimited"
+	EventPodLookupFailed    = "PodLookupFailed"
 )
 
 // Decision is the outcome of one review.
@@ -76,14 +77,31 @@ type Decision struct {
 	EventReason string
 }
 
-// review holds the facts of one request that the rules decide on.
+// review holds the facts of one request that the rules decide on. The handler
+// fills the request's facts; the decider adds the runner and GitHub's answer
+// when the first rule that needs them is reached.
 type review struct {
 	Operation Operation
-	Pod       *corev1.Pod
-	// Spec is the matched runner pod spec, nil for a pod that is not a runner.
-	Spec   *RunnerPodSpec
+	// Namespace and Name name the pod under review, even when Pod is nil.
+	Namespace string
+	Name      string
+	// Pod is the pod under review; nil when an eviction names a pod that is gone.
+	Pod *corev1.Pod
+	// PodErr is set when the pod could not be read; Pod is then nil.
+	PodErr error
 	User   authenticationv1.UserInfo
 	DryRun bool
+
+	// Spec is the matched runner pod spec, nil for a pod that is not a runner.
+	Spec *RunnerPodSpec
+	// Target and ScopeErr: the runner behind the pod (stageRunner).
+	Target   Target
+	ScopeErr error
+	// RecentlyAdmitted: this pod's deletion was admitted moments ago after
+	// GitHub removed its runner (stageRunner).
+	RecentlyAdmitted bool
+	// GitHub is GitHub's answer (stageGitHub).
+	GitHub githubResult
 }
 
 // githubResult is what GitHub answered: an Unregister outcome, or a Status for
@@ -102,26 +120,86 @@ type policy struct {
 	ForceAnnotation  string // "" when disabled
 	ExemptNamespaces []string
 	BusyRetryAfter   time.Duration
+	// OnErrorSource says where OnError was set, for messages: "--on-error=deny",
+	// "onError: deny in --config" or "the default onError: deny".
+	OnErrorSource string
+}
+
+// stage is how much the decider has resolved before a rule runs.
+type stage int
+
+const (
+	// stageRequest: the request's own facts and the matched runner pod spec.
+	stageRequest stage = iota
+	// stageRunner: the runner's name and scope.
+	stageRunner
+	// stageGitHub: GitHub's answer.
+	stageGitHub
+)
+
+// rule is one row of the decision table: it decides or passes (false).
+type rule struct {
+	reasons []Reason // the reasons it can decide with, for docs and tests
+	needs   stage
+	decide  func(r *review, p *policy) (Decision, bool)
+}
+
+// decisionTable is docs/DESIGN.md's decision table in code: the first rule that
+// decides wins. The decider resolves what a rule needs just before it runs, so
+// a decision made early costs no runner resolution and no GitHub request.
+func decisionTable() []rule {
+	return []rule{
+		{[]Reason{ReasonExemptNamespace}, stageRequest, ruleExemptNamespace},
+		{[]Reason{ReasonPodLookupFailed}, stageRequest, rulePodLookupFailed},
+		{[]Reason{ReasonPodNotFound, ReasonNotRunnerPod}, stageRequest, ruleNotRunnerPod},
+		{[]Reason{ReasonTerminating}, stageRequest, ruleAlreadyTerminating},
+		{[]Reason{ReasonRunnerNotRunning}, stageRequest, ruleRunnerNotRunning},
+		{[]Reason{ReasonBypassUser, ReasonForceAnnotation}, stageRequest, ruleBypass},
+		{[]Reason{ReasonScopeUnknown}, stageRunner, ruleScopeUnknown},
+		{[]Reason{ReasonRecentlyAdmitted}, stageRunner, ruleRecentlyAdmitted},
+		{[]Reason{ReasonDryRunBusy, ReasonDryRunIdle, ReasonDryRunNotFound}, stageGitHub, ruleDryRun},
+		{[]Reason{ReasonUnregistered, ReasonRunnerNotFound}, stageGitHub, ruleUnregistered},
+		{[]Reason{ReasonRunnerBusy}, stageGitHub, ruleRunnerBusy},
+		{[]Reason{ReasonRateLimited}, stageGitHub, ruleRateLimited},
+		{[]Reason{ReasonGitHubError}, stageGitHub, ruleGitHubError},
+		{[]Reason{ReasonGitHubError}, stageGitHub, ruleUnexpectedOutcome},
+	}
 }
 
 func allow(reason Reason, msg string) Decision {
 	return Decision{Allowed: true, Reason: reason, Message: msg}
 }
 
-func podRef(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }
+func (r *review) podRef() string { return r.Namespace + "/" + r.Name }
 
-// Rule 1, first part: kube-system and runner-guard's own namespace are never
-// guarded, so a misconfigured selector cannot lock the cluster's own pods.
-func ruleExemptNamespace(namespace string, p policy) (Decision, bool) {
-	if slices.Contains(p.ExemptNamespaces, namespace) {
-		return allow(ReasonExemptNamespace, fmt.Sprintf("namespace %q is exempt", namespace)), true
+// Rule 1a: kube-system and runner-guard's own namespace are never guarded, so
+// a misconfigured selector cannot lock the cluster's own pods.
+func ruleExemptNamespace(r *review, p *policy) (Decision, bool) {
+	if slices.Contains(p.ExemptNamespaces, r.Namespace) {
+		return allow(ReasonExemptNamespace, fmt.Sprintf("namespace %q is exempt", r.Namespace)), true
 	}
 	return Decision{}, false
 }
 
+// Rule 1b: the pod named by an eviction could not be read, so runner-guard
+// cannot tell whether it is a runner; the on-error policy decides, and a
+// refusal is a 429 so drains retry.
+func rulePodLookupFailed(r *review, p *policy) (Decision, bool) {
+	if r.PodErr == nil {
+		return Decision{}, false
+	}
+	msg := fmt.Sprintf("cannot read pod %s to check its runner: %v", r.podRef(), r.PodErr)
+	d := onError(p, ReasonPodLookupFailed, msg, http.StatusTooManyRequests)
+	if !d.Allowed {
+		d.RetryAfter = p.BusyRetryAfter
+	}
+	d.EventType, d.EventReason = corev1.EventTypeWarning, EventPodLookupFailed
+	return d, true
+}
+
 // Rule 1: a pod that is not a runner pod (or, for an eviction, no longer exists)
 // holds no job.
-func ruleNotRunnerPod(r review) (Decision, bool) {
+func ruleNotRunnerPod(r *review, _ *policy) (Decision, bool) {
 	switch {
 	case r.Pod == nil:
 		return allow(ReasonPodNotFound, "pod not found"), true
@@ -133,7 +211,7 @@ func ruleNotRunnerPod(r review) (Decision, bool) {
 
 // Rule 2: a pod with a deletionTimestamp was admitted for deletion before; the
 // kubelet or garbage collector is finishing it.
-func ruleAlreadyTerminating(r review) (Decision, bool) {
+func ruleAlreadyTerminating(r *review, _ *policy) (Decision, bool) {
 	if r.Pod.DeletionTimestamp != nil {
 		return allow(ReasonTerminating, "pod is already terminating"), true
 	}
@@ -141,7 +219,7 @@ func ruleAlreadyTerminating(r review) (Decision, bool) {
 }
 
 // Rule 3: without a running runner container no process can hold a job.
-func ruleRunnerNotRunning(r review) (Decision, bool) {
+func ruleRunnerNotRunning(r *review, _ *policy) (Decision, bool) {
 	if !runnerContainerRunning(r.Pod, r.Spec.Container) {
 		return allow(ReasonRunnerNotRunning, fmt.Sprintf("container %q is not running", r.Spec.Container)), true
 	}
@@ -150,9 +228,9 @@ func ruleRunnerNotRunning(r review) (Decision, bool) {
 
 // Rule 4: bypass users (cleaning up after dead nodes) and the force annotation
 // let the pod go without asking GitHub, loudly.
-func ruleBypass(r review, p policy) (Decision, bool) {
+func ruleBypass(r *review, p *policy) (Decision, bool) {
 	forced := func(reason Reason, why string) Decision {
-		d := allow(reason, fmt.Sprintf("runner-guard bypassed for pod %s: %s; the runner was not unregistered and a running job may be cancelled", podRef(r.Pod), why))
+		d := allow(reason, fmt.Sprintf("runner-guard bypassed for pod %s: %s; the runner was not unregistered and a running job may be cancelled", r.podRef(), why))
 		d.Warning = d.Message
 		d.EventType, d.EventReason = corev1.EventTypeWarning, EventForcedDelete
 		return d
@@ -172,24 +250,34 @@ func ruleBypass(r review, p policy) (Decision, bool) {
 }
 
 // Rule 5: without a scope runner-guard cannot ask GitHub; the on-error policy decides.
-func ruleScopeUnknown(r review, scopeErr error, p policy) (Decision, bool) {
-	if scopeErr == nil {
+func ruleScopeUnknown(r *review, p *policy) (Decision, bool) {
+	if r.ScopeErr == nil {
 		return Decision{}, false
 	}
-	msg := fmt.Sprintf("cannot tell where the runner of pod %s is registered on GitHub: %v", podRef(r.Pod), scopeErr)
+	msg := fmt.Sprintf("cannot tell where the runner of pod %s is registered on GitHub: %v", r.podRef(), r.ScopeErr)
 	d := onError(p, ReasonScopeUnknown, msg, http.StatusForbidden)
 	d.EventType, d.EventReason = corev1.EventTypeWarning, EventScopeUnknown
 	return d, true
 }
 
+// Rule 5b: the API server reviews one deletion up to three times; the repeats
+// of an admitted deletion are answered without asking GitHub again.
+func ruleRecentlyAdmitted(r *review, _ *policy) (Decision, bool) {
+	if r.DryRun || !r.RecentlyAdmitted {
+		return Decision{}, false
+	}
+	return allow(ReasonRecentlyAdmitted, "deletion of this pod was admitted moments ago; runner already unregistered"), true
+}
+
 // Rule 6: a dry run never unregisters; it reports what GitHub says now.
-func ruleDryRun(r review, t Target, res githubResult, p policy) (Decision, bool) {
+func ruleDryRun(r *review, p *policy) (Decision, bool) {
+	res, t := r.GitHub, r.Target
 	if !r.DryRun || res.Err != nil || res.Status == nil {
 		return Decision{}, false
 	}
 	switch res.Status.State {
 	case ghclient.StateBusy:
-		d := busyDenial(r, t, p)
+		d := busyDenial(r, p)
 		d.Reason = ReasonDryRunBusy
 		return d, true
 	case ghclient.StateIdle:
@@ -200,7 +288,8 @@ func ruleDryRun(r review, t Target, res githubResult, p policy) (Decision, bool)
 }
 
 // Rule 7: GitHub removed the runner (204) or does not know it: it can get no job.
-func ruleUnregistered(r review, t Target, res githubResult) (Decision, bool) {
+func ruleUnregistered(r *review, _ *policy) (Decision, bool) {
+	res, t := r.GitHub, r.Target
 	if r.DryRun || res.Err != nil {
 		return Decision{}, false
 	}
@@ -216,17 +305,17 @@ func ruleUnregistered(r review, t Target, res githubResult) (Decision, bool) {
 }
 
 // Rule 8: GitHub answered 422: the runner is running a job and nothing changed.
-func ruleRunnerBusy(r review, t Target, res githubResult, p policy) (Decision, bool) {
-	if r.DryRun || res.Err != nil || res.Outcome != ghclient.Busy {
+func ruleRunnerBusy(r *review, p *policy) (Decision, bool) {
+	if r.DryRun || r.GitHub.Err != nil || r.GitHub.Outcome != ghclient.Busy {
 		return Decision{}, false
 	}
-	return busyDenial(r, t, p), true
+	return busyDenial(r, p), true
 }
 
 // Rule 9: GitHub's rate limit: deny with 429 so the requester retries later.
-func ruleRateLimited(r review, t Target, res githubResult) (Decision, bool) {
+func ruleRateLimited(r *review, _ *policy) (Decision, bool) {
 	var rl *ghclient.RateLimited
-	if !errors.As(res.Err, &rl) {
+	if !errors.As(r.GitHub.Err, &rl) {
 		return Decision{}, false
 	}
 	wait := max(rl.RetryAfter, time.Second)
@@ -234,18 +323,19 @@ func ruleRateLimited(r review, t Target, res githubResult) (Decision, bool) {
 		Reason:      ReasonRateLimited,
 		Code:        http.StatusTooManyRequests,
 		RetryAfter:  wait,
-		Message:     fmt.Sprintf("GitHub rate limit reached while checking runner %q in %s; retry in %s: %v", t.Name, t.Scope, roundUp(wait), res.Err),
+		Message:     fmt.Sprintf("GitHub rate limit reached while checking runner %q in %s; retry in %s: %v", r.Target.Name, r.Target.Scope, roundUp(wait), r.GitHub.Err),
 		EventType:   corev1.EventTypeWarning,
 		EventReason: EventRateLimited,
 	}, true
 }
 
 // Rule 10: any other GitHub failure (or the deadline): the on-error policy decides.
-func ruleGitHubError(r review, t Target, res githubResult, p policy) (Decision, bool) {
-	if res.Err == nil {
+func ruleGitHubError(r *review, p *policy) (Decision, bool) {
+	err := r.GitHub.Err
+	if err == nil {
 		return Decision{}, false
 	}
-	msg := fmt.Sprintf("cannot check runner %q in %s with GitHub: %v", t.Name, t.Scope, res.Err)
+	msg := fmt.Sprintf("cannot check runner %q in %s with GitHub: %v", r.Target.Name, r.Target.Scope, err)
 	d := onError(p, ReasonGitHubError, msg, http.StatusServiceUnavailable)
 	if !d.Allowed && r.Operation == OperationEvict {
 		// Drains and autoscalers retry a 429; GitHub may be back by then.
@@ -255,8 +345,16 @@ func ruleGitHubError(r review, t Target, res githubResult, p policy) (Decision, 
 	return d, true
 }
 
+// Last row: an answer no rule above explains (a GitHub client bug) is a
+// GitHub error, so the table always decides.
+func ruleUnexpectedOutcome(r *review, p *policy) (Decision, bool) {
+	res := *r
+	res.GitHub.Err = fmt.Errorf("GitHub client returned unexpected outcome %s", r.GitHub.Outcome)
+	return ruleGitHubError(&res, p)
+}
+
 // busyDenial is the refusal for a runner that is running a job.
-func busyDenial(r review, t Target, p policy) Decision {
+func busyDenial(r *review, p *policy) Decision {
 	d := Decision{
 		Reason:      ReasonRunnerBusy,
 		Code:        http.StatusForbidden,
@@ -272,18 +370,23 @@ func busyDenial(r review, t Target, p policy) Decision {
 		what += fmt.Sprintf(", or annotate the pod %s=true to delete it anyway (cancels the job)", p.ForceAnnotation)
 	}
 	d.Message = fmt.Sprintf("runner busy: GitHub runner %q in %s is running a job, so runner-guard refused to %s pod %s; %s",
-		t.Name, t.Scope, r.Operation, podRef(r.Pod), what)
+		r.Target.Name, r.Target.Scope, r.Operation, r.podRef(), what)
 	return d
 }
 
-// onError applies the on-error policy to a failure described by msg.
-func onError(p policy, reason Reason, msg string, code int32) Decision {
+// onError applies the on-error policy to a failure described by msg, naming
+// the setting that decided.
+func onError(p *policy, reason Reason, msg string, code int32) Decision {
+	source := p.OnErrorSource
+	if source == "" {
+		source = "--on-error=" + string(p.OnError)
+	}
 	if p.OnError == OnErrorAllow {
-		d := allow(reason, msg+" (allowed by --on-error=allow)")
+		d := allow(reason, fmt.Sprintf("%s (allowed by %s)", msg, source))
 		d.Warning = d.Message
 		return d
 	}
-	return Decision{Reason: reason, Code: code, Message: msg + " (denied by --on-error=deny)"}
+	return Decision{Reason: reason, Code: code, Message: fmt.Sprintf("%s (denied by %s)", msg, source)}
 }
 
 // roundUp renders a wait in whole seconds, never less than one.

@@ -22,13 +22,19 @@ var (
 	legacySpec  = &DefaultConfig().RunnerPods[0]
 	runningPod  = fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
 	defaultPol  = testPolicy(OnErrorDeny)
-	deleteOnPod = review{Operation: OperationDelete, Pod: runningPod, Spec: legacySpec}
+	deleteOnPod = review{Operation: OperationDelete, Namespace: "ci", Name: "runner-1", Pod: runningPod, Spec: legacySpec}
 )
 
 func testPolicy(onErr OnErrorPolicy) policy {
 	cfg := DefaultConfig()
 	cfg.OnError = onErr
-	return newDecider(cfg, nil, time.Now).policy
+	return cfg.policy()
+}
+
+// answered is r after the runner was resolved to testTarget and GitHub answered res.
+func answered(r review, res githubResult) *review {
+	r.Target, r.GitHub = testTarget, res
+	return &r
 }
 
 func withOp(r review, op Operation) review { r.Operation = op; return r }
@@ -87,7 +93,7 @@ func TestRuleNotRunnerPod(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, ok := ruleNotRunnerPod(tc.r)
+			got, ok := ruleNotRunnerPod(&tc.r, &defaultPol)
 			checkDecision(t, got, ok, tc.want)
 		})
 	}
@@ -103,7 +109,7 @@ func TestRuleAlreadyTerminating(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, ok := ruleAlreadyTerminating(review{Pod: tc.pod, Spec: legacySpec})
+			got, ok := ruleAlreadyTerminating(&review{Pod: tc.pod, Spec: legacySpec}, &defaultPol)
 			checkDecision(t, got, ok, tc.want)
 		})
 	}
@@ -137,7 +143,7 @@ func TestRuleRunnerNotRunning(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, ok := ruleRunnerNotRunning(review{Pod: tc.pod, Spec: legacySpec})
+			got, ok := ruleRunnerNotRunning(&review{Pod: tc.pod, Spec: legacySpec}, &defaultPol)
 			checkDecision(t, got, ok, tc.want)
 		})
 	}
@@ -189,7 +195,7 @@ func TestRuleBypass(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, ok := ruleBypass(review{Operation: OperationDelete, Pod: tc.pod, Spec: legacySpec, User: tc.user}, tc.pol)
+			got, ok := ruleBypass(&review{Operation: OperationDelete, Namespace: tc.pod.Namespace, Name: tc.pod.Name, Pod: tc.pod, Spec: legacySpec, User: tc.user}, &tc.pol)
 			checkDecision(t, got, ok, tc.want)
 		})
 	}
@@ -210,7 +216,9 @@ func TestRuleScopeUnknown(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, ok := ruleScopeUnknown(deleteOnPod, tc.err, tc.pol)
+			r := deleteOnPod
+			r.ScopeErr = tc.err
+			got, ok := ruleScopeUnknown(&r, &tc.pol)
 			checkDecision(t, got, ok, tc.want)
 		})
 	}
@@ -236,7 +244,7 @@ func TestRuleDryRun(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, ok := ruleDryRun(tc.r, testTarget, tc.res, defaultPol)
+			got, ok := ruleDryRun(answered(tc.r, tc.res), &defaultPol)
 			checkDecision(t, got, ok, tc.want)
 		})
 	}
@@ -256,7 +264,7 @@ func TestRuleUnregistered(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, ok := ruleUnregistered(tc.r, testTarget, tc.res)
+			got, ok := ruleUnregistered(answered(tc.r, tc.res), &defaultPol)
 			checkDecision(t, got, ok, tc.want)
 		})
 	}
@@ -282,7 +290,7 @@ func TestRuleRunnerBusy(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, ok := ruleRunnerBusy(tc.r, testTarget, tc.res, tc.pol)
+			got, ok := ruleRunnerBusy(answered(tc.r, tc.res), &tc.pol)
 			checkDecision(t, got, ok, tc.want)
 			if name == "force disabled: no hint" && strings.Contains(got.Message, "force-delete") {
 				t.Errorf("message mentions a disabled force annotation: %q", got.Message)
@@ -308,7 +316,7 @@ func TestRuleRateLimited(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, ok := ruleRateLimited(deleteOnPod, testTarget, tc.res)
+			got, ok := ruleRateLimited(answered(deleteOnPod, tc.res), &defaultPol)
 			checkDecision(t, got, ok, tc.want)
 		})
 	}
@@ -332,7 +340,7 @@ func TestRuleGitHubError(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, ok := ruleGitHubError(tc.r, testTarget, tc.res, tc.pol)
+			got, ok := ruleGitHubError(answered(tc.r, tc.res), &tc.pol)
 			checkDecision(t, got, ok, tc.want)
 		})
 	}
@@ -352,7 +360,7 @@ func TestRuleExemptNamespace(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, ok := ruleExemptNamespace(tc.ns, pol)
+			got, ok := ruleExemptNamespace(&review{Namespace: tc.ns}, &pol)
 			checkDecision(t, got, ok, tc.want)
 		})
 	}

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -17,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -84,14 +87,31 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	if !opts.enableHTTP2 {
 		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
 	}
-	server := ctrlwebhook.NewServer(ctrlwebhook.Options{
+	serverOpts := ctrlwebhook.Options{
 		Host:    opts.webhookHost,
 		Port:    opts.webhookPort,
 		CertDir: opts.certDir,
 		TLSOpts: tlsOpts,
-	})
+	}
+	if opts.clientCAFile != "" {
+		// controller-runtime reads ClientCAName from CertDir and then requires
+		// and verifies client certificates (tls.RequireAndVerifyClientCert).
+		serverOpts.ClientCAName, err = filepath.Rel(opts.certDir, opts.clientCAFile)
+		if err != nil || strings.HasPrefix(serverOpts.ClientCAName, "..") {
+			return fmt.Errorf("--client-ca-file: %s must be inside --cert-dir %s", opts.clientCAFile, opts.certDir)
+		}
+	}
+	server := ctrlwebhook.NewServer(serverOpts)
+	metricsOpts := metricsserver.Options{BindAddress: opts.metricsBindAddress, TLSOpts: tlsOpts}
+	if opts.metricsSecure {
+		// As kubebuilder scaffolds: HTTPS with a self-signed certificate, and
+		// only requesters the API server authenticates (TokenReview) and
+		// authorizes for GET /metrics (SubjectAccessReview).
+		metricsOpts.SecureServing = true
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Metrics:                metricsserver.Options{BindAddress: opts.metricsBindAddress, TLSOpts: tlsOpts},
+		Metrics:                metricsOpts,
 		HealthProbeBindAddress: opts.healthProbeBindAddr,
 		WebhookServer:          server,
 	})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -35,6 +36,9 @@ type options struct {
 	metricsBindAddress  string
 	healthProbeBindAddr string
 	enableHTTP2         bool
+	githubAllowHTTP     bool
+	metricsSecure       bool
+	clientCAFile        string
 	zap                 zap.Options
 }
 
@@ -57,6 +61,9 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Only required if out-of-cluster.")
 	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", ":8080", `Address of the Prometheus metrics endpoint; "0" disables it.`)
 	fs.StringVar(&o.healthProbeBindAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	fs.BoolVar(&o.githubAllowHTTP, "github-allow-http", false, "Allow a plain http:// --github-url. Only on a network you trust: the token travels unencrypted.")
+	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS, allowing only requesters the API server authenticates and authorizes for GET /metrics; false serves plain HTTP.")
+	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "CA bundle (PEM) that signs the API server's client certificate; when set, the webhook server requires and verifies a client certificate.")
 	fs.BoolVar(&o.enableHTTP2, "enable-http2", false, "Serve the webhook over HTTP/2 as well (off: HTTP/2 rapid-reset CVEs).")
 	o.zap.BindFlags(fs)
 	fs.Usage = func() {
@@ -81,7 +88,7 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 // githubConfig builds the GitHub client config from flags and the environment,
 // rejecting missing or conflicting credentials.
 func (o *options) githubConfig(getenv func(string) string) (ghclient.Config, error) {
-	cfg := ghclient.Config{BaseURL: o.githubURL, UserAgent: "runner-guard/" + version}
+	cfg := ghclient.Config{BaseURL: o.githubURL, AllowHTTP: o.githubAllowHTTP, UserAgent: "runner-guard/" + version}
 	appFlags := o.githubAppID != 0 || o.githubInstallID != 0 || o.githubAppKeyFile != ""
 	switch {
 	case appFlags && o.githubTokenFile != "":
@@ -134,7 +141,7 @@ func (o *options) handlerConfig(getenv func(string) string) (webhook.Config, err
 		if err != nil {
 			return cfg, fmt.Errorf("--on-error: %w", err)
 		}
-		cfg.OnError = p
+		cfg.OnError, cfg.OnErrorSource = p, "--on-error="+string(p)
 	}
 	// The Deployment passes its namespace through the downward API.
 	if ns := strings.TrimSpace(getenv("POD_NAMESPACE")); ns != "" && !slices.Contains(cfg.ExemptNamespaces, ns) {
@@ -165,6 +172,15 @@ func (o *options) checkServing() error {
 	crt, key := filepath.Join(o.certDir, "tls.crt"), filepath.Join(o.certDir, "tls.key")
 	if _, err := tls.LoadX509KeyPair(crt, key); err != nil {
 		return fmt.Errorf("--cert-dir: cannot load %s and %s: %w", crt, key, err)
+	}
+	if o.clientCAFile != "" {
+		pem, err := os.ReadFile(o.clientCAFile)
+		if err != nil {
+			return fmt.Errorf("--client-ca-file: %w", err)
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			return fmt.Errorf("--client-ca-file: %s holds no PEM certificate", o.clientCAFile)
+		}
 	}
 	return nil
 }

@@ -248,10 +248,12 @@ func (c Config) args(webhookPort, metricsPort, healthPort int) []string {
 		"--cert-dir=" + c.Files.CertDir,
 		"--kubeconfig=" + c.Files.Kubeconfig,
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(metricsPort),
+		"--metrics-secure=false",
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(healthPort),
 	}
 	if c.GitHubURL != "" {
-		a = append(a, "--github-url="+c.GitHubURL)
+		// The fake GitHub serves plain HTTP on loopback.
+		a = append(a, "--github-url="+c.GitHubURL, "--github-allow-http")
 	}
 	if !c.NoTokenFlag {
 		a = append(a, "--github-token-file="+c.Files.TokenFile)

@@ -250,10 +250,10 @@ func (e *Env) StartWebhook(ctx context.Context, extraArgs ...string) error {
 	args := append([]string{
 		"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", e.webhookPort),
 		"--cert-dir=" + e.certDir,
-		"--github-url=" + e.GitHubURL,
+		"--github-url=" + e.GitHubURL, "--github-allow-http",
 		"--github-token-file=" + tokenFile,
 		"--kubeconfig=" + e.kubeconfig,
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metricsPort),
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metricsPort), "--metrics-secure=false",
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", healthPort),
 		"--zap-log-level=debug",
 	}, extraArgs...)

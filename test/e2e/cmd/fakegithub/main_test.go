@@ -63,14 +63,14 @@ func TestFakeGitHubCommand(t *testing.T) {
 	control := &framework.RemoteGitHub{BaseURL: base, Fail: func(err error) { t.Fatal(err) }}
 	org, _ := ghclient.OrgScope("acme")
 	id := control.AddRunner(org, "r1")
-	client, err := ghclient.New(ghclient.Config{BaseURL: base + "/", Token: "ghp_kind"})
+	client, err := ghclient.New(ghclient.Config{BaseURL: base + "/", AllowHTTP: true, Token: "ghp_kind"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if out, err := client.Unregister(context.Background(), org, "r1", id); err != nil || out != ghclient.Removed {
 		t.Fatalf("Unregister with the right token = %v, %v; want removed", out, err)
 	}
-	wrong, _ := ghclient.New(ghclient.Config{BaseURL: base + "/", Token: "ghp_wrong"})
+	wrong, _ := ghclient.New(ghclient.Config{BaseURL: base + "/", AllowHTTP: true, Token: "ghp_wrong"})
 	if _, err := wrong.Unregister(context.Background(), org, "r2", 0); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("Unregister with a wrong token: %v, want a 401", err)
 	}
