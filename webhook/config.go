@@ -1,7 +1,3 @@
-// Package webhook is runner-guard's admission handler: it decodes DELETE pods
-// and CREATE pods/eviction reviews, recognizes runner pods, applies the decision
-// table of DESIGN.md and answers with an admission response, Events and metrics.
-// It never talks HTTP to GitHub itself; that is ghclient's job.
 package webhook
 
 import (
