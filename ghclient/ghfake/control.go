@@ -1,9 +1,14 @@
 package ghfake
 
 import (
+	"crypto/rsa"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/runner-guard/runner-guard/ghclient"
@@ -41,6 +46,33 @@ type RateLimitRequest struct {
 	Status            int `json:"status,omitempty"` // 403 or 429
 }
 
+// AppRequest is the body of POST /_fake/apps: an App and the PEM public key
+// its JWTs must verify against; ClientID optionally names it too.
+type AppRequest struct {
+	AppID        int64  `json:"appID"`
+	ClientID     string `json:"clientID,omitempty"`
+	PublicKeyPEM string `json:"publicKeyPEM"`
+}
+
+// InstallationRequest is the body of POST /_fake/installations.
+type InstallationRequest struct {
+	AppID  int64    `json:"appID"`
+	Owners []string `json:"owners"`
+}
+
+// JITRequest is the body of POST /_fake/runners/jit.
+type JITRequest struct {
+	Scope  ScopeJSON `json:"scope"`
+	Name   string    `json:"name"`
+	Labels []string  `json:"labels,omitempty"`
+}
+
+// JITResponse is generate-jitconfig's answer (201), also on the control API.
+type JITResponse struct {
+	Runner           Runner `json:"runner"`
+	EncodedJITConfig string `json:"encoded_jit_config"`
+}
+
 // ControlHandler exposes the test controls as JSON over HTTP under /_fake/, for
 // out-of-process tests and demos. Control requests are never logged.
 //
@@ -55,8 +87,15 @@ type RateLimitRequest struct {
 //	POST   /_fake/latency        {"latency":"100ms"} -> 204
 //	POST   /_fake/token          {"token":"..."} -> 204 ("" turns token auth off)
 //	POST   /_fake/ratelimit      RateLimitRequest -> 204
+//	POST   /_fake/apps           AppRequest -> 204
+//	POST   /_fake/installations  InstallationRequest -> 201 {"id":N}
+//	GET    /_fake/installations  -> 200 [Installation...]
+//	DELETE /_fake/installations?id=N -> 204 | 404 (its tokens are revoked)
+//	POST   /_fake/runners/jit    JITRequest -> 201 JITResponse | 409
+//	POST   /_fake/style          {"style":"ghes"|"dotcom"|""} -> 204
 func (f *Fake) ControlHandler() http.Handler {
 	mux := http.NewServeMux()
+	f.handleAppControls(mux)
 	mux.HandleFunc("POST /_fake/runners", func(w http.ResponseWriter, r *http.Request) {
 		var req RunnerRequest
 		scope, ok := decodeRunner(w, r, &req)
@@ -232,4 +271,100 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// handleAppControls adds the App, installation, JIT and style controls.
+func (f *Fake) handleAppControls(mux *http.ServeMux) {
+	mux.HandleFunc("POST /_fake/apps", func(w http.ResponseWriter, r *http.Request) {
+		var req AppRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		pub, err := parsePublicKey([]byte(req.PublicKeyPEM))
+		if err != nil || req.AppID <= 0 {
+			http.Error(w, fmt.Sprintf("appID %d / publicKeyPEM: %v", req.AppID, err), http.StatusBadRequest)
+			return
+		}
+		f.AddApp(req.AppID, pub)
+		if req.ClientID != "" {
+			f.SetAppClientID(req.AppID, req.ClientID)
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /_fake/installations", func(w http.ResponseWriter, r *http.Request) {
+		var req InstallationRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		if req.AppID <= 0 || len(req.Owners) == 0 {
+			http.Error(w, "appID and owners are required", http.StatusBadRequest)
+			return
+		}
+		writeJSON(w, http.StatusCreated, map[string]int64{"id": f.AddInstallation(req.AppID, req.Owners...)})
+	})
+	mux.HandleFunc("GET /_fake/installations", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, f.Installations())
+	})
+	mux.HandleFunc("DELETE /_fake/installations", func(w http.ResponseWriter, r *http.Request) {
+		id, err := strconv.ParseInt(r.URL.Query().Get("id"), 10, 64)
+		if err != nil {
+			http.Error(w, "id: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if !f.RemoveInstallation(id) {
+			http.Error(w, "no such installation", http.StatusNotFound)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /_fake/runners/jit", func(w http.ResponseWriter, r *http.Request) {
+		var req JITRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		scope, err := scopeFrom(req.Scope)
+		if err == nil && req.Name == "" {
+			err = errors.New("missing runner name")
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		run, cfg, err := f.RegisterJITRunner(scope, req.Name, req.Labels...)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusConflict)
+			return
+		}
+		writeJSON(w, http.StatusCreated, JITResponse{Runner: run, EncodedJITConfig: cfg})
+	})
+	mux.HandleFunc("POST /_fake/style", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Style Style `json:"style"`
+		}
+		if !decode(w, r, &req) {
+			return
+		}
+		switch req.Style {
+		case StyleAny, StyleDotCom, StyleGHES:
+		default:
+			http.Error(w, fmt.Sprintf("unknown style %q", req.Style), http.StatusBadRequest)
+			return
+		}
+		f.SetStyle(req.Style)
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+func parsePublicKey(pemBytes []byte) (*rsa.PublicKey, error) {
+	block, _ := pem.Decode(pemBytes)
+	if block == nil {
+		return nil, errors.New("no PEM block")
+	}
+	if pub, err := x509.ParsePKIXPublicKey(block.Bytes); err == nil {
+		if rsaPub, ok := pub.(*rsa.PublicKey); ok {
+			return rsaPub, nil
+		}
+		return nil, errors.New("not an RSA key")
+	}
+	return x509.ParsePKCS1PublicKey(block.Bytes)
 }

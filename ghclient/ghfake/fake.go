@@ -15,7 +15,9 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"sort"
@@ -129,6 +131,43 @@ type fault struct {
 	left int // requests left; -1 = until cleared
 }
 
+// Style selects which API roots the fake serves.
+type Style string
+
+const (
+	// StyleAny serves every route both at / and under /api/v3/ (the default).
+	StyleAny Style = ""
+	// StyleDotCom serves github.com's layout: routes at /, nothing under /api/v3/.
+	StyleDotCom Style = "dotcom"
+	// StyleGHES serves GitHub Enterprise Server's layout: routes only under
+	// /api/v3/, with X-GitHub-Enterprise-Version and, as rate limiting is off by
+	// default there, no x-ratelimit-* headers and no primary limit.
+	StyleGHES Style = "ghes"
+)
+
+// GHESVersion is what StyleGHES sends as X-GitHub-Enterprise-Version.
+const GHESVersion = "3.17.0"
+
+// Installation is a GitHub App installation on one or more owners
+// (organisations or users), as the control API reports it.
+type Installation struct {
+	ID     int64    `json:"id"`
+	AppID  int64    `json:"appID"`
+	Owners []string `json:"owners"`
+}
+
+type installation struct {
+	Installation
+	owners map[string]bool // lower case
+}
+
+// issuedToken is an installation token; install 0 is an unscoped token from
+// an installation ID the fake was never told about (valid for every owner).
+type issuedToken struct {
+	expires time.Time
+	install int64
+}
+
 // Fake is an in-memory GitHub. Create it with New.
 type Fake struct {
 	mu sync.Mutex
@@ -138,7 +177,13 @@ type Fake struct {
 
 	token     string
 	apps      map[int64]*rsa.PublicKey
-	appTokens map[string]time.Time // issued installation token -> expiry
+	clientIDs map[string]int64       // client ID -> app ID, both valid JWT issuers
+	appTokens map[string]issuedToken // issued installation token
+
+	nextInstall   int64
+	installations map[int64]*installation
+
+	style Style
 
 	latency time.Duration
 	faults  []*fault
@@ -163,7 +208,10 @@ func New() *Fake {
 		nextID:          1000,
 		runners:         map[int64]*runner{},
 		apps:            map[int64]*rsa.PublicKey{},
-		appTokens:       map[string]time.Time{},
+		clientIDs:       map[string]int64{},
+		appTokens:       map[string]issuedToken{},
+		nextInstall:     100,
+		installations:   map[int64]*installation{},
 		rateLimit:       defaultRateLimit,
 		rateRemaining:   defaultRateLimit,
 		rateLimitStatus: http.StatusForbidden,
@@ -188,6 +236,72 @@ func (f *Fake) AddApp(appID int64, pub *rsa.PublicKey) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.apps[appID] = pub
+}
+
+// SetAppClientID lets JWTs issued with clientID stand for appID, as GitHub
+// accepts an App's client ID as the JWT issuer.
+func (f *Fake) SetAppClientID(appID int64, clientID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.clientIDs[clientID] = appID
+}
+
+// AddInstallation installs App appID on owners and returns the installation
+// ID. Its tokens (POST /app/installations/{id}/access_tokens) reach only those
+// owners' runners; GET /orgs/{org}/installation and
+// /repos/{owner}/{repo}/installation find it with the App's JWT. Once an App
+// has installations, token requests for other IDs answer 404.
+func (f *Fake) AddInstallation(appID int64, owners ...string) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextInstall++
+	in := &installation{
+		Installation: Installation{ID: f.nextInstall, AppID: appID, Owners: append([]string(nil), owners...)},
+		owners:       map[string]bool{},
+	}
+	for _, o := range owners {
+		in.owners[strings.ToLower(o)] = true
+	}
+	f.installations[in.ID] = in
+	return in.ID
+}
+
+// RemoveInstallation uninstalls the App there and revokes the installation's
+// tokens (they then answer 401); false if there was no such installation.
+func (f *Fake) RemoveInstallation(id int64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.installations[id]; !ok {
+		return false
+	}
+	delete(f.installations, id)
+	for tok, it := range f.appTokens {
+		if it.install == id {
+			delete(f.appTokens, tok)
+		}
+	}
+	return true
+}
+
+// Installations returns the installations in ID order.
+func (f *Fake) Installations() []Installation {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]Installation, 0, len(f.installations))
+	for _, in := range f.installations {
+		cp := in.Installation
+		cp.Owners = append([]string(nil), cp.Owners...)
+		out = append(out, cp)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// SetStyle chooses the API roots served (StyleAny by default).
+func (f *Fake) SetStyle(s Style) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.style = s
 }
 
 // SetLatency delays every API answer by d (honoring request cancellation).
@@ -226,18 +340,50 @@ func (f *Fake) AddRunner(scope ghclient.Scope, name string) int64 {
 	if old := f.findLocked(k, name); old != nil {
 		delete(f.runners, old.ID)
 	}
+	return f.addLocked(k, name, "online", nil).ID
+}
+
+// ErrRunnerExists is what RegisterJITRunner returns for a name already
+// registered in the scope (the API answers 409).
+var ErrRunnerExists = errors.New("a runner with that name already exists")
+
+// RegisterJITRunner registers a runner as POST .../actions/runners/generate-jitconfig
+// does: offline until it connects, with the self-hosted labels plus labels;
+// it returns the runner and its encoded JIT config. Unlike AddRunner it
+// refuses a name already taken in the scope.
+func (f *Fake) RegisterJITRunner(scope ghclient.Scope, name string, labels ...string) (Runner, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, cfg, err := f.registerJITLocked(keyOf(scope), name, labels)
+	return r, cfg, err
+}
+
+func (f *Fake) registerJITLocked(k scopeKey, name string, labels []string) (Runner, string, error) {
+	if f.findLocked(k, name) != nil {
+		return Runner{}, "", fmt.Errorf("%w: %q", ErrRunnerExists, name)
+	}
+	r := f.addLocked(k, name, "offline", labels)
+	raw, _ := json.Marshal(map[string]any{"runner_id": r.ID, "name": name, "scope": k.name, ".runner": "fake"})
+	return copyRunner(r.Runner), base64.StdEncoding.EncodeToString(raw), nil
+}
+
+func (f *Fake) addLocked(k scopeKey, name, status string, labels []string) *runner {
 	f.nextID++
-	f.runners[f.nextID] = &runner{
+	r := &runner{
 		scope: k,
 		Runner: Runner{
-			ID: f.nextID, Name: name, OS: "linux", Status: "online",
+			ID: f.nextID, Name: name, OS: "linux", Status: status,
 			Labels: []Label{
 				{ID: 1, Name: "self-hosted", Type: "read-only"},
 				{ID: 2, Name: "linux", Type: "read-only"},
 			},
 		},
 	}
-	return f.nextID
+	for i, l := range labels {
+		r.Labels = append(r.Labels, Label{ID: int64(3 + i), Name: l, Type: "custom"})
+	}
+	f.runners[r.ID] = r
+	return r
 }
 
 // ReRegister removes the runner (if any) and registers it again under a new ID.
@@ -492,24 +638,29 @@ func (f *Fake) answerLocked(r *http.Request) response {
 		return f.faultResponse(r, h, *flt, now)
 	}
 
-	if f.rateRemaining <= 0 {
-		f.rateHeadersLocked(h)
-		return errorResponseDocs(f.rateLimitStatus, h,
-			"API rate limit exceeded for installation. If you reach out to GitHub Support for help, please include the request ID.", PrimaryDocsURL)
+	path, ok := f.routePathLocked(r.URL.Path, h)
+	if !ok {
+		return notFound(h)
 	}
-	f.rateRemaining--
-	f.rateHeadersLocked(h)
-
-	path := strings.TrimPrefix(r.URL.Path, "/api/v3")
-	if path == "" {
-		path = "/"
+	if f.style != StyleGHES {
+		if f.rateRemaining <= 0 {
+			f.rateHeadersLocked(h)
+			return errorResponseDocs(f.rateLimitStatus, h,
+				"API rate limit exceeded for installation. If you reach out to GitHub Support for help, please include the request ID.", PrimaryDocsURL)
+		}
+		f.rateRemaining--
+		f.rateHeadersLocked(h)
 	}
 	parts := strings.Split(strings.Trim(path, "/"), "/")
 
 	if r.Method == http.MethodPost && len(parts) == 4 && parts[0] == "app" && parts[1] == "installations" && parts[3] == "access_tokens" {
-		return f.issueTokenLocked(r, h, now)
+		return f.issueTokenLocked(r, h, parts[2], now)
 	}
-	if !f.authorizedLocked(r, now) {
+	if owner, repo, ok := installationLookup(r.Method, parts); ok {
+		return f.findInstallationLocked(r, h, owner, repo, now)
+	}
+	install, ok := f.authorizedLocked(r, now)
+	if !ok {
 		return errorResponse(http.StatusUnauthorized, h, "Bad credentials")
 	}
 
@@ -517,9 +668,14 @@ func (f *Fake) answerLocked(r *http.Request) response {
 	if !ok {
 		return notFound(h)
 	}
+	if resp, denied := f.installationDeniesLocked(h, install, scope); denied {
+		return resp
+	}
 	switch {
 	case len(rest) == 0 && r.Method == http.MethodGet:
 		return f.listResponseLocked(r, h, scope)
+	case len(rest) == 1 && rest[0] == "generate-jitconfig" && r.Method == http.MethodPost:
+		return f.jitConfigLocked(r, h, scope)
 	case len(rest) == 1 && r.Method == http.MethodDelete:
 		id, err := strconv.ParseInt(rest[0], 10, 64)
 		if err != nil {
@@ -529,6 +685,125 @@ func (f *Fake) answerLocked(r *http.Request) response {
 	default:
 		return notFound(h)
 	}
+}
+
+// routePathLocked strips /api/v3 and applies the style: github.com has no
+// /api/v3, GHES has nothing else.
+func (f *Fake) routePathLocked(p string, h http.Header) (string, bool) {
+	rest, ghes := strings.CutPrefix(p, "/api/v3")
+	if ghes && rest != "" && !strings.HasPrefix(rest, "/") {
+		rest, ghes = p, false // e.g. /api/v3x
+	}
+	switch f.style {
+	case StyleDotCom:
+		if ghes {
+			return "", false
+		}
+	case StyleGHES:
+		h.Set("X-GitHub-Enterprise-Version", GHESVersion)
+		if !ghes {
+			return "", false
+		}
+	}
+	if rest == "" {
+		rest = "/"
+	}
+	return rest, true
+}
+
+// installationLookup matches GET /orgs/{org}/installation and
+// GET /repos/{owner}/{repo}/installation.
+func installationLookup(method string, parts []string) (owner, repo string, ok bool) {
+	if method != http.MethodGet {
+		return "", "", false
+	}
+	switch {
+	case len(parts) == 3 && parts[0] == "orgs" && parts[2] == "installation" && parts[1] != "":
+		return parts[1], "", true
+	case len(parts) == 4 && parts[0] == "repos" && parts[3] == "installation" && parts[1] != "" && parts[2] != "":
+		return parts[1], parts[2], true
+	}
+	return "", "", false
+}
+
+// findInstallationLocked answers an installation look-up, which must carry the
+// App's JWT: 200 with the installation on owner, else 404.
+func (f *Fake) findInstallationLocked(r *http.Request, h http.Header, owner, repo string, now time.Time) response {
+	tok, ok := credential(r)
+	if !ok {
+		return errorResponse(http.StatusUnauthorized, h, "A JSON web token could not be decoded")
+	}
+	appID, err := f.verifyJWTLocked(tok, now)
+	if err != nil {
+		return errorResponse(http.StatusUnauthorized, h, "A JSON web token could not be decoded: "+err.Error())
+	}
+	in := f.installationOnLocked(appID, owner)
+	if in == nil {
+		return notFound(h)
+	}
+	target := "Organization"
+	if repo != "" {
+		target = "Repository"
+	}
+	return jsonResponse(http.StatusOK, h, map[string]any{
+		"id":                in.ID,
+		"app_id":            in.AppID,
+		"target_type":       target,
+		"account":           map[string]any{"login": owner},
+		"access_tokens_url": fmt.Sprintf("https://api.github.com/app/installations/%d/access_tokens", in.ID),
+	})
+}
+
+func (f *Fake) installationOnLocked(appID int64, owner string) *installation {
+	owner = strings.ToLower(owner)
+	var found *installation
+	for _, in := range f.installations {
+		if in.AppID == appID && in.owners[owner] && (found == nil || in.ID < found.ID) {
+			found = in
+		}
+	}
+	return found
+}
+
+// installationDeniesLocked answers as GitHub does when an installation token
+// reaches for an owner the installation does not cover: a repository it cannot
+// see is 404; an organisation (or enterprise) it is not installed on is 403.
+func (f *Fake) installationDeniesLocked(h http.Header, install int64, k scopeKey) (response, bool) {
+	if install == 0 {
+		return response{}, false
+	}
+	in, ok := f.installations[install]
+	owner, _, _ := strings.Cut(k.name, "/")
+	if ok && k.kind != ghclient.ScopeEnterprise && in.owners[owner] {
+		return response{}, false
+	}
+	if k.kind == ghclient.ScopeRepo {
+		return notFound(h), true
+	}
+	return errorResponse(http.StatusForbidden, h, "Resource not accessible by integration"), true
+}
+
+// jitConfigLocked answers POST .../actions/runners/generate-jitconfig: 201
+// with the runner and its config, 409 for a name taken, 422 for a body
+// without name, runner_group_id or labels.
+func (f *Fake) jitConfigLocked(r *http.Request, h http.Header, k scopeKey) response {
+	var body struct {
+		Name          string   `json:"name"`
+		RunnerGroupID *int64   `json:"runner_group_id"`
+		Labels        []string `json:"labels"`
+		WorkFolder    string   `json:"work_folder"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&body); err != nil {
+		return errorResponse(http.StatusBadRequest, h, "Problems parsing JSON")
+	}
+	if body.Name == "" || body.RunnerGroupID == nil || len(body.Labels) == 0 || len(body.Labels) > 100 {
+		return errorResponse(http.StatusUnprocessableEntity, h, "Invalid request.\n\nname, runner_group_id and 1 to 100 labels are required.")
+	}
+	run, cfg, err := f.registerJITLocked(k, body.Name, body.Labels)
+	if err != nil {
+		return errorResponse(http.StatusConflict, h, fmt.Sprintf("Already exists - A runner with the name %s already exists.", body.Name))
+	}
+	return jsonResponse(http.StatusCreated, h, map[string]any{"runner": run, "encoded_jit_config": cfg})
 }
 
 // parseScope splits `{repos/o/r|orgs/o|enterprises/e}/actions/runners[/id]`.
@@ -622,19 +897,25 @@ func (f *Fake) rateHeadersLocked(h http.Header) {
 
 func (f *Fake) authRequiredLocked() bool { return f.token != "" || len(f.apps) > 0 }
 
-func (f *Fake) authorizedLocked(r *http.Request, now time.Time) bool {
+// authorizedLocked checks the request's credential; install is the
+// installation an installation token belongs to (0: the static token, an
+// unscoped installation token, or no authentication required).
+func (f *Fake) authorizedLocked(r *http.Request, now time.Time) (install int64, ok bool) {
 	if !f.authRequiredLocked() {
-		return true
+		return 0, true
 	}
 	tok, ok := credential(r)
 	if !ok {
-		return false
+		return 0, false
 	}
 	if f.token != "" && tok == f.token {
-		return true
+		return 0, true
 	}
-	exp, ok := f.appTokens[tok]
-	return ok && now.Before(exp)
+	it, ok := f.appTokens[tok]
+	if !ok || !now.Before(it.expires) {
+		return 0, false
+	}
+	return it.install, true
 }
 
 // credential extracts TOKEN from `Authorization: Bearer TOKEN` or `token TOKEN`.
@@ -648,29 +929,58 @@ func credential(r *http.Request) (string, bool) {
 
 // issueTokenLocked answers POST /app/installations/{id}/access_tokens. The JWT
 // must be well formed; when an App is registered its signature must verify.
-func (f *Fake) issueTokenLocked(r *http.Request, h http.Header, now time.Time) response {
+// An installation added with AddInstallation must belong to the JWT's App and
+// yields a token scoped to its owners; once the App has installations, other
+// IDs answer 404. Otherwise (the App has none) any ID yields an unscoped token.
+func (f *Fake) issueTokenLocked(r *http.Request, h http.Header, idStr string, now time.Time) response {
 	tok, ok := credential(r)
 	if !ok {
 		return errorResponse(http.StatusUnauthorized, h, "A JSON web token could not be decoded")
 	}
-	if err := f.verifyJWTLocked(tok, now); err != nil {
+	appID, err := f.verifyJWTLocked(tok, now)
+	if err != nil {
 		return errorResponse(http.StatusUnauthorized, h, "A JSON web token could not be decoded: "+err.Error())
+	}
+	id, err := strconv.ParseInt(idStr, 10, 64)
+	if err != nil {
+		return notFound(h)
+	}
+	in, known := f.installations[id]
+	switch {
+	case known && in.AppID != appID:
+		return notFound(h)
+	case !known && f.appHasInstallationsLocked(appID):
+		return notFound(h)
+	case !known:
+		id = 0
 	}
 	var b [20]byte
 	_, _ = rand.Read(b[:])
 	issued := "ghs_" + hex.EncodeToString(b[:])
 	exp := now.Add(installTokenTTL)
-	f.appTokens[issued] = exp
+	f.appTokens[issued] = issuedToken{expires: exp, install: id}
 	return jsonResponse(http.StatusCreated, h, map[string]any{
 		"token":      issued,
 		"expires_at": exp.UTC().Format(time.RFC3339),
 	})
 }
 
-func (f *Fake) verifyJWTLocked(tok string, now time.Time) error {
+func (f *Fake) appHasInstallationsLocked(appID int64) bool {
+	for _, in := range f.installations {
+		if in.AppID == appID {
+			return true
+		}
+	}
+	return false
+}
+
+// verifyJWTLocked checks an app JWT and returns its App's ID (0 when no App
+// is registered and any well-formed JWT is accepted). The issuer may be the
+// numeric app ID or a client ID set with SetAppClientID.
+func (f *Fake) verifyJWTLocked(tok string, now time.Time) (int64, error) {
 	parts := strings.Split(tok, ".")
 	if len(parts) != 3 {
-		return fmt.Errorf("want 3 parts, got %d", len(parts))
+		return 0, fmt.Errorf("want 3 parts, got %d", len(parts))
 	}
 	var hdr struct {
 		Alg string `json:"alg"`
@@ -680,37 +990,41 @@ func (f *Fake) verifyJWTLocked(tok string, now time.Time) error {
 		Exp int64           `json:"exp"`
 	}
 	if err := decodeSegment(parts[0], &hdr); err != nil {
-		return fmt.Errorf("header: %w", err)
+		return 0, fmt.Errorf("header: %w", err)
 	}
 	if err := decodeSegment(parts[1], &claims); err != nil {
-		return fmt.Errorf("claims: %w", err)
+		return 0, fmt.Errorf("claims: %w", err)
 	}
 	if hdr.Alg != "RS256" {
-		return fmt.Errorf("alg %q, want RS256", hdr.Alg)
+		return 0, fmt.Errorf("alg %q, want RS256", hdr.Alg)
 	}
 	if claims.Exp > 0 && (now.Unix() > claims.Exp || claims.Exp > now.Add(11*time.Minute).Unix()) {
-		return fmt.Errorf("exp %d outside (now, now+10m]", claims.Exp)
+		return 0, fmt.Errorf("exp %d outside (now, now+10m]", claims.Exp)
 	}
 	if len(f.apps) == 0 {
-		return nil
+		return 0, nil
 	}
-	iss, err := strconv.ParseInt(strings.Trim(string(claims.Iss), `"`), 10, 64)
-	if err != nil {
-		return fmt.Errorf("iss %s: %w", claims.Iss, err)
-	}
-	pub, ok := f.apps[iss]
+	iss := strings.Trim(string(claims.Iss), `"`)
+	appID, ok := f.clientIDs[iss]
 	if !ok {
-		return fmt.Errorf("unknown app %d", iss)
+		var err error
+		if appID, err = strconv.ParseInt(iss, 10, 64); err != nil {
+			return 0, fmt.Errorf("iss %s: %w", claims.Iss, err)
+		}
+	}
+	pub, ok := f.apps[appID]
+	if !ok {
+		return 0, fmt.Errorf("unknown app %s", iss)
 	}
 	sig, err := base64.RawURLEncoding.DecodeString(parts[2])
 	if err != nil {
-		return fmt.Errorf("signature: %w", err)
+		return 0, fmt.Errorf("signature: %w", err)
 	}
 	sum := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
 	if err := rsa.VerifyPKCS1v15(pub, crypto.SHA256, sum[:], sig); err != nil {
-		return fmt.Errorf("signature: %w", err)
+		return 0, fmt.Errorf("signature: %w", err)
 	}
-	return nil
+	return appID, nil
 }
 
 func decodeSegment(seg string, v any) error {
