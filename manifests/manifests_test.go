@@ -18,6 +18,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -133,12 +134,17 @@ func get[T any](t *testing.T, objs objects, kind, name string) *T {
 func TestOverlaysRender(t *testing.T) {
 	want := map[string][]string{
 		"base": {
-			"ClusterRole/runner-guard", "ClusterRoleBinding/runner-guard", "Deployment/runner-guard-webhook",
-			"Namespace/runner-guard-system", "PodDisruptionBudget/runner-guard-webhook", "Service/runner-guard-webhook",
+			"ClusterRole/runner-guard", "ClusterRole/runner-guard-metrics-auth", "ClusterRole/runner-guard-metrics-reader",
+			"ClusterRoleBinding/runner-guard", "ClusterRoleBinding/runner-guard-metrics-auth", "Deployment/runner-guard-webhook",
+			"Namespace/runner-guard-system", "NetworkPolicy/runner-guard-webhook", "PodDisruptionBudget/runner-guard-webhook",
+			"ResourceQuota/runner-guard-critical-pods", "Service/runner-guard-webhook",
 			"ServiceAccount/runner-guard", "ValidatingWebhookConfiguration/runner-guard",
 		},
-		"certmanager": {"Certificate/runner-guard-serving-cert", "Issuer/runner-guard-selfsigned-issuer"},
-		"local":       {"ValidatingWebhookConfiguration/runner-guard"},
+		"certmanager": {
+			"Certificate/runner-guard-ca", "Certificate/runner-guard-serving-cert",
+			"Issuer/runner-guard-ca-issuer", "Issuer/runner-guard-selfsigned-issuer",
+		},
+		"local": {"ValidatingWebhookConfiguration/runner-guard"},
 	}
 	want["default"] = slices.Sorted(slices.Values(append(slices.Clone(want["base"]), want["certmanager"]...)))
 	want["e2e-kind"] = slices.Sorted(slices.Values(append(slices.Clone(want["default"]),
@@ -250,6 +256,7 @@ func TestWebhookConfiguration(t *testing.T) {
 			if wh.TimeoutSeconds == nil || *wh.TimeoutSeconds != 10 {
 				t.Errorf("timeoutSeconds = %v, want 10", deref(wh.TimeoutSeconds))
 			}
+			checkMatchConditions(t, wh, w.op)
 			if !reflect.DeepEqual(wh.AdmissionReviewVersions, []string{"v1"}) {
 				t.Errorf("admissionReviewVersions = %v", wh.AdmissionReviewVersions)
 			}
@@ -286,6 +293,35 @@ func TestWebhookConfiguration(t *testing.T) {
 	}
 }
 
+// checkMatchConditions: DELETE entries skip terminating and not-running pods
+// (item 6); an Eviction has no pod fields, so its entry has none.
+func checkMatchConditions(t *testing.T, wh admissionregistrationv1.ValidatingWebhook, op admissionregistrationv1.OperationType) {
+	t.Helper()
+	if op != admissionregistrationv1.Delete {
+		if len(wh.MatchConditions) != 0 {
+			t.Errorf("matchConditions = %+v on the evictions entry", wh.MatchConditions)
+		}
+		return
+	}
+	exprs := map[string]string{}
+	for _, mc := range wh.MatchConditions {
+		exprs[mc.Name] = mc.Expression
+	}
+	for name, parts := range map[string][]string{
+		"not-terminating":      {"!has(oldObject.metadata.deletionTimestamp)"},
+		"running-or-disrupted": {"oldObject.status.phase == 'Running'", "'DisruptionTarget'"},
+	} {
+		for _, p := range parts {
+			if !strings.Contains(exprs[name], p) {
+				t.Errorf("matchCondition %s = %q, want it to contain %q", name, exprs[name], p)
+			}
+		}
+	}
+	if len(exprs) != 2 {
+		t.Errorf("matchConditions = %v, want not-terminating and running-or-disrupted", exprs)
+	}
+}
+
 func deref[T any](p *T) any {
 	if p == nil {
 		return nil
@@ -311,6 +347,7 @@ func TestRBACIsMinimal(t *testing.T) {
 	want := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{"actions.github.com"}, Resources: []string{"ephemeralrunners"}, Verbs: []string{"get", "delete"}},
 	}
 	if !reflect.DeepEqual(role.Rules, want) {
 		t.Errorf("ClusterRole rules = %+v\nwant %+v", role.Rules, want)
@@ -325,10 +362,35 @@ func TestRBACIsMinimal(t *testing.T) {
 	if !reflect.DeepEqual(binding.Subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "runner-guard", Namespace: namespace}}) {
 		t.Errorf("subjects = %+v", binding.Subjects)
 	}
+	metricsRBAC := []string{"runner-guard-metrics-auth", "runner-guard-metrics-reader"}
 	for _, o := range objs {
-		if k := o.GetKind(); k == "Role" || k == "RoleBinding" || (strings.HasPrefix(k, "Cluster") && o.GetName() != "runner-guard") {
+		if k := o.GetKind(); k == "Role" || k == "RoleBinding" || (strings.HasPrefix(k, "Cluster") && o.GetName() != "runner-guard" && !slices.Contains(metricsRBAC, o.GetName())) {
 			t.Errorf("unexpected RBAC object %s/%s", k, o.GetName())
 		}
+	}
+	checkMetricsRBAC(t, objs)
+}
+
+// checkMetricsRBAC: the secure metrics endpoint may create TokenReviews and
+// SubjectAccessReviews and nothing else; scrapers get the reader role.
+func checkMetricsRBAC(t *testing.T, objs objects) {
+	t.Helper()
+	auth := get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard-metrics-auth")
+	want := []rbacv1.PolicyRule{
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+	}
+	if !reflect.DeepEqual(auth.Rules, want) {
+		t.Errorf("metrics-auth rules = %+v\nwant %+v", auth.Rules, want)
+	}
+	binding := get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "runner-guard-metrics-auth")
+	if binding.RoleRef.Name != "runner-guard-metrics-auth" ||
+		!reflect.DeepEqual(binding.Subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "runner-guard", Namespace: namespace}}) {
+		t.Errorf("metrics-auth binding = %+v %+v", binding.RoleRef, binding.Subjects)
+	}
+	reader := get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard-metrics-reader")
+	if !reflect.DeepEqual(reader.Rules, []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}) {
+		t.Errorf("metrics-reader rules = %+v", reader.Rules)
 	}
 }
 
@@ -377,7 +439,7 @@ func TestDeployment(t *testing.T) {
 	wantArgs := []string{
 		"--cert-dir=/tmp/k8s-webhook-server/serving-certs",
 		"--github-token-file=/etc/runner-guard/github/token",
-		"--metrics-bind-address=:8080",
+		"--metrics-bind-address=:8443",
 		"--health-probe-bind-address=:8081",
 	}
 	if !reflect.DeepEqual(c.Args, wantArgs) {
@@ -387,8 +449,15 @@ func TestDeployment(t *testing.T) {
 	for _, p := range c.Ports {
 		ports[p.Name] = p.ContainerPort
 	}
-	if !reflect.DeepEqual(ports, map[string]int32{"webhook": 9443, "metrics": 8080, "health": 8081}) {
+	if !reflect.DeepEqual(ports, map[string]int32{"webhook": 9443, "metrics": 8443, "health": 8081}) {
 		t.Errorf("ports = %v", ports)
+	}
+	// The pause must end before the grace period with room for the longest
+	// review (timeoutSeconds 10) still in flight.
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil || c.Lifecycle.PreStop.Sleep.Seconds < 5 {
+		t.Errorf("preStop = %+v, want a sleep action of at least 5s", c.Lifecycle)
+	} else if grace := deref(spec.TerminationGracePeriodSeconds); grace == nil || grace.(int64) < c.Lifecycle.PreStop.Sleep.Seconds+10 {
+		t.Errorf("terminationGracePeriodSeconds %v < preStop %ds + timeoutSeconds 10", grace, c.Lifecycle.PreStop.Sleep.Seconds)
 	}
 	for name, probe := range map[string]*corev1.Probe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe} {
 		if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != name || probe.HTTPGet.Port.String() != "health" {
@@ -442,6 +511,9 @@ func TestDeployment(t *testing.T) {
 	}
 	found := false
 	for _, p := range svc.Spec.Ports {
+		if p.Name == "metrics" && (p.Port != 8443 || p.TargetPort.IntValue() != 8443) {
+			t.Errorf("Service metrics port %d -> %s, want 8443 (HTTPS)", p.Port, p.TargetPort.String())
+		}
 		if p.Port == 443 {
 			found = true
 			if p.TargetPort.IntValue() != 9443 {
@@ -480,8 +552,100 @@ func TestCertManagerWiring(t *testing.T) {
 	if issuer == nil {
 		t.Fatalf("issuerRef %s/%s not in the manifests", issuerKind, issuerName)
 	}
-	if _, ok, _ := unstructured.NestedMap(issuer.Object, "spec", "selfSigned"); !ok {
-		t.Errorf("Issuer is not selfSigned: %v", issuer.Object["spec"])
+	// A stable CA (issue 8 item 8): the serving certificate is signed by a CA
+	// Issuer whose CA Certificate comes from a self-signed Issuer, so renewing
+	// the serving certificate never changes the CA the API server trusts.
+	caSecret, ok, _ := unstructured.NestedString(issuer.Object, "spec", "ca", "secretName")
+	if !ok {
+		t.Fatalf("the serving certificate's Issuer is not a CA Issuer: %v", issuer.Object["spec"])
+	}
+	var ca *unstructured.Unstructured
+	for _, o := range objs {
+		if name, _, _ := unstructured.NestedString(o.Object, "spec", "secretName"); o.GetKind() == "Certificate" && name == caSecret {
+			ca = o
+		}
+	}
+	if ca == nil {
+		t.Fatalf("no Certificate writes the CA Issuer's Secret %s", caSecret)
+	}
+	if isCA, _, _ := unstructured.NestedBool(ca.Object, "spec", "isCA"); !isCA {
+		t.Errorf("Certificate %s is not isCA", ca.GetName())
+	}
+	if policy, _, _ := unstructured.NestedString(ca.Object, "spec", "privateKey", "rotationPolicy"); policy != "Never" {
+		t.Errorf("CA key rotationPolicy %q, want Never (a renewed CA keeps verifying issued certificates)", policy)
+	}
+	rootKind, _, _ := unstructured.NestedString(ca.Object, "spec", "issuerRef", "kind")
+	rootName, _, _ := unstructured.NestedString(ca.Object, "spec", "issuerRef", "name")
+	root := objs.find(rootKind, rootName)
+	if root == nil {
+		t.Fatalf("the CA's issuerRef %s/%s is not in the manifests", rootKind, rootName)
+	}
+	if _, ok, _ := unstructured.NestedMap(root.Object, "spec", "selfSigned"); !ok {
+		t.Errorf("the CA's Issuer is not selfSigned: %v", root.Object["spec"])
+	}
+	caDur, _, _ := unstructured.NestedString(ca.Object, "spec", "duration")
+	servingDur, _, _ := unstructured.NestedString(cert.Object, "spec", "duration")
+	if a, b := mustDuration(t, caDur), mustDuration(t, servingDur); a < 5*b {
+		t.Errorf("CA lives %s, serving certificate %s: the CA must outlive many renewals", a, b)
+	}
+}
+
+func mustDuration(t *testing.T, s string) time.Duration {
+	t.Helper()
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatalf("duration %q: %v", s, err)
+	}
+	return d
+}
+
+// TestNetworkPolicy: only the webhook port from anywhere (the API server's
+// address is unknown) and the metrics port from the monitoring namespace.
+func TestNetworkPolicy(t *testing.T) {
+	objs := parse(t, render(t, "default"))
+	np := get[networkingv1.NetworkPolicy](t, objs, "NetworkPolicy", "runner-guard-webhook")
+	d := get[appsv1.Deployment](t, objs, "Deployment", "runner-guard-webhook")
+	if !mustSelector(t, &np.Spec.PodSelector).Matches(labels.Set(d.Spec.Template.Labels)) {
+		t.Errorf("podSelector %+v does not select the webhook pods", np.Spec.PodSelector)
+	}
+	if !reflect.DeepEqual(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+		t.Errorf("policyTypes = %v, want Ingress only (the webhook must reach GitHub and the API server)", np.Spec.PolicyTypes)
+	}
+	type rule struct {
+		port int
+		from string
+	}
+	var got []rule
+	for _, in := range np.Spec.Ingress {
+		from := "anywhere"
+		if len(in.From) > 0 {
+			from = mustSelector(t, in.From[0].NamespaceSelector).String()
+		}
+		for _, p := range in.Ports {
+			got = append(got, rule{p.Port.IntValue(), from})
+		}
+	}
+	want := []rule{{9443, "anywhere"}, {8443, "kubernetes.io/metadata.name=monitoring"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ingress = %+v, want %+v", got, want)
+	}
+}
+
+// TestPriorityClassQuota: the system-cluster-critical pods are covered by a
+// ResourceQuota scoped to that class, with room for the replicas and a surge.
+func TestPriorityClassQuota(t *testing.T) {
+	objs := parse(t, render(t, "default"))
+	d := get[appsv1.Deployment](t, objs, "Deployment", "runner-guard-webhook")
+	q := get[corev1.ResourceQuota](t, objs, "ResourceQuota", "runner-guard-critical-pods")
+	sel := q.Spec.ScopeSelector
+	if sel == nil || len(sel.MatchExpressions) != 1 || sel.MatchExpressions[0].ScopeName != corev1.ResourceQuotaScopePriorityClass ||
+		sel.MatchExpressions[0].Operator != corev1.ScopeSelectorOpIn ||
+		!reflect.DeepEqual(sel.MatchExpressions[0].Values, []string{d.Spec.Template.Spec.PriorityClassName}) {
+		t.Errorf("scopeSelector = %+v, want PriorityClass In [%s]", sel, d.Spec.Template.Spec.PriorityClassName)
+	}
+	pods := q.Spec.Hard[corev1.ResourcePods]
+	if need := int64(deref(d.Spec.Replicas).(int32)) + 1; pods.Value() < need {
+		t.Errorf("quota allows %d pods, a rollout needs %d", pods.Value(), need)
 	}
 }
 
