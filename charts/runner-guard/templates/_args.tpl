@@ -1,0 +1,44 @@
+{{/*
+The webhook's command line. Flags at their binary default are left out, so the
+default install's args are those of dist/install.yaml plus --config.
+*/}}
+{{- define "runner-guard.args" -}}
+{{- $authType := include "runner-guard.authType" . }}
+{{- $dir := include "runner-guard.githubDir" . }}
+- --cert-dir={{ include "runner-guard.certDir" . }}
+{{- if eq $authType "token" }}
+- --github-token-file={{ $dir }}/github_token
+{{- else if eq $authType "app" }}
+- --github-app-id=$(GITHUB_APP_ID)
+- --github-app-installation-id=$(GITHUB_APP_INSTALLATION_ID)
+- --github-app-private-key-file={{ $dir }}/github_app_private_key
+{{- end }}
+{{- if .Values.metrics.enabled }}
+- --metrics-bind-address=:{{ .Values.metrics.port }}
+{{- else }}
+- --metrics-bind-address=0
+{{- end }}
+- --health-probe-bind-address=:8081
+{{- if ne (int .Values.webhook.port) 9443 }}
+- --webhook-port={{ .Values.webhook.port }}
+{{- end }}
+{{- if ne .Values.github.url "https://api.github.com/" }}
+- --github-url={{ .Values.github.url }}
+{{- end }}
+{{- if .Values.github.allowHTTP }}
+- --github-allow-http
+{{- end }}
+{{- if and .Values.metrics.enabled (not .Values.metrics.secure) }}
+- --metrics-secure=false
+{{- end }}
+{{- if .Values.github.credentials.fromARC.enabled }}
+- --credentials-mode=arc
+{{- end }}
+{{- if not .Values.policy.retireEphemeralRunners }}
+- --retire-ephemeral-runners=false
+{{- end }}
+{{- if .Values.webhook.clientCAConfigMap }}
+- --client-ca-file={{ include "runner-guard.clientCADir" . }}/ca.crt
+{{- end }}
+- --config={{ include "runner-guard.configDir" . }}/config.yaml
+{{- end }}

@@ -1,0 +1,92 @@
+{{/*
+Checks across values that values.schema.json cannot express. Each failure
+names the value to change.
+*/}}
+{{- define "runner-guard.validate" -}}
+{{- include "runner-guard.validateTimeouts" . }}
+{{- include "runner-guard.validateCredentials" . }}
+{{- include "runner-guard.validateCertificates" . }}
+{{- include "runner-guard.validateNamespaces" . }}
+{{- include "runner-guard.validateEndpoint" . }}
+{{- end }}
+
+{{/* The API server gives up after timeoutSeconds; the GitHub call must end 2 s before. */}}
+{{- define "runner-guard.validateTimeouts" -}}
+{{- $p := .Values.policy }}
+{{- $gh := include "runner-guard.durationMillis" $p.githubTimeout | atoi }}
+{{- $limit := mul (sub (int $p.timeoutSeconds) 2) 1000 }}
+{{- if gt $gh $limit }}
+{{- fail (printf "policy.githubTimeout: %s is longer than policy.timeoutSeconds (%d) less 2s; lower policy.githubTimeout to at most %ds or raise policy.timeoutSeconds" $p.githubTimeout (int $p.timeoutSeconds) (sub (int $p.timeoutSeconds) 2)) }}
+{{- end }}
+{{- if gt $gh 10000 }}
+{{- fail (printf "policy.githubTimeout: %s is longer than GitHub's own 10s request limit" $p.githubTimeout) }}
+{{- end }}
+{{- if le $gh 0 }}
+{{- fail (printf "policy.githubTimeout: %s must be positive" $p.githubTimeout) }}
+{{- end }}
+{{- end }}
+
+{{- define "runner-guard.validateCredentials" -}}
+{{- $c := .Values.github.credentials }}
+{{- $inlineApp := or $c.app.id $c.app.installationID $c.app.privateKey }}
+{{- if and $c.existingSecret (or $c.token $inlineApp) }}
+{{- fail "github.credentials: set either existingSecret or the inline token/app values, not both" }}
+{{- end }}
+{{- if and $c.token $inlineApp }}
+{{- fail "github.credentials: set either token or app.*, not both" }}
+{{- end }}
+{{- if $inlineApp }}
+{{- range $k := list "id" "installationID" "privateKey" }}
+{{- if not (get $c.app $k) }}
+{{- fail (printf "github.credentials.app.%s: required with GitHub App credentials" $k) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $type := include "runner-guard.authType" . }}
+{{- if and (eq $type "none") (not $c.fromARC.enabled) }}
+{{- fail "github.credentials: no GitHub credentials; set existingSecret, token, app.* or fromARC.enabled" }}
+{{- end }}
+{{- if and (eq $type "app") (eq .Values.github.scope "enterprise") }}
+{{- fail "github.credentials: GitHub App credentials cannot manage enterprise runners (github.scope: enterprise); use a token (github.credentials.token or an existingSecret with github_token)" }}
+{{- end }}
+{{- if and $c.fromARC.enabled (not $c.fromARC.namespaces) }}
+{{- fail "github.credentials.fromARC.namespaces: list the runner namespaces whose Secrets runner-guard may read" }}
+{{- end }}
+{{- if and (hasPrefix "http://" .Values.github.url) (not .Values.github.allowHTTP) }}
+{{- fail (printf "github.url: %s is plain HTTP; use https:// or set github.allowHTTP for a trusted network" .Values.github.url) }}
+{{- end }}
+{{- end }}
+
+{{- define "runner-guard.validateCertificates" -}}
+{{- $cert := .Values.certificates }}
+{{- if eq $cert.mode "provided" }}
+{{- if not $cert.provided.existingSecret }}
+{{- fail "certificates.provided.existingSecret: required with certificates.mode provided (a kubernetes.io/tls Secret)" }}
+{{- end }}
+{{- if not $cert.provided.caBundle }}
+{{- fail "certificates.provided.caBundle: required with certificates.mode provided (base64 of the CA's PEM)" }}
+{{- end }}
+{{- end }}
+{{- if and (eq $cert.mode "certManager") .Values.webhook.url }}
+{{- fail "certificates.mode: certManager issues certificates for the in-cluster Service; with webhook.url use generate or provided" }}
+{{- end }}
+{{- end }}
+
+{{- define "runner-guard.validateNamespaces" -}}
+{{- $exempt := include "runner-guard.exemptNamespaces" . | fromJsonArray }}
+{{- range .Values.policy.guardedNamespaces }}
+{{- if has . $exempt }}
+{{- fail (printf "policy.guardedNamespaces: %q is exempt (policy.exemptNamespaces or the release namespace) and can never be guarded" .) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "runner-guard.validateEndpoint" -}}
+{{- $url := .Values.webhook.url }}
+{{- if and $url (not (hasPrefix "https://" $url)) }}
+{{- fail (printf "webhook.url: %s must start with https:// (the API server calls webhooks over TLS)" $url) }}
+{{- end }}
+{{- if and (not .Values.deployment.enabled) (not $url) }}
+{{- fail "deployment.enabled: false needs webhook.url (where the webhook is served instead)" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,103 @@
+{{/*
+The DELETE entries as JSON [{name, selector}]: ARC's two kinds of runner pod,
+or one per policy.runnerPods entry, so the API server sends only runner pods'
+deletions whatever the webhook is configured to recognize.
+*/}}
+{{- define "runner-guard.deleteWebhooks" -}}
+{{- $out := list }}
+{{- if .Values.policy.runnerPods }}
+{{- range .Values.policy.runnerPods }}
+{{- $out = append $out (dict "name" (printf "%s-runner-pods.runner-guard.io" .name) "selector" .selector) }}
+{{- end }}
+{{- else }}
+{{- $out = append $out (dict "name" "legacy-runner-pods.runner-guard.io" "selector" (dict "matchExpressions" (list (dict "key" "actions-runner" "operator" "Exists")))) }}
+{{- $out = append $out (dict "name" "ephemeral-runner-pods.runner-guard.io" "selector" (dict "matchExpressions" (list (dict "key" "actions-ephemeral-runner" "operator" "In" "values" (list "True"))))) }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
+
+{{/* clientConfig: the in-cluster Service, or webhook.url; caBundle unless cert-manager injects it. */}}
+{{- define "runner-guard.clientConfig" -}}
+{{- $root := .root }}
+clientConfig:
+  {{- if $root.Values.webhook.url }}
+  url: {{ printf "%s%s" (trimSuffix "/" $root.Values.webhook.url) (include "runner-guard.webhookPath" $root) }}
+  {{- else }}
+  service:
+    name: {{ include "runner-guard.webhookName" $root }}
+    namespace: {{ $root.Release.Namespace }}
+    path: {{ include "runner-guard.webhookPath" $root }}
+    port: 443
+  {{- end }}
+  {{- with .caBundle }}
+  caBundle: {{ . }}
+  {{- end }}
+{{- end }}
+
+{{/* Settings shared by every entry; see manifests/base/webhook. */}}
+{{- define "runner-guard.webhookCommon" -}}
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      {{- if .Values.policy.guardedNamespaces }}
+      operator: In
+      values: {{ toJson .Values.policy.guardedNamespaces }}
+      {{- else }}
+      operator: NotIn
+      values: {{ include "runner-guard.exemptNamespaces" . }}
+      {{- end }}
+admissionReviewVersions: ["v1"]
+sideEffects: NoneOnDryRun
+failurePolicy: {{ .Values.policy.failurePolicy }}
+matchPolicy: Equivalent
+timeoutSeconds: {{ .Values.policy.timeoutSeconds }}
+{{- end }}
+
+{{/*
+A pod already terminating, or not running (pending, succeeded, failed) has no
+job to lose: the API server decides that itself and never calls the webhook, so
+an outage cannot block those deletes. A Failed pod with a DisruptionTarget
+condition (pod GC after a node went away) still goes to the webhook, which asks
+GitHub whether its runner is still busy. Evictions cannot have these: an
+Eviction carries no pod fields.
+*/}}
+{{- define "runner-guard.deleteMatchConditions" -}}
+matchConditions:
+  - name: not-terminating
+    expression: "!has(oldObject.metadata.deletionTimestamp)"
+  - name: running-or-disrupted
+    expression: >-
+      has(oldObject.status) && has(oldObject.status.phase) &&
+      (oldObject.status.phase == 'Running' ||
+      (oldObject.status.phase == 'Failed' && has(oldObject.status.conditions) &&
+      oldObject.status.conditions.exists(c, c.type == 'DisruptionTarget' && c.status == 'True')))
+{{- end }}
+
+{{/*
+certificates.mode generate: the Secret from an earlier install when there is
+one (an upgrade keeps the CA the API server trusts), else a new CA and serving
+certificate. YAML of base64 tls.crt, tls.key, ca.crt.
+*/}}
+{{- define "runner-guard.generatedCert" -}}
+{{- $name := include "runner-guard.tlsSecretName" . }}
+{{- $old := lookup "v1" "Secret" .Release.Namespace $name }}
+{{- if and $old (index $old "data") (index $old.data "ca.crt") (index $old.data "tls.crt") (index $old.data "tls.key") }}
+tls.crt: {{ index $old.data "tls.crt" }}
+tls.key: {{ index $old.data "tls.key" }}
+ca.crt: {{ index $old.data "ca.crt" }}
+{{- else }}
+{{- $days := int .Values.certificates.generate.validityDays }}
+{{- $svc := include "runner-guard.webhookName" . }}
+{{- $dns := list (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace) }}
+{{- $ips := list }}
+{{- with .Values.webhook.url }}
+{{- $host := (urlParse .).hostname }}
+{{- if regexMatch "^[0-9.]+$|:" $host }}{{ $ips = append $ips $host }}{{ else }}{{ $dns = append $dns $host }}{{ end }}
+{{- end }}
+{{- $ca := genCA (printf "%s-ca" (include "runner-guard.fullname" .)) $days }}
+{{- $cert := genSignedCert (first $dns) $ips $dns $days $ca }}
+tls.crt: {{ $cert.Cert | b64enc }}
+tls.key: {{ $cert.Key | b64enc }}
+ca.crt: {{ $ca.Cert | b64enc }}
+{{- end }}
+{{- end }}

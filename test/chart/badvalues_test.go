@@ -1,0 +1,162 @@
+package chart
+
+import (
+	"strings"
+	"testing"
+)
+
+// valid are the values every bad-values case starts from, so each case fails
+// for its own reason only.
+var valid = []string{"--set", "github.credentials.existingSecret=runner-guard-github"}
+
+// TestBadValuesFail checks values the chart must refuse make `helm template`
+// fail with a message that names the value.
+func TestBadValuesFail(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want []string // all must appear in the error
+	}{
+		{
+			name: "wrong type",
+			args: []string{"--set-string", "policy.timeoutSeconds=ten"},
+			want: []string{"timeoutSeconds", "integer"},
+		},
+		{
+			name: "wrong type in a list",
+			args: []string{"--set", "policy.guardedNamespaces[0]=true"},
+			want: []string{"guardedNamespaces"},
+		},
+		{
+			name: "unknown key",
+			args: []string{"--set", "github.tokn=ghp_x"},
+			want: []string{"tokn", "github"},
+		},
+		{
+			name: "unknown nested key",
+			args: []string{"--set", "certificates.certManager.issuer=x"},
+			want: []string{"issuer", "certManager"},
+		},
+		{
+			name: "enum",
+			args: []string{"--set", "policy.onError=ignore"},
+			want: []string{"onError"},
+		},
+		{
+			name: "App credentials with an enterprise scope",
+			args: []string{"--set", "github.credentials.existingSecret=", "--set", "github.scope=enterprise",
+				"--set", "github.credentials.app.id=1", "--set", "github.credentials.app.installationID=2",
+				"--set", "github.credentials.app.privateKey=k"},
+			want: []string{"github.credentials", "enterprise", "token"},
+		},
+		{
+			name: "existing App Secret with an enterprise scope",
+			args: []string{"--set", "github.credentials.existingSecretType=app", "--set", "github.scope=enterprise"},
+			want: []string{"github.credentials", "enterprise"},
+		},
+		{
+			name: "GitHub timeout past the webhook timeout less 2s",
+			args: []string{"--set", "policy.timeoutSeconds=10", "--set", "policy.githubTimeout=9s"},
+			want: []string{"policy.githubTimeout", "policy.timeoutSeconds", "9s"},
+		},
+		{
+			name: "GitHub timeout in ms past the webhook timeout less 2s",
+			args: []string{"--set", "policy.timeoutSeconds=5", "--set", "policy.githubTimeout=3001ms"},
+			want: []string{"policy.githubTimeout"},
+		},
+		{
+			name: "GitHub timeout past GitHub's own limit",
+			args: []string{"--set", "policy.timeoutSeconds=30", "--set", "policy.githubTimeout=11s"},
+			want: []string{"policy.githubTimeout", "10s"},
+		},
+		{
+			name: "GitHub timeout not a duration",
+			args: []string{"--set", "policy.githubTimeout=5 seconds"},
+			want: []string{"githubTimeout"},
+		},
+		{
+			name: "no credentials",
+			args: []string{"--set", "github.credentials.existingSecret="},
+			want: []string{"github.credentials", "no GitHub credentials"},
+		},
+		{
+			name: "token and existing Secret",
+			args: []string{"--set", "github.credentials.token=ghp_x"},
+			want: []string{"github.credentials", "existingSecret"},
+		},
+		{
+			name: "incomplete App",
+			args: []string{"--set", "github.credentials.existingSecret=", "--set", "github.credentials.app.id=1"},
+			want: []string{"github.credentials.app.installationID"},
+		},
+		{
+			name: "credentials from ARC without namespaces",
+			args: []string{"--set", "github.credentials.fromARC.enabled=true"},
+			want: []string{"github.credentials.fromARC.namespaces"},
+		},
+		{
+			name: "plain HTTP GitHub",
+			args: []string{"--set", "github.url=http://ghes.internal/api/v3/"},
+			want: []string{"github.url", "github.allowHTTP"},
+		},
+		{
+			name: "provided certificate without a CA",
+			args: []string{"--set", "certificates.mode=provided", "--set", "certificates.provided.existingSecret=tls"},
+			want: []string{"certificates.provided.caBundle"},
+		},
+		{
+			name: "guarding an exempt namespace",
+			args: []string{"--set", "policy.guardedNamespaces={ci,kube-system}"},
+			want: []string{"policy.guardedNamespaces", "kube-system"},
+		},
+		{
+			name: "guarding its own namespace",
+			args: []string{"--set", "policy.guardedNamespaces={" + namespace + "}"},
+			want: []string{"policy.guardedNamespaces", namespace},
+		},
+		{
+			name: "webhook URL without TLS",
+			args: []string{"--set", "webhook.url=http://127.0.0.1:9443", "--set", "certificates.mode=generate"},
+			want: []string{"webhook.url", "https"},
+		},
+		{
+			name: "no Deployment and no URL",
+			args: []string{"--set", "deployment.enabled=false"},
+			want: []string{"deployment.enabled", "webhook.url"},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := template(t, append(append([]string{}, valid...), c.args...)...)
+			if err == nil {
+				t.Fatalf("helm template %q succeeded, want an error naming %q; rendered %d bytes", c.args, c.want, len(out))
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not name %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+// TestBoundaryValuesPass guards against checks stricter than documented: the
+// limits themselves are accepted.
+func TestBoundaryValuesPass(t *testing.T) {
+	cases := map[string][]string{
+		"GitHub timeout exactly the webhook timeout less 2s": {"--set", "policy.timeoutSeconds=10", "--set", "policy.githubTimeout=8s"},
+		"GitHub timeout in ms":                               {"--set", "policy.timeoutSeconds=5", "--set", "policy.githubTimeout=3000ms"},
+		"App credentials with an organization scope":         {"--set", "github.credentials.existingSecretType=app", "--set", "github.scope=organization"},
+		"token with an enterprise scope":                     {"--set", "github.scope=enterprise"},
+		"plain HTTP GitHub on a trusted network":             {"--set", "github.url=http://ghes.internal/api/v3/", "--set", "github.allowHTTP=true"},
+		"credentials only from ARC": {"--set", "github.credentials.existingSecret=", "--set", "github.credentials.fromARC.enabled=true",
+			"--set", "github.credentials.fromARC.namespaces={arc-runners}"},
+	}
+	for name, args := range cases {
+		t.Run(name, func(t *testing.T) {
+			if _, err := template(t, append(append([]string{}, valid...), args...)...); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
