@@ -472,3 +472,21 @@ func writeToken(t *testing.T, path, token string, mtime time.Time) {
 		t.Fatal(err)
 	}
 }
+
+// A client ID in github_app_id signs JWTs with the client ID as issuer.
+func TestClientIDAsAppID(t *testing.T) {
+	f, srv := appFake(t)
+	f.SetAppClientID(appID, "Iv23liTEST")
+	f.AddInstallation(appID, "acme")
+	f.AddRunner(org, "r1")
+	r := newRouter(t, srv)
+	creds := appCreds("ns/app", 0)
+	creds.AppID = "Iv23liTEST"
+	st, err := r.Status(context.Background(), ghclient.Runner{Scope: org, Name: "r1", Creds: creds})
+	if err != nil || st.State != ghclient.StateIdle {
+		t.Fatalf("Status = %v, %v", st, err)
+	}
+	if got := countCalls(f, "POST", "/access_tokens"); got != 1 {
+		t.Errorf("token exchanges = %d, want 1", got)
+	}
+}
