@@ -1,7 +1,10 @@
 // Package ghclient talks to GitHub's self-hosted runner API: authentication
-// (token or GitHub App), GitHub Enterprise Server base URLs, the runner-ID cache,
-// rate-limit handling and the one operation runner-guard needs, Unregister.
-// It knows nothing about Kubernetes admission.
+// (token, token file or GitHub App, with the App's installation found per
+// runner owner when none is configured), GitHub Enterprise Server base URLs,
+// the runner-ID cache, rate-limit handling and the operations runner-guard
+// needs, Unregister and Status. A Router picks a client per runner
+// credentials (ARC's githubConfigSecret). It knows nothing about Kubernetes
+// admission.
 package ghclient
 
 import (

@@ -1,8 +1,10 @@
 // Package ghfake is an in-memory GitHub self-hosted runners API for tests and
 // demos. It follows /work/shared/GITHUB-API.md: the list and remove endpoints for
 // repositories, organizations and enterprises (also under /api/v3/ as GitHub
-// Enterprise Server serves them), Link-header paging, token and GitHub App
-// authentication, rate-limit headers, and fault injection. *Fake is an
+// Enterprise Server serves them; SetStyle restricts to one layout), Link-header
+// paging, token and GitHub App authentication (installations per owner with
+// scoped tokens, installation look-up by the App's JWT), JIT registration
+// (generate-jitconfig), rate-limit headers, and fault injection. *Fake is an
 // http.Handler; every control method is safe for concurrent use.
 package ghfake
 
