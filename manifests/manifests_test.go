@@ -656,6 +656,9 @@ func TestE2EKindOverlay(t *testing.T) {
 	if !slices.Contains(args, "--github-url=http://fakegithub.runner-guard-system.svc:8080/") {
 		t.Errorf("webhook args %q do not point at the fake GitHub", args)
 	}
+	if !slices.Contains(args, "--github-allow-http") {
+		t.Errorf("webhook args %q lack --github-allow-http: the binary refuses the fake's http:// URL without it", args)
+	}
 	svc := get[corev1.Service](t, objs, "Service", "fakegithub")
 	fake := get[appsv1.Deployment](t, objs, "Deployment", "fakegithub")
 	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(fake.Spec.Template.Labels)) {
