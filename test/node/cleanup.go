@@ -135,6 +135,40 @@ func nodeCgroupDirs() []string {
 	return dirs
 }
 
+// createCgroupRoot makes CgroupRoot in every cgroup v1 hierarchy (and the
+// unified one): the kubelet refuses a cgroupRoot that does not exist. A new
+// cpuset cgroup starts with no CPUs or memory nodes, so those are copied
+// from the hierarchy's root.
+func createCgroupRoot() error {
+	hier, err := os.ReadDir(cgroupFS)
+	if err != nil {
+		return fmt.Errorf("cgroup hierarchies: %w", err)
+	}
+	for _, h := range hier {
+		top := filepath.Join(cgroupFS, h.Name())
+		if _, err := os.Stat(filepath.Join(top, "cgroup.procs")); err != nil {
+			continue // not a hierarchy
+		}
+		d := filepath.Join(top, CgroupRoot)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("create cgroup %s: %w", d, err)
+		}
+		if h.Name() != "cpuset" {
+			continue
+		}
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			v, err := os.ReadFile(filepath.Join(top, f))
+			if err != nil {
+				return fmt.Errorf("read %s: %w", f, err)
+			}
+			if err := os.WriteFile(filepath.Join(d, f), v, 0o644); err != nil {
+				return fmt.Errorf("write %s: %w", filepath.Join(d, f), err)
+			}
+		}
+	}
+	return nil
+}
+
 // removeCgroups removes the node's cgroups deepest first; a cgroup directory
 // can only go once its processes and children have.
 func removeCgroups() error {

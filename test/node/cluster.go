@@ -358,6 +358,9 @@ func (c *Cluster) startKubelet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := createCgroupRoot(); err != nil {
+		return err
+	}
 	conf := fmt.Sprintf(kubeletConfig, c.pki.caFile, crt, key, CgroupRoot, "unix://"+c.sock, PodCIDR)
 	if err := os.WriteFile(c.file("kubelet.yaml"), []byte(conf), 0o644); err != nil {
 		return err
