@@ -1,7 +1,6 @@
 package webhook
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
 )
 
@@ -183,6 +183,12 @@ func (c *Config) policy() policy {
 
 // Complete fills in defaults and validates, naming the offending field.
 func (c *Config) Complete() error {
+	c.Default()
+	return c.Validate().ToAggregate()
+}
+
+// Default fills in the defaults of unset fields.
+func (c *Config) Default() {
 	if len(c.RunnerPods) == 0 {
 		c.RunnerPods = DefaultRunnerPods()
 	}
@@ -211,66 +217,75 @@ func (c *Config) Complete() error {
 	if c.RecentlyAdmittedTTL.Duration == 0 {
 		c.RecentlyAdmittedTTL.Duration = DefaultRecentAdmittedTTL
 	}
-	return c.validate()
 }
 
-func (c *Config) validate() error {
-	var errs []error
+// Validate checks a defaulted Config and compiles its selectors. Paths are
+// the --config file's keys (runnerPods[1].selector); a caller that set a value
+// from a flag renames the path to the flag.
+func (c *Config) Validate() field.ErrorList {
+	var errs field.ErrorList
 	if _, err := ParseOnErrorPolicy(string(c.OnError)); err != nil {
-		errs = append(errs, fmt.Errorf("onError: %w", err))
+		errs = append(errs, field.NotSupported(field.NewPath("onError"), c.OnError, []OnErrorPolicy{OnErrorDeny, OnErrorAllow}))
 	}
 	for _, f := range []struct {
-		field string
-		d     time.Duration
+		path string
+		d    time.Duration
 	}{
 		{"githubTimeout", c.GitHubTimeout.Duration},
 		{"busyRetryAfter", c.BusyRetryAfter.Duration},
 		{"recentlyAdmittedTTL", c.RecentlyAdmittedTTL.Duration},
 	} {
 		if f.d < 0 {
-			errs = append(errs, fmt.Errorf("%s: must not be negative, got %s", f.field, f.d))
+			errs = append(errs, field.Invalid(field.NewPath(f.path), f.d.String(), "must not be negative"))
 		}
 	}
 	if c.GitHubTimeout.Duration > 10*time.Second {
 		// GitHub ends requests after 10 s and the API server's webhook deadline is at most 30 s.
-		errs = append(errs, fmt.Errorf("githubTimeout: %s is longer than GitHub's own 10s request limit", c.GitHubTimeout.Duration))
+		errs = append(errs, field.Invalid(field.NewPath("githubTimeout"), c.GitHubTimeout.Duration.String(), "longer than GitHub's own 10s request limit"))
 	}
 	if strings.TrimSpace(c.ForceDelete.Annotation) == "" {
-		errs = append(errs, errors.New("forceDelete.annotation: must not be empty"))
+		errs = append(errs, field.Required(field.NewPath("forceDelete", "annotation"), ""))
 	}
 	seen := map[string]bool{}
 	for i := range c.RunnerPods {
-		rp := &c.RunnerPods[i]
-		path := fmt.Sprintf("runnerPods[%d]", i)
-		if rp.Name == "" {
-			errs = append(errs, fmt.Errorf("%s.name: must not be empty", path))
-		} else if seen[rp.Name] {
-			errs = append(errs, fmt.Errorf("%s.name: duplicate name %q", path, rp.Name))
-		}
-		seen[rp.Name] = true
-		sel, err := metav1.LabelSelectorAsSelector(&rp.Selector)
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("%s.selector: %w", path, err))
-		case sel.Empty():
-			errs = append(errs, fmt.Errorf("%s.selector: must not be empty (it would match every pod)", path))
-		default:
-			rp.selector = sel
-		}
-		if rp.Container == "" {
-			errs = append(errs, fmt.Errorf("%s.container: must name the runner container", path))
-		}
-		if rp.ScopeEnv == nil && rp.ScopeLabels == nil {
-			errs = append(errs, fmt.Errorf("%s: set scopeEnv or scopeLabels so the runner's scope can be found", path))
-		}
-		if emptyKeys(rp.ScopeEnv) {
-			errs = append(errs, fmt.Errorf("%s.scopeEnv: name at least one of enterprise, organization, repository", path))
-		}
-		if emptyKeys(rp.ScopeLabels) {
-			errs = append(errs, fmt.Errorf("%s.scopeLabels: name at least one of enterprise, organization, repository", path))
-		}
+		errs = append(errs, c.RunnerPods[i].validate(field.NewPath("runnerPods").Index(i), seen)...)
 	}
-	return errors.Join(errs...)
+	return errs
+}
+
+// validate checks one runner pod spec and compiles its selector. A spec whose
+// selector does not compile is an error, never a spec that matches nothing.
+func (rp *RunnerPodSpec) validate(path *field.Path, seen map[string]bool) field.ErrorList {
+	var errs field.ErrorList
+	if rp.Name == "" {
+		errs = append(errs, field.Required(path.Child("name"), ""))
+	} else if seen[rp.Name] {
+		errs = append(errs, field.Duplicate(path.Child("name"), rp.Name))
+	}
+	seen[rp.Name] = true
+	rp.selector = nil
+	sel, err := metav1.LabelSelectorAsSelector(&rp.Selector)
+	switch {
+	case err != nil:
+		errs = append(errs, field.Invalid(path.Child("selector"), metav1.FormatLabelSelector(&rp.Selector), err.Error()))
+	case sel.Empty():
+		errs = append(errs, field.Invalid(path.Child("selector"), "", "must not be empty (it would match every pod)"))
+	default:
+		rp.selector = sel
+	}
+	if rp.Container == "" {
+		errs = append(errs, field.Required(path.Child("container"), "name the runner container"))
+	}
+	if rp.ScopeEnv == nil && rp.ScopeLabels == nil {
+		errs = append(errs, field.Required(path, "set scopeEnv or scopeLabels so the runner's scope can be found"))
+	}
+	if emptyKeys(rp.ScopeEnv) {
+		errs = append(errs, field.Required(path.Child("scopeEnv"), "name at least one of enterprise, organization, repository"))
+	}
+	if emptyKeys(rp.ScopeLabels) {
+		errs = append(errs, field.Required(path.Child("scopeLabels"), "name at least one of enterprise, organization, repository"))
+	}
+	return errs
 }
 
 // forceAnnotation is the annotation key that forces a delete, or "" when disabled.

@@ -67,7 +67,7 @@ func NewHandler(o Options) (*Handler, error) {
 	if o.Pods == nil {
 		return nil, errors.New("webhook: pod reader is required (evictions name pods by name only)")
 	}
-	if err := o.Config.validate(); err != nil {
+	if err := o.Config.Validate().ToAggregate(); err != nil {
 		return nil, fmt.Errorf("webhook: invalid config: %w", err)
 	}
 	if o.Scheme == nil {

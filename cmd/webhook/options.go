@@ -85,8 +85,10 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	return o, nil
 }
 
-// githubConfig builds the GitHub client config from flags and the environment,
-// rejecting missing or conflicting credentials.
+// githubConfig builds the GitHub client config from flags and the environment.
+// It reads the files the flags name (so a missing file names its flag); the
+// credentials themselves are validated in one place, ghclient.New, whose
+// errors githubConfigError maps back to these flags.
 func (o *options) githubConfig(getenv func(string) string) (ghclient.Config, error) {
 	cfg := ghclient.Config{BaseURL: o.githubURL, AllowHTTP: o.githubAllowHTTP, UserAgent: "runner-guard/" + version}
 	appFlags := o.githubAppID != 0 || o.githubInstallID != 0 || o.githubAppKeyFile != ""
@@ -97,9 +99,6 @@ func (o *options) githubConfig(getenv func(string) string) (ghclient.Config, err
 		if o.githubAppID <= 0 {
 			return cfg, errors.New("--github-app-id: required (a positive number) with GitHub App authentication")
 		}
-		if o.githubInstallID <= 0 {
-			return cfg, errors.New("--github-app-installation-id: required (a positive number) with GitHub App authentication")
-		}
 		if o.githubAppKeyFile == "" {
 			return cfg, errors.New("--github-app-private-key-file: required with GitHub App authentication")
 		}
@@ -107,18 +106,22 @@ func (o *options) githubConfig(getenv func(string) string) (ghclient.Config, err
 		if err != nil {
 			return cfg, fmt.Errorf("--github-app-private-key-file: %w", err)
 		}
+		// Without --github-app-installation-id the client finds the App's
+		// installation for each runner's owner.
 		cfg.App = &ghclient.AppCredentials{AppID: o.githubAppID, InstallationID: o.githubInstallID, PrivateKeyPEM: key}
 	case o.githubTokenFile != "":
 		b, err := os.ReadFile(o.githubTokenFile)
 		if err != nil {
 			return cfg, fmt.Errorf("--github-token-file: %w", err)
 		}
-		if cfg.Token = strings.TrimSpace(string(b)); cfg.Token == "" {
+		if strings.TrimSpace(string(b)) == "" {
 			return cfg, fmt.Errorf("--github-token-file: %s is empty", o.githubTokenFile)
 		}
+		// The client re-reads the file when it changes: a rotated Secret needs no restart.
+		cfg.TokenFile = o.githubTokenFile
 	default:
 		if cfg.Token = strings.TrimSpace(getenv("GITHUB_TOKEN")); cfg.Token == "" {
-			return cfg, errors.New("no GitHub credentials: set --github-token-file, the GITHUB_TOKEN environment variable, or --github-app-id with --github-app-installation-id and --github-app-private-key-file")
+			return cfg, errors.New("no GitHub credentials: set --github-token-file, the GITHUB_TOKEN environment variable, or --github-app-id with --github-app-private-key-file")
 		}
 	}
 	return cfg, nil
@@ -153,12 +156,22 @@ func (o *options) handlerConfig(getenv func(string) string) (webhook.Config, err
 	if o.githubTimeout > 0 {
 		cfg.GitHubTimeout.Duration = o.githubTimeout
 	}
-	if err := cfg.Complete(); err != nil {
-		field := "--config"
-		if o.configFile == "" {
-			field = "flags"
+	cfg.Default()
+	errs := cfg.Validate()
+	// A value a flag set is reported by the flag's name, not the config key.
+	for _, e := range errs {
+		switch {
+		case e.Field == "githubTimeout" && o.githubTimeout > 0:
+			e.Field = "--github-timeout"
+		case e.Field == "onError" && o.onError != "":
+			e.Field = "--on-error"
 		}
-		return cfg, fmt.Errorf("%s: %w", field, err)
+	}
+	if err := errs.ToAggregate(); err != nil {
+		if o.configFile != "" {
+			return cfg, fmt.Errorf("--config %s: %w", o.configFile, err)
+		}
+		return cfg, err
 	}
 	return cfg, nil
 }
@@ -194,6 +207,7 @@ func oneLine(err error) string {
 func githubFlags() map[string]string {
 	return map[string]string{
 		"BaseURL":            "--github-url",
+		"TokenFile":          "--github-token-file",
 		"App.AppID":          "--github-app-id",
 		"App.InstallationID": "--github-app-installation-id",
 		"App.PrivateKeyPEM":  "--github-app-private-key-file",

@@ -53,9 +53,13 @@ func TestGitHubConfig(t *testing.T) {
 				t.Errorf("token %q app %v", tok, app)
 			}
 		}},
-		"no credentials":        {wantErr: "no GitHub credentials"},
-		"token and app":         {args: []string{"--github-token-file", token, "--github-app-id=1"}, wantErr: "mutually exclusive"},
-		"app without install":   {args: []string{"--github-app-id=1", "--github-app-private-key-file", key}, wantErr: "--github-app-installation-id"},
+		"no credentials": {wantErr: "no GitHub credentials"},
+		"token and app":  {args: []string{"--github-token-file", token, "--github-app-id=1"}, wantErr: "mutually exclusive"},
+		"app without install: found per owner": {args: []string{"--github-app-id=1", "--github-app-private-key-file", key}, check: func(t *testing.T, tok string, app bool) {
+			if !app {
+				t.Error("App credentials without an installation ID were not kept")
+			}
+		}},
 		"app without key":       {args: []string{"--github-app-id=1", "--github-app-installation-id=2"}, wantErr: "--github-app-private-key-file"},
 		"app without id":        {args: []string{"--github-app-installation-id=2", "--github-app-private-key-file", key}, wantErr: "--github-app-id"},
 		"unreadable key":        {args: []string{"--github-app-id=1", "--github-app-installation-id=2", "--github-app-private-key-file", filepath.Join(dir, "nope")}, wantErr: "--github-app-private-key-file: open"},
@@ -78,7 +82,15 @@ func TestGitHubConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tc.check(t, cfg.Token, cfg.App != nil)
+			tok := cfg.Token
+			if cfg.TokenFile != "" {
+				b, err := os.ReadFile(cfg.TokenFile)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tok = strings.TrimSpace(string(b))
+			}
+			tc.check(t, tok, cfg.App != nil)
 		})
 	}
 }
@@ -102,7 +114,7 @@ func TestHandlerConfig(t *testing.T) {
 		"flags override file":  {args: []string{"--config", good, "--on-error=deny", "--github-timeout=2s"}, wantOnError: webhook.OnErrorDeny, wantTimeout: 2 * time.Second},
 		"bad on-error":         {args: []string{"--on-error=ignore"}, wantErr: "--on-error: invalid on-error policy"},
 		"negative timeout":     {args: []string{"--github-timeout=-1s"}, wantErr: "--github-timeout"},
-		"timeout over 10s":     {args: []string{"--github-timeout=30s"}, wantErr: "githubTimeout"},
+		"timeout over 10s":     {args: []string{"--github-timeout=30s"}, wantErr: "--github-timeout: Invalid value: \"30s\""},
 		"unknown config field": {args: []string{"--config", bad}, wantErr: `unknown field "runnerPod"`},
 		"missing config file":  {args: []string{"--config", filepath.Join(dir, "nope.yaml")}, wantErr: "--config: open"},
 	}
