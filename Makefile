@@ -42,7 +42,7 @@ e2e: build k8s kustomize ## Run only the e2e suite against a real kube-apiserver
 	KUBEBUILDER_ASSETS=$(K8S_ASSETS) RUNNER_GUARD_BIN=$(BIN)/webhook $(GO) test -count=1 -timeout 30m -v ./test/e2e/...
 
 .PHONY: test
-test: vet $(TEST_DEPS) k8s ## The full suite: go vet, unit tests with -race, and the e2e suite (what CI runs).
+test: vet $(TEST_DEPS) k8s ## The full suite: go vet, golangci-lint, unit tests with -race, and the e2e suite (what CI runs).
 	KUBEBUILDER_ASSETS=$(K8S_ASSETS) RUNNER_GUARD_BIN=$(BIN)/webhook $(GO) test -race -count=1 -timeout 60m ./...
 
 .PHONY: demo
