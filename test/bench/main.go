@@ -26,7 +26,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -207,7 +206,9 @@ func setup(dir string) (*env, func(), error) {
 	stop := func() {
 		e.client.CloseIdleConnections()
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			progress("bare webhook server: %v", err)
+		}
 		ghSrv.Close()
 	}
 	deadline := time.Now().Add(20 * time.Second)
@@ -698,7 +699,7 @@ func (e *env) rss() error {
 	if bin == "" {
 		var err error
 		progress("rss: building ./cmd/webhook (set RUNNER_GUARD_BIN to skip) ...")
-		if bin, err = process.Binary(filepath.Join(e.dir)); err != nil {
+		if bin, err = process.Binary(e.dir); err != nil {
 			return err
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
@@ -280,11 +279,4 @@ func randomToken() string {
 	b := make([]byte, 24)
 	_, _ = rand.Read(b)
 	return fmt.Sprintf("%x", b)
-}
-
-// tlsClient trusts caPEM only.
-func tlsClient(caPEM []byte) *http.Client {
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(caPEM)
-	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 }

@@ -39,6 +39,15 @@ func main() {
 		fake.SetToken(token)
 	}
 	srv := &http.Server{Addr: *listen, Handler: fake, ReadHeaderTimeout: 10 * time.Second}
+	log.Printf("fake GitHub serving on %s", *listen)
+	if err := serve(srv); err != nil {
+		fmt.Fprintf(os.Stderr, "fakegithub: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// serve runs srv until SIGINT or SIGTERM, then shuts it down gracefully.
+func serve(srv *http.Server) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	go func() {
@@ -47,9 +56,8 @@ func main() {
 		defer cancel()
 		_ = srv.Shutdown(shutdown)
 	}()
-	log.Printf("fake GitHub serving on %s", *listen)
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		fmt.Fprintf(os.Stderr, "fakegithub: %v\n", err)
-		os.Exit(1)
+		return err
 	}
+	return nil
 }
