@@ -35,6 +35,7 @@ func ParseOnErrorPolicy(s string) (OnErrorPolicy, error) {
 const (
 	DefaultForceAnnotation   = "runner-guard.io/force-delete"
 	DefaultBusyRetryAfter    = 10 * time.Second
+	DefaultBusyRetryMax      = time.Minute
 	DefaultRecentAdmittedTTL = 10 * time.Second
 	DefaultGitHubTimeout     = 5 * time.Second
 )
@@ -62,6 +63,9 @@ type Config struct {
 	GitHubTimeout metav1.Duration `json:"githubTimeout,omitempty"`
 	// BusyRetryAfter is the retryAfterSeconds of a refused eviction.
 	BusyRetryAfter metav1.Duration `json:"busyRetryAfter,omitempty"`
+	// BusyRetryMax caps how long a "busy" answer is remembered while the runner
+	// stays busy (the memory starts at busyRetryAfter and doubles).
+	BusyRetryMax metav1.Duration `json:"busyRetryMax,omitempty"`
 	// ExemptNamespaces are never guarded, whatever the webhook configuration's
 	// namespaceSelector says: kube-system and runner-guard's own namespace.
 	ExemptNamespaces []string `json:"exemptNamespaces,omitempty"`
@@ -178,6 +182,7 @@ func (c *Config) policy() policy {
 		ForceAnnotation:  c.forceAnnotation(),
 		ExemptNamespaces: c.ExemptNamespaces,
 		BusyRetryAfter:   c.BusyRetryAfter.Duration,
+		BusyRetryMax:     c.BusyRetryMax.Duration,
 	}
 }
 
@@ -211,6 +216,9 @@ func (c *Config) Default() {
 	if c.BusyRetryAfter.Duration == 0 {
 		c.BusyRetryAfter.Duration = DefaultBusyRetryAfter
 	}
+	if c.BusyRetryMax.Duration == 0 {
+		c.BusyRetryMax.Duration = DefaultBusyRetryMax
+	}
 	if !slices.Contains(c.ExemptNamespaces, "kube-system") {
 		c.ExemptNamespaces = append(c.ExemptNamespaces, "kube-system")
 	}
@@ -233,6 +241,7 @@ func (c *Config) Validate() field.ErrorList {
 	}{
 		{"githubTimeout", c.GitHubTimeout.Duration},
 		{"busyRetryAfter", c.BusyRetryAfter.Duration},
+		{"busyRetryMax", c.BusyRetryMax.Duration},
 		{"recentlyAdmittedTTL", c.RecentlyAdmittedTTL.Duration},
 	} {
 		if f.d < 0 {

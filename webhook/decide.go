@@ -2,9 +2,16 @@ package webhook
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/runner-guard/runner-guard/ghclient"
 )
@@ -23,17 +30,23 @@ type decider struct {
 	table         []rule
 	github        GitHub
 	githubTimeout time.Duration
-	memory        *admittedMemory
+	// pods reads live pods and PodDisruptionBudgets through the API server.
+	pods   client.Reader
+	memory *admittedMemory
+	busy   *busyMemory
 }
 
-func newDecider(cfg Config, gh GitHub, now func() time.Time) *decider {
+func newDecider(cfg Config, gh GitHub, pods client.Reader, now func() time.Time) *decider {
+	pol := cfg.policy()
 	return &decider{
-		policy:        cfg.policy(),
+		policy:        pol,
 		specs:         cfg.RunnerPods,
 		table:         decisionTable(),
 		github:        gh,
 		githubTimeout: cfg.GitHubTimeout.Duration,
+		pods:          pods,
 		memory:        newAdmittedMemory(cfg.RecentlyAdmittedTTL.Duration, now),
+		busy:          newBusyMemory(pol.BusyRetryAfter, pol.BusyRetryMax, now),
 	}
 }
 
@@ -41,6 +54,7 @@ func newDecider(cfg Config, gh GitHub, now func() time.Time) *decider {
 // when the decision was made before the runner was resolved).
 func (d *decider) decide(ctx context.Context, r review) (Decision, Target) {
 	r.Spec = matchRunnerPod(r.Pod, d.specs)
+	r.Disrupted = r.Spec != nil && disrupted(r.Pod)
 	reached := stageRequest
 	for _, rl := range d.table {
 		for reached < rl.needs {
@@ -48,8 +62,10 @@ func (d *decider) decide(ctx context.Context, r review) (Decision, Target) {
 			d.resolve(ctx, &r, reached)
 		}
 		if dec, ok := rl.decide(&r, &d.policy); ok {
-			if dec.Reason == ReasonUnregistered || dec.Reason == ReasonRunnerNotFound {
+			switch dec.Reason {
+			case ReasonUnregistered, ReasonRunnerNotFound:
 				d.memory.remember(r.Pod.UID, r.Target)
+				d.busy.forget(r.Target)
 			}
 			return dec, r.Target
 		}
@@ -62,11 +78,91 @@ func (d *decider) decide(ctx context.Context, r review) (Decision, Target) {
 func (d *decider) resolve(ctx context.Context, r *review, s stage) {
 	switch s {
 	case stageRunner:
+		if r.Operation == OperationDelete {
+			// The review's oldObject may be forged: decide from the live pod.
+			if d.readLive(ctx, r); r.LiveErr != nil || r.LiveGone != "" {
+				return
+			}
+		}
 		r.Target, r.ScopeErr = resolveTarget(r.Pod, r.Spec)
-		r.RecentlyAdmitted = r.ScopeErr == nil && d.memory.admitted(r.Pod.UID, r.Target)
+		if r.ScopeErr == nil {
+			r.RecentlyAdmitted = d.memory.admitted(r.Pod.UID, r.Target)
+			r.Busy.Wait = d.busy.recall(r.Target)
+		}
+		if r.Operation == OperationEvict && !r.DryRun {
+			r.PDBBlocks = d.blockingPDB(ctx, r.Pod)
+		}
 	case stageGitHub:
+		if r.ScopeErr != nil {
+			return // only bypass users and disrupted pods get here: nothing to ask
+		}
 		r.GitHub = d.askGitHub(ctx, r)
+		if !r.readOnly(&d.policy) {
+			switch {
+			case r.GitHub.Err == nil && r.GitHub.Outcome == ghclient.Busy:
+				r.Busy.Next = d.busy.busy(r.Target)
+			case r.GitHub.Err == nil:
+				d.busy.forget(r.Target)
+			}
+		}
 	}
+}
+
+// readLive replaces the DELETE review's pod with the live pod of the same
+// name and UID, or records why there is none.
+func (d *decider) readLive(ctx context.Context, r *review) {
+	live := &corev1.Pod{}
+	err := d.pods.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: r.Name}, live)
+	switch {
+	case apierrors.IsNotFound(err):
+		r.LiveGone = "no such pod exists"
+	case err != nil:
+		r.LiveErr = err
+	case live.UID != r.Pod.UID:
+		r.LiveGone = fmt.Sprintf("the review names UID %q but the live pod has UID %q", r.Pod.UID, live.UID)
+	default:
+		r.Pod = live
+		if spec := matchRunnerPod(live, d.specs); spec != nil {
+			r.Spec = spec
+		}
+	}
+}
+
+// blockingPDB names a PodDisruptionBudget selecting the pod that allows no
+// disruption now, or "". A failed read blocks nothing: the API server checks
+// the budgets itself after the webhooks.
+func (d *decider) blockingPDB(ctx context.Context, pod *corev1.Pod) string {
+	var pdbs policyv1.PodDisruptionBudgetList
+	if err := d.pods.List(ctx, &pdbs, client.InNamespace(pod.Namespace)); err != nil {
+		logr.FromContextOrDiscard(ctx).V(1).Info("cannot list PodDisruptionBudgets; the API server will check them", "error", err.Error())
+		return ""
+	}
+	for i := range pdbs.Items {
+		pdb := &pdbs.Items[i]
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil || sel.Empty() || !sel.Matches(labelsOf(pod)) {
+			continue
+		}
+		if pdb.Status.DisruptionsAllowed < 1 {
+			return pdb.Name
+		}
+	}
+	return ""
+}
+
+// disrupted reports a pod the control plane marked Failed with a
+// DisruptionTarget condition (pod GC, taint eviction) rather than one whose
+// containers ended.
+func disrupted(pod *corev1.Pod) bool {
+	if pod.Status.Phase != corev1.PodFailed {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }
 
 // askGitHub makes the one GitHub call of a decision, bounded by the GitHub timeout.
@@ -76,9 +172,9 @@ func (d *decider) askGitHub(ctx context.Context, r *review) githubResult {
 	t := r.Target
 	log := logr.FromContextOrDiscard(ctx).WithValues("runner", t.Name, "scope", t.Scope.String(), "runnerIDHint", t.IDHint)
 	start := time.Now()
-	if r.DryRun {
+	if r.readOnly(&d.policy) {
 		st, err := d.github.Status(ctx, t.Scope, t.Name)
-		log.V(1).Info("asked GitHub for runner status (dry run)", "state", st.State, "error", errString(err), "took", time.Since(start))
+		log.V(1).Info("asked GitHub for runner status (read-only)", "state", st.State, "error", errString(err), "took", time.Since(start))
 		if err != nil {
 			return githubResult{Err: err}
 		}

@@ -106,7 +106,7 @@ func fuzzAdmissionSeeds(f *testing.F, pod *corev1.Pod) [][]byte {
 // never a panic, and a resolved scope is always one GitHub accepts.
 func FuzzRunnerRecognition(f *testing.F) {
 	cfg := DefaultConfig()
-	d := newDecider(cfg, fuzzGitHub(f), time.Now)
+	gh := fuzzGitHub(f)
 	f.Add("runner-1", "actions-runner", "", "RUNNER_ORG", "acme", "RUNNER_NAME", "runner-1", "1001")
 	f.Add("r", "actions-ephemeral-runner", "True", "X", "", "actions.github.com/repository", "app", "")
 	f.Add("r", "actions-runner", "", "RUNNER_REPO", "acme/app", "RUNNER_ENTERPRISE", "big", "-5")
@@ -146,8 +146,9 @@ func FuzzRunnerRecognition(f *testing.F) {
 				}
 			}
 		}
+		d := newDecider(cfg, gh, fake.NewClientBuilder().WithObjects(p.DeepCopy()).Build(), time.Now)
 		for _, dry := range []bool{false, true} {
-			dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Pod: p, DryRun: dry})
+			dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Namespace: p.Namespace, Name: p.Name, Pod: p, DryRun: dry})
 			if dec.Reason == "" || dec.Message == "" {
 				t.Fatalf("decision without reason or message: %+v", dec)
 			}

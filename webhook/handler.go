@@ -49,12 +49,14 @@ type Options struct {
 type Handler struct {
 	decider *decider
 	// exempt and specs let the handler skip decoding what the rules will not read.
-	exempt  []string
-	specs   []RunnerPodSpec
-	decoder admission.Decoder
-	pods    client.Reader
-	events  events.EventRecorder
-	metrics *Metrics
+	exempt []string
+	specs  []RunnerPodSpec
+	// decisionTimeout bounds one decision: the GitHub deadline plus the API reads.
+	decisionTimeout time.Duration
+	decoder         admission.Decoder
+	pods            client.Reader
+	events          events.EventRecorder
+	metrics         *Metrics
 }
 
 var _ admission.Handler = &Handler{}
@@ -77,13 +79,14 @@ func NewHandler(o Options) (*Handler, error) {
 		o.Now = time.Now
 	}
 	return &Handler{
-		decider: newDecider(o.Config, o.GitHub, o.Now),
-		exempt:  o.Config.ExemptNamespaces,
-		specs:   o.Config.RunnerPods,
-		decoder: admission.NewDecoder(o.Scheme),
-		pods:    o.Pods,
-		events:  o.Events,
-		metrics: o.Metrics,
+		decider:         newDecider(o.Config, o.GitHub, o.Pods, o.Now),
+		exempt:          o.Config.ExemptNamespaces,
+		specs:           o.Config.RunnerPods,
+		decisionTimeout: o.Config.GitHubTimeout.Duration + 5*time.Second,
+		decoder:         admission.NewDecoder(o.Scheme),
+		pods:            o.Pods,
+		events:          o.Events,
+		metrics:         o.Metrics,
 	}, nil
 }
 
@@ -104,6 +107,11 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		// Only reachable through a misconfigured webhook rule; never block it.
 		return admission.Allowed(fmt.Sprintf("runner-guard does not handle %s %s/%s", req.Operation, req.Resource.Resource, req.SubResource))
 	}
+	// A decision runs to its end even when the server shuts down (a rollout's
+	// SIGTERM): GitHub may already have removed the runner, and the API server
+	// must hear so. Its own deadline bounds it instead.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.decisionTimeout)
+	defer cancel()
 	r, err := h.facts(ctx, op, req)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
@@ -149,12 +157,19 @@ func (h *Handler) facts(ctx context.Context, op Operation, req admission.Request
 		return r, nil
 	}
 
-	if r.Name == "" && len(req.Object.Raw) > 0 {
+	if len(req.Object.Raw) > 0 {
+		// kubectl drain --dry-run=server sends the dry run only inside the
+		// Eviction's deleteOptions; the review's own dryRun is false.
 		ev := &policyv1.Eviction{}
 		if err := h.decoder.DecodeRaw(req.Object, ev); err != nil {
 			return r, fmt.Errorf("decode Eviction: %w", err)
 		}
-		r.Name = ev.Name
+		if r.Name == "" {
+			r.Name = ev.Name
+		}
+		if ev.DeleteOptions != nil && len(ev.DeleteOptions.DryRun) > 0 {
+			r.DryRun = true
+		}
 	}
 	if r.Name == "" || r.Namespace == "" {
 		return r, errors.New("eviction review names no pod")
@@ -210,7 +225,8 @@ type podHead struct {
 }
 
 type podStatusHead struct {
-	Phase             corev1.PodPhase `json:"phase"`
+	Phase             corev1.PodPhase       `json:"phase"`
+	Conditions        []corev1.PodCondition `json:"conditions"`
 	ContainerStatuses []struct {
 		Name  string `json:"name"`
 		State struct {
@@ -241,12 +257,12 @@ func (h *Handler) fastPathPod(raw []byte) *corev1.Pod {
 			return nil
 		}
 	}
-	pod.Status.Phase = status.Phase
+	pod.Status.Phase, pod.Status.Conditions = status.Phase, status.Conditions
 	for _, cs := range status.ContainerStatuses {
 		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses,
 			corev1.ContainerStatus{Name: cs.Name, State: corev1.ContainerState{Running: cs.State.Running}})
 	}
-	if !runnerContainerRunning(pod, spec.Container) {
+	if !runnerContainerRunning(pod, spec.Container) && !disrupted(pod) {
 		return pod
 	}
 	return nil

@@ -31,6 +31,7 @@ import (
 // harness serves the Handler over HTTP the way the webhook server does, in
 // front of the real GitHub client talking to the fake GitHub.
 type harness struct {
+	clock   *fixture.Clock
 	github  *ghfake.Fake
 	events  *events.FakeRecorder
 	metrics *Metrics
@@ -62,13 +63,14 @@ func newHarness(t *testing.T, cfg Config, pods ...*corev1.Pod) *harness {
 	if err := cfg.Complete(); err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{github: gh, events: events.NewFakeRecorder(100), metrics: NewMetrics()}
+	h := &harness{clock: fixture.NewClock(time.Now()), github: gh, events: events.NewFakeRecorder(100), metrics: NewMetrics()}
 	handler, err := NewHandler(Options{
 		Config:  cfg,
 		GitHub:  client,
 		Pods:    fake.NewClientBuilder().WithRuntimeObjects(objs...).Build(),
 		Events:  h.events,
 		Metrics: h.metrics,
+		Now:     h.clock.Now,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -185,8 +187,18 @@ func TestHandlerDecisions(t *testing.T) {
 			req: request{op: OperationDelete, pod: fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").RunnerTerminated().Obj()}, setup: busy,
 			allowed: true, reason: ReasonRunnerNotRunning, ghCalls: map[string]int{}, stillReg: true,
 		},
-		"4 bypass user": {
-			req: request{op: OperationDelete, pod: legacy().Obj(), user: "system:serviceaccount:kube-system:pod-garbage-collector"}, setup: busy,
+		"6b bypass user, runner online and busy: its node is alive": {
+			req: request{op: OperationDelete, pod: legacy().Obj(), user: "system:serviceaccount:kube-system:node-controller"}, setup: busy,
+			code: 403, reason: ReasonBypassBusy, msg: []string{"runner busy", "bypass list", "online"}, event: EventBypassRefused,
+			ghCalls: map[string]int{"GET": 1}, stillReg: true,
+		},
+		"6b bypass user, runner offline": {
+			req:     request{op: OperationDelete, pod: legacy().Obj(), user: "system:serviceaccount:kube-system:pod-garbage-collector"},
+			setup:   func(h *harness) { busy(h); h.github.SetOnline(acme(), "runner-1", false) },
+			allowed: true, reason: ReasonBypassUser, warning: true, event: EventForcedDelete, ghCalls: map[string]int{"GET": 1}, stillReg: true,
+		},
+		"6b bypass user, scope unknown": {
+			req: request{op: OperationDelete, pod: fixture.MakeLegacyRunnerPod("ci", "runner-1").Running().Obj(), user: "system:serviceaccount:kube-system:pod-garbage-collector"}, setup: busy,
 			allowed: true, reason: ReasonBypassUser, warning: true, event: EventForcedDelete, ghCalls: map[string]int{}, stillReg: true,
 		},
 		"4 force annotation": {
@@ -243,6 +255,15 @@ func TestHandlerDecisions(t *testing.T) {
 		},
 		"9 secondary rate limit": {
 			req: request{op: OperationDelete, pod: legacy().RunnerID(1001).Obj()},
+			setup: func(h *harness) {
+				idle(h)
+				h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 403, RetryAfterSeconds: 42})
+			},
+			code: 503, reason: ReasonRateLimited, msg: []string{"rate limit", "retry in 42s"}, event: EventRateLimited,
+			ghCalls: map[string]int{"DELETE": 1}, stillReg: true,
+		},
+		"9 secondary rate limit, eviction": {
+			req: request{op: OperationEvict, pod: legacy().RunnerID(1001).Obj()},
 			setup: func(h *harness) {
 				idle(h)
 				h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 403, RetryAfterSeconds: 42})
@@ -370,21 +391,32 @@ func TestHandlerRepeatedReviewsCostOneUnregister(t *testing.T) {
 	}
 }
 
-// A denial is never remembered: the next attempt asks GitHub again and succeeds once idle.
-func TestHandlerDenialNotRemembered(t *testing.T) {
+// A "busy" answer is remembered for busyRetryAfter, growing while the runner
+// stays busy; an admission is never made from memory: once the memory runs
+// out GitHub is asked again, and the idle runner's pod goes.
+func TestHandlerBusyRememberedThenAskedAgain(t *testing.T) {
 	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").RunnerID(1001).Running().Obj()
 	h := newHarness(t, Config{}, pod)
 	h.github.AddRunner(acme(), "runner-1")
 	h.github.SetBusy(acme(), "runner-1", true)
-	if _, out := h.post(t, reviewJSON(t, request{op: OperationDelete, pod: pod})); out.Response.Allowed {
-		t.Fatal("busy runner's pod admitted")
+	deleteAndWant := func(allowed bool, reason Reason) {
+		t.Helper()
+		_, out := h.post(t, reviewJSON(t, request{op: OperationDelete, pod: pod}))
+		if out.Response.Allowed != allowed || !strings.Contains(out.Response.Result.Message, string(reason)) {
+			t.Fatalf("allowed = %v, result %+v; want allowed %v, reason %s", out.Response.Allowed, out.Response.Result, allowed, reason)
+		}
 	}
+	deleteAndWant(false, ReasonRunnerBusy)   // asked: busy, remembered 10s
+	deleteAndWant(false, ReasonRecentlyBusy) // from memory
+	h.clock.Advance(DefaultBusyRetryAfter)   // memory ran out
+	deleteAndWant(false, ReasonRunnerBusy)   // asked again: still busy, remembered 20s
+	h.clock.Advance(DefaultBusyRetryAfter)   // half of it
+	deleteAndWant(false, ReasonRecentlyBusy) // from memory
 	h.github.SetBusy(acme(), "runner-1", false)
-	if _, out := h.post(t, reviewJSON(t, request{op: OperationDelete, pod: pod})); !out.Response.Allowed {
-		t.Fatalf("idle runner's pod denied: %+v", out.Response.Result)
-	}
-	if got := h.github.Count("DELETE"); got != 2 {
-		t.Errorf("DELETEs = %d, want 2", got)
+	h.clock.Advance(DefaultBusyRetryAfter)
+	deleteAndWant(true, ReasonUnregistered)
+	if got := h.github.Count("DELETE"); got != 3 {
+		t.Errorf("DELETEs = %d, want 3 (the remembered refusals ask nothing)", got)
 	}
 }
 

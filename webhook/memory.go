@@ -55,3 +55,88 @@ func (m *admittedMemory) admitted(uid types.UID, t Target) bool {
 }
 
 func targetKey(t Target) string { return t.Scope.String() + "\x00" + t.Name }
+
+// busyMemo is what the busy memory says about one runner.
+type busyMemo struct {
+	// Wait is how long a remembered "busy" is still trusted; 0: ask GitHub.
+	Wait time.Duration
+	// Next is how long the "busy" GitHub just answered will be trusted.
+	Next time.Duration
+}
+
+// busyMemory remembers GitHub's "busy" answer per runner for a short time that
+// grows while the runner stays busy (first busyRetryAfter, doubling up to a
+// cap). kubectl drain retries a refused eviction every 5 s whatever
+// retryAfterSeconds says: without it one busy pod costs 720 GitHub requests
+// an hour. Remembering a refusal is always safe: at worst a pod waits longer.
+type busyMemory struct {
+	first, cap time.Duration
+	now        func() time.Time
+
+	mu      sync.Mutex
+	entries map[string]busyEntry
+}
+
+type busyEntry struct {
+	until   time.Time
+	backoff time.Duration
+	seen    time.Time // last busy answer; a runner idle for long starts over
+}
+
+// maxBusyEntries bounds the memory; busy runners are few next to all runners.
+const maxBusyEntries = 10000
+
+func newBusyMemory(first, cap time.Duration, now func() time.Time) *busyMemory {
+	return &busyMemory{first: first, cap: max(cap, first), now: now, entries: map[string]busyEntry{}}
+}
+
+// recall returns how long a remembered "busy" is still trusted, 0 if none.
+func (m *busyMemory) recall(t Target) time.Duration {
+	if m.first <= 0 {
+		return 0
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.entries[targetKey(t)]
+	if !ok {
+		return 0
+	}
+	return max(e.until.Sub(m.now()), 0)
+}
+
+// busy records a "busy" answer and returns how long it will be trusted.
+func (m *busyMemory) busy(t Target) time.Duration {
+	if m.first <= 0 {
+		return 0
+	}
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := targetKey(t)
+	e, ok := m.entries[key]
+	switch {
+	case !ok || now.Sub(e.seen) > 2*m.cap:
+		e.backoff = m.first
+	default:
+		e.backoff = min(2*e.backoff, m.cap)
+	}
+	e.until, e.seen = now.Add(e.backoff), now
+	if len(m.entries) >= maxBusyEntries {
+		for k, old := range m.entries {
+			if now.Sub(old.seen) > 2*m.cap {
+				delete(m.entries, k)
+			}
+		}
+	}
+	if len(m.entries) < maxBusyEntries || ok {
+		m.entries[key] = e
+	}
+	return e.backoff
+}
+
+// forget drops a runner GitHub no longer reports busy.
+func (m *busyMemory) forget(t Target) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.entries, targetKey(t))
+}

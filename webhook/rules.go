@@ -33,11 +33,17 @@ const (
 	ReasonNotRunnerPod     Reason = "not-runner-pod"
 	ReasonPodNotFound      Reason = "pod-not-found"
 	ReasonTerminating      Reason = "already-terminating"
+	ReasonContainerMissing Reason = "runner-container-missing"
 	ReasonRunnerNotRunning Reason = "runner-not-running"
-	ReasonBypassUser       Reason = "bypass-user"
 	ReasonForceAnnotation  Reason = "force-annotation"
+	ReasonPodNotLive       Reason = "pod-not-live"
 	ReasonScopeUnknown     Reason = "scope-unknown"
 	ReasonRecentlyAdmitted Reason = "recently-admitted"
+	ReasonRecentlyBusy     Reason = "recently-busy"
+	ReasonPDBBlocks        Reason = "disruption-budget"
+	ReasonBypassUser       Reason = "bypass-user"
+	ReasonDisrupted        Reason = "disrupted-pod"
+	ReasonBypassBusy       Reason = "bypass-runner-busy"
 	ReasonDryRunBusy       Reason = "dry-run-runner-busy"
 	ReasonDryRunIdle       Reason = "dry-run-runner-idle"
 	ReasonDryRunNotFound   Reason = "dry-run-runner-not-found"
@@ -57,6 +63,8 @@ const (
 	EventScopeUnknown       = "RunnerScopeUnknown"
 	EventRateLimited        = "GitHubRateLimited"
 	EventPodLookupFailed    = "PodLookupFailed"
+	EventContainerMissing   = "RunnerContainerMissing"
+	EventBypassRefused      = "GuardBypassRefused"
 )
 
 // Decision is the outcome of one review.
@@ -91,15 +99,27 @@ type review struct {
 	PodErr error
 	User   authenticationv1.UserInfo
 	DryRun bool
+	// Disrupted: the pod was marked Failed with a DisruptionTarget condition
+	// (pod GC after a Node was deleted, taint eviction) while its runner may
+	// still be running on a node that is alive.
+	Disrupted bool
 
 	// Spec is the matched runner pod spec, nil for a pod that is not a runner.
 	Spec *RunnerPodSpec
 	// Target and ScopeErr: the runner behind the pod (stageRunner).
 	Target   Target
 	ScopeErr error
+	// LiveErr is the error reading the live pod of a DELETE; LiveGone says
+	// the pod does not exist or has another UID (stageRunner).
+	LiveErr  error
+	LiveGone string
 	// RecentlyAdmitted: this pod's deletion was admitted moments ago after
 	// GitHub removed its runner (stageRunner).
 	RecentlyAdmitted bool
+	// Busy is GitHub's remembered "busy" for this runner (stageRunner).
+	Busy busyMemo
+	// PDBBlocks names a PodDisruptionBudget that allows no disruption now (evictions, stageRunner).
+	PDBBlocks string
 	// GitHub is GitHub's answer (stageGitHub).
 	GitHub githubResult
 }
@@ -120,6 +140,8 @@ type policy struct {
 	ForceAnnotation  string // "" when disabled
 	ExemptNamespaces []string
 	BusyRetryAfter   time.Duration
+	// BusyRetryMax caps how long a remembered "busy" answer is trusted.
+	BusyRetryMax time.Duration
 	// OnErrorSource says where OnError was set, for messages: "--on-error=deny",
 	// "onError: deny in --config" or "the default onError: deny".
 	OnErrorSource string
@@ -153,10 +175,15 @@ func decisionTable() []rule {
 		{[]Reason{ReasonPodLookupFailed}, stageRequest, rulePodLookupFailed},
 		{[]Reason{ReasonPodNotFound, ReasonNotRunnerPod}, stageRequest, ruleNotRunnerPod},
 		{[]Reason{ReasonTerminating}, stageRequest, ruleAlreadyTerminating},
+		{[]Reason{ReasonContainerMissing}, stageRequest, ruleContainerMissing},
 		{[]Reason{ReasonRunnerNotRunning}, stageRequest, ruleRunnerNotRunning},
-		{[]Reason{ReasonBypassUser, ReasonForceAnnotation}, stageRequest, ruleBypass},
+		{[]Reason{ReasonForceAnnotation}, stageRequest, ruleForceAnnotation},
+		{[]Reason{ReasonPodNotLive}, stageRunner, rulePodNotLive},
 		{[]Reason{ReasonScopeUnknown}, stageRunner, ruleScopeUnknown},
 		{[]Reason{ReasonRecentlyAdmitted}, stageRunner, ruleRecentlyAdmitted},
+		{[]Reason{ReasonRecentlyBusy}, stageRunner, ruleRecentlyBusy},
+		{[]Reason{ReasonPDBBlocks}, stageRunner, rulePDBBlocks},
+		{[]Reason{ReasonBypassUser, ReasonDisrupted, ReasonBypassBusy}, stageGitHub, ruleBypass},
 		{[]Reason{ReasonDryRunBusy, ReasonDryRunIdle, ReasonDryRunNotFound}, stageGitHub, ruleDryRun},
 		{[]Reason{ReasonUnregistered, ReasonRunnerNotFound}, stageGitHub, ruleUnregistered},
 		{[]Reason{ReasonRunnerBusy}, stageGitHub, ruleRunnerBusy},
@@ -189,12 +216,26 @@ func rulePodLookupFailed(r *review, p *policy) (Decision, bool) {
 		return Decision{}, false
 	}
 	msg := fmt.Sprintf("cannot read pod %s to check its runner: %v", r.podRef(), r.PodErr)
-	d := onError(p, ReasonPodLookupFailed, msg, http.StatusTooManyRequests)
-	if !d.Allowed {
-		d.RetryAfter = p.BusyRetryAfter
-	}
+	return podLookupFailed(r, p, msg), true
+}
+
+// podLookupFailed applies the on-error policy to a failed pod read.
+func podLookupFailed(r *review, p *policy, msg string) Decision {
+	d := onError(p, ReasonPodLookupFailed, msg, http.StatusServiceUnavailable)
+	refusedEviction(r, p, &d, p.BusyRetryAfter)
 	d.EventType, d.EventReason = corev1.EventTypeWarning, EventPodLookupFailed
-	return d, true
+	return d
+}
+
+// refusedEviction makes a refused eviction a 429 with retryAfterSeconds:
+// kubectl drain and the cluster autoscaler retry a 429 and give up on any
+// other code. A refused DELETE keeps its code and no Retry-After, so kubectl
+// shows it at once instead of retrying silently.
+func refusedEviction(r *review, p *policy, d *Decision, wait time.Duration) {
+	if d.Allowed || r.Operation != OperationEvict {
+		return
+	}
+	d.Code, d.RetryAfter = http.StatusTooManyRequests, max(wait, time.Second)
 }
 
 // Rule 1: a pod that is not a runner pod (or, for an eviction, no longer exists)
@@ -218,44 +259,93 @@ func ruleAlreadyTerminating(r *review, _ *policy) (Decision, bool) {
 	return Decision{}, false
 }
 
-// Rule 3: without a running runner container no process can hold a job.
+// Rule 3a: a runner pod spec names a container the pod does not have: the
+// configuration is wrong, so runner-guard cannot tell whether a job runs.
+func ruleContainerMissing(r *review, p *policy) (Decision, bool) {
+	if r.Pod.Status.Phase != corev1.PodRunning || runnerContainerStatus(r.Pod, r.Spec.Container) != nil {
+		return Decision{}, false
+	}
+	msg := fmt.Sprintf("pod %s has no container %q, which runner pod spec %q names as the runner: fix runnerPods in --config",
+		r.podRef(), r.Spec.Container, r.Spec.Name)
+	d := onError(p, ReasonContainerMissing, msg, http.StatusForbidden)
+	refusedEviction(r, p, &d, p.BusyRetryAfter)
+	d.EventType, d.EventReason = corev1.EventTypeWarning, EventContainerMissing
+	return d, true
+}
+
+// Rule 3: without a running runner container no process can hold a job. A pod
+// marked Failed with a DisruptionTarget condition is the exception: the
+// control plane marked it (pod GC after its Node object was deleted, taint
+// eviction), and its runner may still be running a job on a live node.
 func ruleRunnerNotRunning(r *review, _ *policy) (Decision, bool) {
+	if r.Disrupted {
+		return Decision{}, false
+	}
 	if !runnerContainerRunning(r.Pod, r.Spec.Container) {
 		return allow(ReasonRunnerNotRunning, fmt.Sprintf("container %q is not running", r.Spec.Container)), true
 	}
 	return Decision{}, false
 }
 
-// Rule 4: bypass users (cleaning up after dead nodes) and the force annotation
-// let the pod go without asking GitHub, loudly.
-func ruleBypass(r *review, p *policy) (Decision, bool) {
-	forced := func(reason Reason, why string) Decision {
-		d := allow(reason, fmt.Sprintf("runner-guard bypassed for pod %s: %s; the runner was not unregistered and a running job may be cancelled", r.podRef(), why))
-		d.Warning = d.Message
-		d.EventType, d.EventReason = corev1.EventTypeWarning, EventForcedDelete
-		return d
-	}
-	if slices.Contains(p.BypassUsers, r.User.Username) {
-		return forced(ReasonBypassUser, fmt.Sprintf("requester %q is on the bypass list", r.User.Username)), true
-	}
-	for _, g := range r.User.Groups {
-		if slices.Contains(p.BypassGroups, g) {
-			return forced(ReasonBypassUser, fmt.Sprintf("requester %q is in bypass group %q", r.User.Username, g)), true
-		}
-	}
+// forced is the loud allow of a pod whose runner was not unregistered.
+func forced(r *review, reason Reason, why string) Decision {
+	d := allow(reason, fmt.Sprintf("runner-guard bypassed for pod %s: %s; the runner was not unregistered and a running job may be cancelled", r.podRef(), why))
+	d.Warning = d.Message
+	d.EventType, d.EventReason = corev1.EventTypeWarning, EventForcedDelete
+	return d
+}
+
+// Rule 4: the force annotation is a person's explicit choice: the pod goes
+// without asking GitHub, loudly.
+func ruleForceAnnotation(r *review, p *policy) (Decision, bool) {
 	if p.ForceAnnotation != "" && r.Pod.Annotations[p.ForceAnnotation] == "true" {
-		return forced(ReasonForceAnnotation, fmt.Sprintf("annotation %s=true", p.ForceAnnotation)), true
+		return forced(r, ReasonForceAnnotation, fmt.Sprintf("annotation %s=true", p.ForceAnnotation)), true
 	}
 	return Decision{}, false
 }
 
-// Rule 5: without a scope runner-guard cannot ask GitHub; the on-error policy decides.
+// bypassedBy says why the requester is on the bypass list, or "".
+func bypassedBy(u authenticationv1.UserInfo, p *policy) string {
+	if slices.Contains(p.BypassUsers, u.Username) {
+		return fmt.Sprintf("requester %q is on the bypass list", u.Username)
+	}
+	for _, g := range u.Groups {
+		if slices.Contains(p.BypassGroups, g) {
+			return fmt.Sprintf("requester %q is in bypass group %q", u.Username, g)
+		}
+	}
+	return ""
+}
+
+// readOnly reports whether the review's GitHub question is a read-only look-up
+// rather than an unregister: dry runs, bypass users and disrupted pods.
+func (r *review) readOnly(p *policy) bool {
+	return r.DryRun || r.Disrupted || bypassedBy(r.User, p) != ""
+}
+
+// Rule 4b: the pod a DELETE review names must be the live pod, with the same
+// UID. A forged or stale review names a pod that does not exist (or another
+// pod of the same name): there is nothing to protect and nothing is asked.
+func rulePodNotLive(r *review, p *policy) (Decision, bool) {
+	switch {
+	case r.LiveErr != nil:
+		return podLookupFailed(r, p, fmt.Sprintf("cannot read pod %s to confirm the review names the live pod: %v", r.podRef(), r.LiveErr)), true
+	case r.LiveGone != "":
+		return allow(ReasonPodNotLive, fmt.Sprintf("pod %s: %s; nothing to protect, GitHub not asked", r.podRef(), r.LiveGone)), true
+	}
+	return Decision{}, false
+}
+
+// Rule 5: without a scope runner-guard cannot ask GitHub; the on-error policy
+// decides. Bypass users and disrupted pods are left to rule 6b, which lets
+// them go when GitHub cannot be asked.
 func ruleScopeUnknown(r *review, p *policy) (Decision, bool) {
-	if r.ScopeErr == nil {
+	if r.ScopeErr == nil || (!r.DryRun && r.readOnly(p)) {
 		return Decision{}, false
 	}
 	msg := fmt.Sprintf("cannot tell where the runner of pod %s is registered on GitHub: %v", r.podRef(), r.ScopeErr)
 	d := onError(p, ReasonScopeUnknown, msg, http.StatusForbidden)
+	refusedEviction(r, p, &d, p.BusyRetryAfter)
 	d.EventType, d.EventReason = corev1.EventTypeWarning, EventScopeUnknown
 	return d, true
 }
@@ -269,6 +359,64 @@ func ruleRecentlyAdmitted(r *review, _ *policy) (Decision, bool) {
 	return allow(ReasonRecentlyAdmitted, "deletion of this pod was admitted moments ago; runner already unregistered"), true
 }
 
+// Rule 5c: GitHub answered "busy" for this runner moments ago. A remembered
+// refusal is always safe, and it keeps retries (kubectl drain retries every
+// 5 s whatever retryAfterSeconds says) from spending the rate limit.
+func ruleRecentlyBusy(r *review, p *policy) (Decision, bool) {
+	if r.DryRun || r.Busy.Wait <= 0 {
+		return Decision{}, false
+	}
+	d := busyDenial(r, p, r.Busy.Wait)
+	d.Reason = ReasonRecentlyBusy
+	// One Event per GitHub answer is enough; the repeats are counted in the metric.
+	d.EventType, d.EventReason = "", ""
+	return d, true
+}
+
+// Rule 5d: an eviction the API server would refuse anyway, because a
+// PodDisruptionBudget allows no disruption now, must not unregister the runner
+// first (the API server checks budgets after the webhooks).
+func rulePDBBlocks(r *review, p *policy) (Decision, bool) {
+	if r.Operation != OperationEvict || r.PDBBlocks == "" {
+		return Decision{}, false
+	}
+	d := Decision{Reason: ReasonPDBBlocks, Code: http.StatusTooManyRequests, RetryAfter: p.BusyRetryAfter,
+		Message: fmt.Sprintf("PodDisruptionBudget %s allows no disruption of pod %s now; runner not unregistered, retry in %s",
+			r.PDBBlocks, r.podRef(), roundUp(p.BusyRetryAfter))}
+	return d, true
+}
+
+// Rule 6b: bypass users (the pod garbage collector, the node and taint
+// eviction controllers) and disrupted pods get one read-only look-up: a
+// runner GitHub reports online and busy is running a job on a node that is
+// still alive, so the delete is refused; offline, unknown, idle or a GitHub
+// failure lets the pod go (these requesters clean up after dead nodes).
+func ruleBypass(r *review, p *policy) (Decision, bool) {
+	why := bypassedBy(r.User, p)
+	if r.DryRun || (why == "" && !r.Disrupted) {
+		return Decision{}, false
+	}
+	reason := ReasonBypassUser
+	if why == "" {
+		reason, why = ReasonDisrupted, "the pod was marked Failed by the control plane (DisruptionTarget)"
+	}
+	if st := r.GitHub.Status; st != nil && r.GitHub.Err == nil && st.State == ghclient.StateBusy && st.Online {
+		d := busyDenial(r, p, p.BusyRetryAfter)
+		d.Reason, d.EventReason = ReasonBypassBusy, EventBypassRefused
+		d.Message = fmt.Sprintf("%s (%s, but GitHub reports the runner online and running a job: its node is alive)", d.Message, why)
+		return d, true
+	}
+	switch {
+	case r.ScopeErr != nil:
+		why += fmt.Sprintf("; GitHub not asked: %v", r.ScopeErr)
+	case r.GitHub.Err != nil:
+		why += fmt.Sprintf("; GitHub could not be asked: %v", r.GitHub.Err)
+	default:
+		why += "; GitHub reports the runner offline, idle or unknown"
+	}
+	return forced(r, reason, why), true
+}
+
 // Rule 6: a dry run never unregisters; it reports what GitHub says now.
 func ruleDryRun(r *review, p *policy) (Decision, bool) {
 	res, t := r.GitHub, r.Target
@@ -277,7 +425,7 @@ func ruleDryRun(r *review, p *policy) (Decision, bool) {
 	}
 	switch res.Status.State {
 	case ghclient.StateBusy:
-		d := busyDenial(r, p)
+		d := busyDenial(r, p, p.BusyRetryAfter)
 		d.Reason = ReasonDryRunBusy
 		return d, true
 	case ghclient.StateIdle:
@@ -309,24 +457,29 @@ func ruleRunnerBusy(r *review, p *policy) (Decision, bool) {
 	if r.DryRun || r.GitHub.Err != nil || r.GitHub.Outcome != ghclient.Busy {
 		return Decision{}, false
 	}
-	return busyDenial(r, p), true
+	wait := r.Busy.Next
+	if wait <= 0 {
+		wait = p.BusyRetryAfter
+	}
+	return busyDenial(r, p, wait), true
 }
 
-// Rule 9: GitHub's rate limit: deny with 429 so the requester retries later.
-func ruleRateLimited(r *review, _ *policy) (Decision, bool) {
+// Rule 9: GitHub's rate limit. The on-error policy decides, as for any
+// failure to get an answer. A refused eviction is a 429 with the limit's wait;
+// a refused DELETE is a 503 without Retry-After, because client-go silently
+// retries a 429 up to 10 times and kubectl delete would hang without output.
+func ruleRateLimited(r *review, p *policy) (Decision, bool) {
 	var rl *ghclient.RateLimited
 	if !errors.As(r.GitHub.Err, &rl) {
 		return Decision{}, false
 	}
 	wait := max(rl.RetryAfter, time.Second)
-	return Decision{
-		Reason:      ReasonRateLimited,
-		Code:        http.StatusTooManyRequests,
-		RetryAfter:  wait,
-		Message:     fmt.Sprintf("GitHub rate limit reached while checking runner %q in %s; retry in %s: %v", r.Target.Name, r.Target.Scope, roundUp(wait), r.GitHub.Err),
-		EventType:   corev1.EventTypeWarning,
-		EventReason: EventRateLimited,
-	}, true
+	msg := fmt.Sprintf("GitHub rate limit reached while checking runner %q in %s; retry in %s (at %s): %v",
+		r.Target.Name, r.Target.Scope, roundUp(wait), time.Now().Add(wait).UTC().Format(time.RFC3339), r.GitHub.Err)
+	d := onError(p, ReasonRateLimited, msg, http.StatusServiceUnavailable)
+	refusedEviction(r, p, &d, wait)
+	d.EventType, d.EventReason = corev1.EventTypeWarning, EventRateLimited
+	return d, true
 }
 
 // Rule 10: any other GitHub failure (or the deadline): the on-error policy decides.
@@ -337,10 +490,8 @@ func ruleGitHubError(r *review, p *policy) (Decision, bool) {
 	}
 	msg := fmt.Sprintf("cannot check runner %q in %s with GitHub: %v", r.Target.Name, r.Target.Scope, err)
 	d := onError(p, ReasonGitHubError, msg, http.StatusServiceUnavailable)
-	if !d.Allowed && r.Operation == OperationEvict {
-		// Drains and autoscalers retry a 429; GitHub may be back by then.
-		d.Code, d.RetryAfter = http.StatusTooManyRequests, p.BusyRetryAfter
-	}
+	// Drains and autoscalers retry a 429; GitHub may be back by then.
+	refusedEviction(r, p, &d, p.BusyRetryAfter)
 	d.EventType, d.EventReason = corev1.EventTypeWarning, EventGitHubError
 	return d, true
 }
@@ -353,18 +504,19 @@ func ruleUnexpectedOutcome(r *review, p *policy) (Decision, bool) {
 	return ruleGitHubError(&res, p)
 }
 
-// busyDenial is the refusal for a runner that is running a job.
-func busyDenial(r *review, p *policy) Decision {
+// busyDenial is the refusal for a runner that is running a job; wait is when
+// runner-guard will ask GitHub again.
+func busyDenial(r *review, p *policy, wait time.Duration) Decision {
 	d := Decision{
 		Reason:      ReasonRunnerBusy,
 		Code:        http.StatusForbidden,
 		EventType:   corev1.EventTypeWarning,
 		EventReason: EventRunnerBusy,
 	}
-	what := "wait for the job to finish and delete the pod again"
+	what := fmt.Sprintf("wait for the job to finish and delete the pod again (runner-guard asks GitHub again in %s)", roundUp(wait))
 	if r.Operation == OperationEvict {
-		d.Code, d.RetryAfter = http.StatusTooManyRequests, p.BusyRetryAfter
-		what = fmt.Sprintf("the eviction can be retried in %s", roundUp(p.BusyRetryAfter))
+		d.Code, d.RetryAfter = http.StatusTooManyRequests, max(wait, time.Second)
+		what = fmt.Sprintf("the eviction can be retried in %s", roundUp(wait))
 	}
 	if p.ForceAnnotation != "" {
 		what += fmt.Sprintf(", or annotate the pod %s=true to delete it anyway (cancels the job)", p.ForceAnnotation)

@@ -149,53 +149,75 @@ func TestRuleRunnerNotRunning(t *testing.T) {
 	}
 }
 
-func TestRuleBypass(t *testing.T) {
-	forced := func(reason Reason, msg string) wantDecision {
-		return wantDecision{applies: true, allowed: true, reason: reason, warning: true, event: EventForcedDelete, msg: []string{msg, "not unregistered"}}
-	}
+func TestRuleForceAnnotation(t *testing.T) {
 	noForce := testPolicy(OnErrorDeny)
 	noForce.ForceAnnotation = ""
-	groups := testPolicy(OnErrorDeny)
-	groups.BypassGroups = []string{"ops:breakglass"}
 	tests := map[string]struct {
-		user authenticationv1.UserInfo
 		pod  *corev1.Pod
 		pol  policy
 		want wantDecision
 	}{
-		"pod garbage collector": {
-			user: authenticationv1.UserInfo{Username: "system:serviceaccount:kube-system:pod-garbage-collector"},
-			pod:  runningPod, pol: defaultPol,
-			want: forced(ReasonBypassUser, "bypass list"),
-		},
-		"node controller": {
-			user: authenticationv1.UserInfo{Username: "system:serviceaccount:kube-system:node-controller"},
-			pod:  runningPod, pol: defaultPol,
-			want: forced(ReasonBypassUser, "bypass list"),
-		},
-		"bypass group": {
-			user: authenticationv1.UserInfo{Username: "alice", Groups: []string{"devs", "ops:breakglass"}},
-			pod:  runningPod, pol: groups,
-			want: forced(ReasonBypassUser, `bypass group "ops:breakglass"`),
-		},
 		"force annotation": {
-			user: authenticationv1.UserInfo{Username: "alice"},
-			pod:  fixture.MakeLegacyRunnerPod("ci", "r").Org("acme").Running().Force().Obj(), pol: defaultPol,
-			want: forced(ReasonForceAnnotation, "runner-guard.io/force-delete=true"),
+			pod: fixture.MakeLegacyRunnerPod("ci", "r").Org("acme").Running().Force().Obj(), pol: defaultPol,
+			want: wantDecision{applies: true, allowed: true, reason: ReasonForceAnnotation, warning: true, event: EventForcedDelete,
+				msg: []string{"runner-guard.io/force-delete=true", "not unregistered"}},
 		},
-		"force annotation disabled": {
-			user: authenticationv1.UserInfo{Username: "alice"},
-			pod:  fixture.MakeLegacyRunnerPod("ci", "r").Org("acme").Running().Force().Obj(), pol: noForce,
-		},
-		"force annotation not true": {
-			user: authenticationv1.UserInfo{Username: "alice"},
-			pod:  fixture.MakeLegacyRunnerPod("ci", "r").Org("acme").Running().Annotation(DefaultForceAnnotation, "yes").Obj(), pol: defaultPol,
-		},
-		"ordinary user": {user: authenticationv1.UserInfo{Username: "alice", Groups: []string{"system:masters"}}, pod: runningPod, pol: defaultPol},
+		"force annotation disabled": {pod: fixture.MakeLegacyRunnerPod("ci", "r").Org("acme").Running().Force().Obj(), pol: noForce},
+		"force annotation not true": {pod: fixture.MakeLegacyRunnerPod("ci", "r").Org("acme").Running().Annotation(DefaultForceAnnotation, "yes").Obj(), pol: defaultPol},
+		"no annotation":             {pod: runningPod, pol: defaultPol},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, ok := ruleBypass(&review{Operation: OperationDelete, Namespace: tc.pod.Namespace, Name: tc.pod.Name, Pod: tc.pod, Spec: legacySpec, User: tc.user}, &tc.pol)
+			got, ok := ruleForceAnnotation(&review{Operation: OperationDelete, Namespace: "ci", Name: "r", Pod: tc.pod, Spec: legacySpec}, &tc.pol)
+			checkDecision(t, got, ok, tc.want)
+		})
+	}
+}
+
+func TestRuleBypass(t *testing.T) {
+	gc := authenticationv1.UserInfo{Username: "system:serviceaccount:kube-system:pod-garbage-collector"}
+	nodeCtl := authenticationv1.UserInfo{Username: "system:serviceaccount:kube-system:node-controller"}
+	alice := authenticationv1.UserInfo{Username: "alice", Groups: []string{"devs", "ops:breakglass"}}
+	groups := testPolicy(OnErrorDeny)
+	groups.BypassGroups = []string{"ops:breakglass"}
+	status := func(s ghclient.RunnerState, online bool) githubResult {
+		return githubResult{Status: &ghclient.RunnerStatus{State: s, ID: 7, Online: online}}
+	}
+	forcedBy := func(reason Reason, msg ...string) wantDecision {
+		return wantDecision{applies: true, allowed: true, reason: reason, warning: true, event: EventForcedDelete, msg: append(msg, "not unregistered")}
+	}
+	refused := wantDecision{applies: true, reason: ReasonBypassBusy, code: http.StatusForbidden, event: EventBypassRefused, msg: []string{"runner busy", "online"}}
+	tests := map[string]struct {
+		user      authenticationv1.UserInfo
+		disrupted bool
+		op        Operation
+		res       githubResult
+		scopeErr  error
+		pol       policy
+		want      wantDecision
+	}{
+		"GC, runner offline":               {user: gc, res: status(ghclient.StateBusy, false), pol: defaultPol, want: forcedBy(ReasonBypassUser, "bypass list", "offline")},
+		"GC, runner idle":                  {user: gc, res: status(ghclient.StateIdle, true), pol: defaultPol, want: forcedBy(ReasonBypassUser, "bypass list")},
+		"GC, runner unknown":               {user: gc, res: status(ghclient.StateNotFound, false), pol: defaultPol, want: forcedBy(ReasonBypassUser)},
+		"GC, GitHub fails":                 {user: gc, res: githubResult{Err: errors.New("502")}, pol: defaultPol, want: forcedBy(ReasonBypassUser, "502")},
+		"GC, scope unknown":                {user: gc, scopeErr: errors.New("no scope"), pol: defaultPol, want: forcedBy(ReasonBypassUser, "no scope")},
+		"node controller, online and busy": {user: nodeCtl, res: status(ghclient.StateBusy, true), pol: defaultPol, want: refused},
+		"node controller evicting, busy": {user: nodeCtl, op: OperationEvict, res: status(ghclient.StateBusy, true), pol: defaultPol,
+			want: wantDecision{applies: true, reason: ReasonBypassBusy, code: http.StatusTooManyRequests, retryAfter: DefaultBusyRetryAfter, event: EventBypassRefused, msg: []string{"runner busy"}}},
+		"bypass group, online and busy":  {user: alice, res: status(ghclient.StateBusy, true), pol: groups, want: refused},
+		"bypass group, idle":             {user: alice, res: status(ghclient.StateIdle, true), pol: groups, want: forcedBy(ReasonBypassUser, `bypass group "ops:breakglass"`)},
+		"disrupted pod, online and busy": {user: alice, disrupted: true, res: status(ghclient.StateBusy, true), pol: defaultPol, want: refused},
+		"disrupted pod, offline":         {user: alice, disrupted: true, res: status(ghclient.StateBusy, false), pol: defaultPol, want: forcedBy(ReasonDisrupted, "DisruptionTarget")},
+		"ordinary user":                  {user: authenticationv1.UserInfo{Username: "alice", Groups: []string{"system:masters"}}, res: status(ghclient.StateBusy, true), pol: defaultPol},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			r := answered(deleteOnPod, tc.res)
+			r.User, r.Disrupted, r.ScopeErr = tc.user, tc.disrupted, tc.scopeErr
+			if tc.op != "" {
+				r.Operation = tc.op
+			}
+			got, ok := ruleBypass(r, &tc.pol)
 			checkDecision(t, got, ok, tc.want)
 		})
 	}
@@ -304,19 +326,25 @@ func TestRuleRateLimited(t *testing.T) {
 		return fmt.Errorf("unregister: %w", &ghclient.RateLimited{RetryAfter: d, Err: errors.New("403")})
 	}
 	tests := map[string]struct {
+		op   Operation
 		res  githubResult
+		pol  policy
 		want wantDecision
 	}{
-		"secondary 30s": {githubResult{Err: rl(30 * time.Second)}, wantDecision{applies: true, reason: ReasonRateLimited, code: 429, retryAfter: 30 * time.Second,
-			event: EventRateLimited, msg: []string{"rate limit", "retry in 30s", `"runner-1"`}}},
-		"under a second rounds up": {githubResult{Err: rl(100 * time.Millisecond)}, wantDecision{applies: true, reason: ReasonRateLimited, code: 429, retryAfter: time.Second,
-			event: EventRateLimited, msg: []string{"retry in 1s"}}},
-		"other error": {githubResult{Err: errors.New("500")}, wantDecision{}},
-		"no error":    {githubResult{Outcome: ghclient.Removed}, wantDecision{}},
+		"delete: answered at once, no Retry-After": {op: OperationDelete, res: githubResult{Err: rl(30 * time.Second)}, pol: defaultPol,
+			want: wantDecision{applies: true, reason: ReasonRateLimited, code: 503, event: EventRateLimited, msg: []string{"rate limit", "retry in 30s", `"runner-1"`, "--on-error=deny"}}},
+		"eviction: 429 with the limit's wait": {op: OperationEvict, res: githubResult{Err: rl(30 * time.Second)}, pol: defaultPol,
+			want: wantDecision{applies: true, reason: ReasonRateLimited, code: 429, retryAfter: 30 * time.Second, event: EventRateLimited, msg: []string{"retry in 30s"}}},
+		"eviction under a second rounds up": {op: OperationEvict, res: githubResult{Err: rl(100 * time.Millisecond)}, pol: defaultPol,
+			want: wantDecision{applies: true, reason: ReasonRateLimited, code: 429, retryAfter: time.Second, event: EventRateLimited, msg: []string{"retry in 1s"}}},
+		"on-error allow lets it go": {op: OperationDelete, res: githubResult{Err: rl(30 * time.Second)}, pol: testPolicy(OnErrorAllow),
+			want: wantDecision{applies: true, allowed: true, reason: ReasonRateLimited, warning: true, event: EventRateLimited, msg: []string{"--on-error=allow"}}},
+		"other error": {op: OperationDelete, res: githubResult{Err: errors.New("500")}, pol: defaultPol},
+		"no error":    {op: OperationDelete, res: githubResult{Outcome: ghclient.Removed}, pol: defaultPol},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, ok := ruleRateLimited(answered(deleteOnPod, tc.res), &defaultPol)
+			got, ok := ruleRateLimited(answered(withOp(deleteOnPod, tc.op), tc.res), &tc.pol)
 			checkDecision(t, got, ok, tc.want)
 		})
 	}

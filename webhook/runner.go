@@ -37,6 +37,20 @@ func matchRunnerPod(pod *corev1.Pod, specs []RunnerPodSpec) *RunnerPodSpec {
 	return nil
 }
 
+// labelsOf is the pod's label set.
+func labelsOf(pod *corev1.Pod) labels.Set { return labels.Set(pod.Labels) }
+
+// runnerContainerStatus returns the status of the runner container, nil when
+// the pod reports none for it.
+func runnerContainerStatus(pod *corev1.Pod, container string) *corev1.ContainerStatus {
+	for i := range pod.Status.ContainerStatuses {
+		if pod.Status.ContainerStatuses[i].Name == container {
+			return &pod.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
 // runnerContainerRunning reports whether the runner container is running: only
 // then can its process hold a job.
 func runnerContainerRunning(pod *corev1.Pod, container string) bool {

@@ -36,6 +36,8 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -97,9 +99,11 @@ func main() {
 // (swappable, so a run can start with a cold GitHub client) and a bare
 // allow-everything webhook.
 type env struct {
-	dir    string
-	files  *process.Files
-	gh     *ghfake.Fake
+	dir   string
+	files *process.Files
+	gh    *ghfake.Fake
+	// pods are the live pods of the in-process handler's reads.
+	pods   client.Client
 	ghURL  string
 	url    string // https://127.0.0.1:PORT
 	client *http.Client
@@ -156,7 +160,7 @@ func setup(dir string) (*env, func(), error) {
 	gh := ghfake.New()
 	gh.SetToken(token)
 	gh.SetRateLimit(1<<30, 1<<30, time.Time{})
-	e := &env{dir: dir, files: files, gh: gh}
+	e := &env{dir: dir, files: files, gh: gh, pods: fake.NewClientBuilder().Build()}
 	ghSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		gh.ServeHTTP(w, r)
@@ -204,6 +208,7 @@ func setup(dir string) (*env, func(), error) {
 	go func() { done <- srv.Start(ctx) }()
 	e.client = &http.Client{Timeout: 30 * time.Second, Transport: process.NewTransport(files.Pool, clients+8)}
 	stop := func() {
+		files.Close()
 		e.client.CloseIdleConnections()
 		cancel()
 		if err := <-done; err != nil {
@@ -232,7 +237,7 @@ func (e *env) newHandler() error {
 	h, err := webhook.NewHandler(webhook.Options{
 		Config:  webhook.DefaultConfig(),
 		GitHub:  gc,
-		Pods:    fake.NewClientBuilder().Build(),
+		Pods:    e.pods,
 		Metrics: webhook.NewMetrics(),
 	})
 	if err != nil {
@@ -302,7 +307,13 @@ func org(name string) ghclient.Scope {
 	return s
 }
 
-func body(pod *corev1.Pod) []byte {
+// body renders a DELETE review of pod and makes the pod live for the
+// handler's and the binary's pod reads.
+func (e *env) body(pod *corev1.Pod) []byte {
+	if err := e.pods.Create(context.Background(), pod.DeepCopy()); err != nil && !apierrors.IsAlreadyExists(err) {
+		panic(err)
+	}
+	e.files.API.Add(pod)
 	b, err := process.DeleteReviewJSON(process.Review{Pod: pod})
 	if err != nil {
 		panic(err)
@@ -334,7 +345,7 @@ func (e *env) steady() error {
 	}
 	// Warm-up: the first delete of each busy runner looks its ID up by name.
 	for _, p := range busy {
-		if ok, err := e.decide(webhook.Path, body(p)); err != nil || ok {
+		if ok, err := e.decide(webhook.Path, e.body(p)); err != nil || ok {
 			return fmt.Errorf("warm-up: allowed=%v err=%v", ok, err)
 		}
 	}
@@ -348,10 +359,10 @@ func (e *env) steady() error {
 	decisions := 0
 	for i := range n {
 		// Retry the busy runner (ID cached) and delete an idle one (ID annotated).
-		if ok, err := e.decide(webhook.Path, body(busy[i])); err != nil || ok {
+		if ok, err := e.decide(webhook.Path, e.body(busy[i])); err != nil || ok {
 			return fmt.Errorf("busy runner: allowed=%v err=%v", ok, err)
 		}
-		if ok, err := e.decide(webhook.Path, body(idle[i])); err != nil || !ok {
+		if ok, err := e.decide(webhook.Path, e.body(idle[i])); err != nil || !ok {
 			return fmt.Errorf("idle runner: allowed=%v err=%v", ok, err)
 		}
 		decisions += 2
@@ -389,7 +400,7 @@ func (e *env) burst() error {
 		reRegister()
 		bodies := make([][]byte, deletes)
 		for i, n := range names {
-			bodies[i] = body(pod(n))
+			bodies[i] = e.body(pod(n))
 		}
 		e.gh.ResetLog()
 		err := forEach(len(bodies), len(bodies), func(i int) error {
@@ -497,11 +508,11 @@ func (e *env) seedBurst(scope ghclient.Scope, names []string) (int, error) {
 
 // fastPathBodies are DELETE reviews decided without GitHub: a non-runner pod,
 // a terminating runner pod and a runner pod whose container is not running.
-func fastPathBodies() [][]byte {
+func (e *env) fastPathBodies() [][]byte {
 	return [][]byte{
-		body(fixture.MakePod("apps", "web-0").Label("app", "web").Running().Obj()),
-		body(fixture.MakeLegacyRunnerPod("ci", "fast-terminating").Org("fast").Running().Terminating().Obj()),
-		body(fixture.MakeLegacyRunnerPod("ci", "fast-pending").Org("fast").Pending().Obj()),
+		e.body(fixture.MakePod("apps", "web-0").Label("app", "web").Running().Obj()),
+		e.body(fixture.MakeLegacyRunnerPod("ci", "fast-terminating").Org("fast").Running().Terminating().Obj()),
+		e.body(fixture.MakeLegacyRunnerPod("ci", "fast-pending").Org("fast").Pending().Obj()),
 	}
 }
 
@@ -511,7 +522,7 @@ func (e *env) fastPathCalls() error {
 		e.gh.AddRunner(scope, n)
 		e.gh.SetBusy(scope, n, true)
 	}
-	bodies := fastPathBodies()
+	bodies := e.fastPathBodies()
 	e.gh.ResetLog()
 	for i := range 1000 {
 		if ok, err := e.decide(webhook.Path, bodies[i%len(bodies)]); err != nil || !ok {
@@ -549,7 +560,7 @@ func (e *env) hammer(path string, bodies [][]byte, d time.Duration) (float64, er
 }
 
 func (e *env) throughput() error {
-	bodies := fastPathBodies()
+	bodies := e.fastPathBodies()
 	// Warm connections and code paths.
 	if _, err := e.hammer(barePath, bodies, 300*time.Millisecond); err != nil {
 		return err
@@ -590,7 +601,7 @@ func (e *env) latency() error {
 	for i := range bodies {
 		name := fmt.Sprintf("lat-%04d", i)
 		ids[i] = e.gh.AddRunner(scope, name)
-		bodies[i] = body(fixture.MakeLegacyRunnerPod("ci", name).Org("latency").RunnerID(ids[i]).Running().Obj())
+		bodies[i] = e.body(fixture.MakeLegacyRunnerPod("ci", name).Org("latency").RunnerID(ids[i]).Running().Obj())
 	}
 	e.gh.SetLatency(githubLatency)
 	defer e.gh.SetLatency(0)
@@ -598,7 +609,7 @@ func (e *env) latency() error {
 	for i := range concurrency * 2 {
 		warm := fmt.Sprintf("lat-warm-%d", i)
 		id := e.gh.AddRunner(scope, warm)
-		if _, err := e.decide(webhook.Path, body(fixture.MakeLegacyRunnerPod("ci", warm).Org("latency").RunnerID(id).Running().Obj())); err != nil {
+		if _, err := e.decide(webhook.Path, e.body(fixture.MakeLegacyRunnerPod("ci", warm).Org("latency").RunnerID(id).Running().Obj())); err != nil {
 			return err
 		}
 	}
@@ -735,7 +746,7 @@ func (e *env) loadBinary(bin, scopeName string, n, conns int) (base, peak int64,
 	if base, _, err = p.RSS(); err != nil {
 		return 0, 0, 0, err
 	}
-	bodies, want, err := process.LoadMix(e.gh, org(scopeName), n)
+	bodies, want, err := process.LoadMix(e.gh, e.files.API, org(scopeName), n)
 	if err != nil {
 		return 0, 0, 0, err
 	}

@@ -25,7 +25,7 @@ func TestLoad(t *testing.T) {
 	// deadline runner-guard allows so the fake's slowness is not a denial.
 	e := start(t, "--github-timeout=10s")
 	scope, _ := ghclient.OrgScope("load")
-	bodies, want, err := process.LoadMix(e.github, scope, 1000)
+	bodies, want, err := process.LoadMix(e.github, e.proc.Files.API, scope, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,6 +51,7 @@ func newFiles(t *testing.T) *process.Files {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(f.Close)
 	return f
 }
 

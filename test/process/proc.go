@@ -1,8 +1,8 @@
 // Package process runs the real runner-guard binary (cmd/webhook) as a child
 // process over HTTPS, against a fake GitHub, for the process-level tests in this
 // directory and for the benchmark program in test/bench. No API server is
-// needed: the binary gets a kubeconfig pointing at a closed loopback port, which
-// it never dials for DELETE reviews.
+// needed: the binary gets a kubeconfig pointing at a PodAPI, which serves the
+// pod reads it makes before asking GitHub.
 package process
 
 import (
@@ -157,10 +157,15 @@ type Files struct {
 	CA         *certs.CA
 	// Pool trusts CA (and any CA added with Trust).
 	Pool *x509.CertPool
+	// API answers the webhook's pod reads; add the pods a review names.
+	API *PodAPI
 }
 
+// Close stops the PodAPI.
+func (f *Files) Close() { f.API.Close() }
+
 // NewFiles writes a fresh CA and serving certificate (127.0.0.1, localhost), a
-// kubeconfig for an API server that does not exist, and a token file into dir.
+// kubeconfig for a PodAPI it starts (Close stops it), and a token file into dir.
 func NewFiles(dir, token string) (*Files, error) {
 	ca, err := certs.NewCA(certs.CAOptions{})
 	if err != nil {
@@ -182,16 +187,13 @@ func NewFiles(dir, token string) (*Files, error) {
 	if err := b.WriteDir(f.CertDir); err != nil {
 		return nil, err
 	}
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
+	f.API = NewPodAPI()
 	kc := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
 - name: none
   cluster:
-    server: https://127.0.0.1:%d
+    server: %s
     insecure-skip-tls-verify: true
 contexts:
 - name: none
@@ -200,7 +202,7 @@ current-context: none
 users:
 - name: none
   user: {token: unused}
-`, port)
+`, f.API.URL())
 	if err := os.WriteFile(f.Kubeconfig, []byte(kc), 0o600); err != nil {
 		return nil, err
 	}
@@ -520,8 +522,9 @@ func Send(ctx context.Context, c *http.Client, url string, body []byte) (*admiss
 	return out.Response, nil
 }
 
-// Delete sends a DELETE review of pod to the process.
+// Delete sends a DELETE review of pod to the process; the pod is live in its PodAPI.
 func (p *Proc) Delete(ctx context.Context, r Review) (*admissionv1.AdmissionResponse, error) {
+	p.Files.API.Add(r.Pod)
 	body, err := DeleteReviewJSON(r)
 	if err != nil {
 		return nil, err
@@ -567,7 +570,7 @@ func (b *LockedBuffer) String() string {
 // the expected decisions: 40% non-runner pods (allowed), 40% idle runners
 // (allowed), 20% busy runners (denied). The runner pods carry no ID
 // annotation, so each costs a list by name and a DELETE.
-func LoadMix(gh *ghfake.Fake, scope ghclient.Scope, n int) (bodies [][]byte, allowed []bool, err error) {
+func LoadMix(gh *ghfake.Fake, api *PodAPI, scope ghclient.Scope, n int) (bodies [][]byte, allowed []bool, err error) {
 	bodies = make([][]byte, n)
 	allowed = make([]bool, n)
 	for i := range n {
@@ -584,6 +587,7 @@ func LoadMix(gh *ghfake.Fake, scope ghclient.Scope, n int) (bodies [][]byte, all
 			gh.SetBusy(scope, name, true)
 			pod = fixture.MakeLegacyRunnerPod("ci", name).Org(scope.Name).Running().Obj()
 		}
+		api.Add(pod)
 		if bodies[i], err = DeleteReviewJSON(Review{Pod: pod}); err != nil {
 			return nil, nil, err
 		}
