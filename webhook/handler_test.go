@@ -102,6 +102,9 @@ type request struct {
 	pod    *corev1.Pod
 	user   string
 	dryRun bool
+	// evictionDryRun sets the dry run only in the Eviction's deleteOptions,
+	// as kubectl drain --dry-run=server does.
+	evictionDryRun bool
 }
 
 func reviewJSON(t *testing.T, r request) []byte {
@@ -122,8 +125,12 @@ func reviewJSON(t *testing.T, r request) []byte {
 		req.Resource = metav1.GroupVersionResource{Version: "v1", Resource: "pods"}
 		req.SubResource = "eviction"
 		req.Operation = admissionv1.Create
-		ev, _ := json.Marshal(&policyv1.Eviction{TypeMeta: metav1.TypeMeta{APIVersion: "policy/v1", Kind: "Eviction"},
-			ObjectMeta: metav1.ObjectMeta{Name: r.pod.Name, Namespace: r.pod.Namespace}})
+		eviction := &policyv1.Eviction{TypeMeta: metav1.TypeMeta{APIVersion: "policy/v1", Kind: "Eviction"},
+			ObjectMeta: metav1.ObjectMeta{Name: r.pod.Name, Namespace: r.pod.Namespace}}
+		if r.evictionDryRun {
+			eviction.DeleteOptions = &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
+		}
+		ev, _ := json.Marshal(eviction)
 		req.Object.Raw = ev
 	default:
 		req.Kind = metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}
@@ -160,8 +167,9 @@ func TestHandlerDecisions(t *testing.T) {
 		warning  bool
 		ghCalls  map[string]int // method -> requests GitHub saw
 		event    string
-		stillReg bool // runner still registered on GitHub afterwards
-		podGone  bool // the pod does not exist in the API (eviction races a delete)
+		stillReg bool        // runner still registered on GitHub afterwards
+		podGone  bool        // the pod does not exist in the API (eviction races a delete)
+		live     *corev1.Pod // the live pod, when it differs from the review's
 	}{
 		"1 not a runner pod": {
 			req: request{op: OperationDelete, pod: fixture.MakePod("ci", "web").Running().Obj()}, setup: busy,
@@ -213,6 +221,28 @@ func TestHandlerDecisions(t *testing.T) {
 			cfg: Config{OnError: OnErrorAllow},
 			req: request{op: OperationDelete, pod: fixture.MakeLegacyRunnerPod("ci", "runner-1").Running().Obj()}, setup: busy,
 			allowed: true, reason: ReasonScopeUnknown, warning: true, event: EventScopeUnknown, ghCalls: map[string]int{}, stillReg: true,
+		},
+		"4b forged review: no such pod": {
+			req: request{op: OperationDelete, pod: legacy().RunnerID(1001).Obj()}, podGone: true, setup: busy,
+			allowed: true, reason: ReasonPodNotLive, ghCalls: map[string]int{}, stillReg: true,
+		},
+		"4b stale review: the live pod has another UID": {
+			req:  request{op: OperationDelete, pod: legacy().RunnerID(1001).Obj()},
+			live: legacy().RunnerID(1001).UID("another-uid").Obj(), setup: busy,
+			allowed: true, reason: ReasonPodNotLive, ghCalls: map[string]int{}, stillReg: true,
+		},
+		"4b scope comes from the live pod, not the review": {
+			req:  request{op: OperationDelete, pod: fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("victim").Running().Obj()},
+			live: legacy().Obj(), setup: busy,
+			code: 403, reason: ReasonRunnerBusy, msg: []string{`org "acme"`}, event: EventRunnerBusy, ghCalls: map[string]int{"GET": 1, "DELETE": 1}, stillReg: true,
+		},
+		"6 dry-run eviction (deleteOptions.dryRun) unregisters nothing": {
+			req: request{op: OperationEvict, pod: legacy().Obj(), evictionDryRun: true}, setup: idle,
+			allowed: true, reason: ReasonDryRunIdle, ghCalls: map[string]int{"GET": 1}, stillReg: true,
+		},
+		"5 scope unknown, eviction is a 429": {
+			req: request{op: OperationEvict, pod: fixture.MakeLegacyRunnerPod("ci", "runner-1").Running().Obj()}, setup: busy,
+			code: 429, retry: 10, reason: ReasonScopeUnknown, event: EventScopeUnknown, ghCalls: map[string]int{}, stillReg: true,
 		},
 		"6 dry run busy": {
 			req: request{op: OperationDelete, pod: legacy().Obj(), dryRun: true}, setup: busy,
@@ -304,8 +334,11 @@ func TestHandlerDecisions(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			stored := []*corev1.Pod{tc.req.pod}
-			if tc.podGone {
+			switch {
+			case tc.podGone:
 				stored = nil
+			case tc.live != nil:
+				stored = []*corev1.Pod{tc.live}
 			}
 			h := newHarness(t, tc.cfg, stored...)
 			tc.setup(h)

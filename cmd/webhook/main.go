@@ -82,6 +82,10 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		return fmt.Errorf("--kubeconfig: %w", err)
 	}
 	restCfg.UserAgent = "runner-guard/" + version
+	// Every runner-pod decision reads the live pod: a namespace deletion sends
+	// hundreds at once, and client-side throttling would turn them into
+	// failed decisions. The API server's priority and fairness bounds us.
+	restCfg.QPS, restCfg.Burst = -1, 0
 
 	tlsOpts := []func(*tls.Config){func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }}
 	if !opts.enableHTTP2 {

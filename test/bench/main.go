@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -136,6 +137,7 @@ func run() ([]figure, error) {
 	}{
 		{"steady-state calls", (*env).steady},
 		{"burst of 100 deletes, cold cache", (*env).burst},
+		{"a busy runner's eviction retried every 5s for an hour", (*env).busyRetryHour},
 		{"fast-path calls", (*env).fastPathCalls},
 		{"throughput, fast path vs bare webhook", (*env).throughput},
 		{"runner-pod latency", (*env).latency},
@@ -371,6 +373,49 @@ func (e *env) steady() error {
 	v := calls / float64(decisions)
 	progress("steady: %d decisions (busy retries with cached ID, idle runners with ID annotation), %.0f GitHub requests", decisions, calls)
 	e.record("calls_per_decision_steady", v, "req/decision", "<= 1.0", v <= 1.0, "")
+	return nil
+}
+
+// busyRetryHour: kubectl drain retries a refused eviction every 5 s whatever
+// retryAfterSeconds says. One busy runner's pod, refused every 5 s for an hour
+// of simulated time (an injected clock), must not cost 720 GitHub requests.
+func (e *env) busyRetryHour() error {
+	scope := org("busyhour")
+	id := e.gh.AddRunner(scope, "runner-busy-hour")
+	e.gh.SetBusy(scope, "runner-busy-hour", true)
+	pod := fixture.MakeLegacyRunnerPod("ci", "runner-busy-hour").Org("busyhour").RunnerID(id).Running().Obj()
+	if err := e.pods.Create(context.Background(), pod.DeepCopy()); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	clock := fixture.NewClock(time.Now())
+	gc, err := ghclient.New(ghclient.Config{BaseURL: e.ghURL, AllowHTTP: true, Token: token})
+	if err != nil {
+		return err
+	}
+	h, err := webhook.NewHandler(webhook.Options{Config: webhook.DefaultConfig(), GitHub: gc, Pods: e.pods, Now: clock.Now})
+	if err != nil {
+		return err
+	}
+	body, err := process.EvictionReviewJSON(process.Review{Pod: pod})
+	if err != nil {
+		return err
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &review); err != nil {
+		return err
+	}
+	before := e.gh.Count("")
+	const every, hour = 5 * time.Second, time.Hour
+	for elapsed := time.Duration(0); elapsed < hour; elapsed += every {
+		resp := h.Handle(context.Background(), admission.Request{AdmissionRequest: *review.Request})
+		if resp.Allowed || resp.Result.Code != http.StatusTooManyRequests {
+			return fmt.Errorf("busy runner's eviction: allowed=%v code=%d, want a 429", resp.Allowed, resp.Result.Code)
+		}
+		clock.Advance(every)
+	}
+	calls := e.gh.Count("") - before
+	progress("busy retry: %d evictions over an hour, %d GitHub requests", int(hour/every), calls)
+	e.record("calls_busy_retry_hour", float64(calls), "requests", "<= 120", calls <= 120, "one busy runner, eviction retried every 5s (720 before)")
 	return nil
 }
 

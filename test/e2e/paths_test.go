@@ -154,18 +154,35 @@ func TestForceAndBypass(t *testing.T) {
 		t.Errorf("event %q is not a Warning", ev)
 	}
 
+	if got := s.github(); len(got) != 0 {
+		t.Errorf("the forced delete asked GitHub %d times, want 0", len(got))
+	}
+
+	// A bypass user (here the controller that evicts pods from tainted nodes)
+	// deleting a pod whose runner GitHub reports online and busy is refused:
+	// the node is alive and a job runs there.
+	_, stderr, err = s.kubectl("delete", "pod", "runner-gc", "--wait=false", "--as=system:serviceaccount:kube-system:node-controller")
+	if err == nil || !strings.Contains(stderr, "runner busy") || !strings.Contains(stderr, "bypass list") {
+		t.Fatalf("bypass user's delete of a live busy runner: err %v, stderr %q; want refused with runner busy", err, stderr)
+	}
+	s.requireAlive("runner-gc")
+	if ev := s.waitForEvent("runner-gc", "GuardBypassRefused"); !strings.HasPrefix(ev, "Warning") {
+		t.Errorf("event %q is not a Warning", ev)
+	}
+	if n := s.count("DELETE"); n != 0 {
+		t.Errorf("bypass look-ups sent %d DELETEs, want 0 (read-only)", n)
+	}
+	// Once GitHub sees the runner offline (its node died), the pod goes.
+	env.GitHub.SetOnline(s.scope, "runner-gc", false)
 	_, stderr, err = s.kubectl("delete", "pod", "runner-gc", "--wait=false", "--as=system:serviceaccount:kube-system:pod-garbage-collector")
 	if err != nil {
-		t.Fatalf("bypass user's delete: %v: %s", err, stderr)
+		t.Fatalf("bypass user's delete of an offline runner: %v: %s", err, stderr)
 	}
 	if !strings.Contains(stderr, "bypass list") {
 		t.Errorf("bypass delete without admission warning: %q", stderr)
 	}
 	s.requireDeleting("runner-gc")
 	s.waitForEvent("runner-gc", "GuardBypassed")
-	if got := s.github(); len(got) != 0 {
-		t.Errorf("forced deletes asked GitHub %d times, want 0", len(got))
-	}
 }
 
 // Scenario 10: deleting a namespace that holds a busy runner's pod leaves it

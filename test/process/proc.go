@@ -30,6 +30,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -489,6 +490,41 @@ func DeleteReviewJSON(r Review) ([]byte, error) {
 			UserInfo:  authenticationv1.UserInfo{Username: user},
 			OldObject: kruntime.RawExtension{Raw: raw},
 			DryRun:    &dry,
+		},
+	})
+}
+
+// EvictionReviewJSON renders an AdmissionReview for CREATE pods/eviction of r.Pod.
+func EvictionReviewJSON(r Review) ([]byte, error) {
+	uid := r.UID
+	if uid == "" {
+		uid = "review-" + uuid.NewString()
+	}
+	user := r.User
+	if user == "" {
+		user = "kubernetes-admin"
+	}
+	ev := &policyv1.Eviction{TypeMeta: metav1.TypeMeta{APIVersion: "policy/v1", Kind: "Eviction"},
+		ObjectMeta: metav1.ObjectMeta{Name: r.Pod.Name, Namespace: r.Pod.Namespace}}
+	if r.DryRun {
+		ev.DeleteOptions = &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
+	}
+	raw, err := json.Marshal(ev)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID:         types.UID(uid),
+			Kind:        metav1.GroupVersionKind{Group: "policy", Version: "v1", Kind: "Eviction"},
+			Resource:    metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+			SubResource: "eviction",
+			Namespace:   r.Pod.Namespace,
+			Name:        r.Pod.Name,
+			Operation:   admissionv1.Create,
+			UserInfo:    authenticationv1.UserInfo{Username: user},
+			Object:      kruntime.RawExtension{Raw: raw},
 		},
 	})
 }

@@ -19,6 +19,7 @@ import (
 type GitHub interface {
 	AddRunner(scope ghclient.Scope, name string) int64
 	SetBusy(scope ghclient.Scope, name string, busy bool) bool
+	SetOnline(scope ghclient.Scope, name string, online bool) bool
 	Runner(scope ghclient.Scope, name string) (ghfake.Runner, bool)
 	Requests() []ghfake.Request
 	ResetLog()
@@ -109,6 +110,11 @@ func (g *RemoteGitHub) AddRunner(scope ghclient.Scope, name string) int64 {
 
 func (g *RemoteGitHub) SetBusy(scope ghclient.Scope, name string, busy bool) bool {
 	_, ok := g.do(http.MethodPost, "/_fake/runners/state", nil, ghfake.RunnerRequest{Scope: scopeJSON(scope), Name: name, Busy: &busy}, nil)
+	return ok
+}
+
+func (g *RemoteGitHub) SetOnline(scope ghclient.Scope, name string, online bool) bool {
+	_, ok := g.do(http.MethodPost, "/_fake/runners/state", nil, ghfake.RunnerRequest{Scope: scopeJSON(scope), Name: name, Online: &online}, nil)
 	return ok
 }
 
