@@ -73,9 +73,30 @@ type Config struct {
 	// API server's repeated reviews of the same deletion without asking GitHub.
 	RecentlyAdmittedTTL metav1.Duration `json:"recentlyAdmittedTTL,omitempty"`
 
+	// CredentialsMode is where runners' GitHub credentials come from: "static"
+	// (the flags' token or App, the default) or "arc" (each scale-set runner's
+	// EphemeralRunner's githubConfigSecret; legacy pods still use the flags').
+	CredentialsMode CredentialsMode `json:"credentialsMode,omitempty"`
+	// RetireEphemeralRunners deletes the EphemeralRunner of a scale-set runner
+	// runner-guard unregistered, so ARC creates a fresh one (default true).
+	RetireEphemeralRunners *bool `json:"retireEphemeralRunners,omitempty"`
+
 	// OnErrorSource names the setting that chose OnError, for denial messages
 	// ("--on-error=deny", "onError: deny in --config"); empty means the flag's default.
 	OnErrorSource string `json:"-"`
+}
+
+// CredentialsMode says where runners' GitHub credentials come from.
+type CredentialsMode string
+
+const (
+	CredentialsStatic CredentialsMode = "static"
+	CredentialsARC    CredentialsMode = "arc"
+)
+
+// retireEphemeralRunners reports whether to retire EphemeralRunners.
+func (c *Config) retireEphemeralRunners() bool {
+	return c.RetireEphemeralRunners == nil || *c.RetireEphemeralRunners
 }
 
 // RunnerPodSpec describes one kind of runner pod (one ARC mode).
@@ -210,6 +231,9 @@ func (c *Config) Default() {
 	if c.OnError == "" {
 		c.OnError = OnErrorDeny
 	}
+	if c.CredentialsMode == "" {
+		c.CredentialsMode = CredentialsStatic
+	}
 	if c.GitHubTimeout.Duration == 0 {
 		c.GitHubTimeout.Duration = DefaultGitHubTimeout
 	}
@@ -234,6 +258,9 @@ func (c *Config) Validate() field.ErrorList {
 	var errs field.ErrorList
 	if _, err := ParseOnErrorPolicy(string(c.OnError)); err != nil {
 		errs = append(errs, field.NotSupported(field.NewPath("onError"), c.OnError, []OnErrorPolicy{OnErrorDeny, OnErrorAllow}))
+	}
+	if c.CredentialsMode != CredentialsStatic && c.CredentialsMode != CredentialsARC {
+		errs = append(errs, field.NotSupported(field.NewPath("credentialsMode"), c.CredentialsMode, []CredentialsMode{CredentialsStatic, CredentialsARC}))
 	}
 	for _, f := range []struct {
 		path string

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,14 +14,28 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/runner-guard/runner-guard/webhook/arc"
+
 	"github.com/runner-guard/runner-guard/ghclient"
 )
 
-// GitHub is what the decision needs from GitHub; *ghclient.Client implements it.
+// GitHub is what the decision needs from GitHub; *ghclient.Router implements
+// it, with the flags' credentials or a runner's own (ARC's githubConfigSecret).
 type GitHub interface {
-	Unregister(ctx context.Context, scope ghclient.Scope, runnerName string, idHint int64) (ghclient.Outcome, error)
-	Status(ctx context.Context, scope ghclient.Scope, runnerName string) (ghclient.RunnerStatus, error)
+	Unregister(ctx context.Context, r ghclient.Runner) (ghclient.Outcome, error)
+	Status(ctx context.Context, r ghclient.Runner) (ghclient.RunnerStatus, error)
 }
+
+var _ GitHub = &ghclient.Router{}
+
+// RunnerResolver reads what a runner controller's own objects say about the
+// runner of a pod; *arc.Resolver implements it for ARC's scale-set mode.
+type RunnerResolver interface {
+	Resolve(ctx context.Context, pod *corev1.Pod) (*arc.Runner, error)
+	Retire(ctx context.Context, run *arc.Runner) error
+}
+
+var _ RunnerResolver = &arc.Resolver{}
 
 // decider runs the decision table (rules.go) over the facts of one review,
 // resolving the runner and asking GitHub only when a rule needs them.
@@ -34,11 +49,21 @@ type decider struct {
 	pods   client.Reader
 	memory *admittedMemory
 	busy   *busyMemory
+	// runners reads ARC's EphemeralRunners; nil reads labels only.
+	runners RunnerResolver
+	// retire deletes the EphemeralRunner of a runner runner-guard unregistered.
+	retire  bool
+	metrics *Metrics
+	// fallbacks remembers which fallbacks to labels were reported, so each
+	// cause is logged once and each pod gets one Event.
+	fallbacks *fallbackMemory
 }
 
 func newDecider(cfg Config, gh GitHub, pods client.Reader, now func() time.Time) *decider {
 	pol := cfg.policy()
 	return &decider{
+		retire:        cfg.retireEphemeralRunners(),
+		fallbacks:     newFallbackMemory(),
 		policy:        pol,
 		specs:         cfg.RunnerPods,
 		table:         decisionTable(),
@@ -67,6 +92,9 @@ func (d *decider) decide(ctx context.Context, r review) (Decision, Target) {
 				d.memory.remember(r.Pod.UID, r.Target)
 				d.busy.forget(r.Target)
 			}
+			if dec.Reason == ReasonUnregistered && r.ARC != nil && d.retire {
+				dec = d.retireEphemeralRunner(ctx, r.ARC, dec)
+			}
 			return dec, r.Target
 		}
 	}
@@ -84,8 +112,8 @@ func (d *decider) resolve(ctx context.Context, r *review, s stage) {
 				return
 			}
 		}
-		r.Target, r.ScopeErr = resolveTarget(r.Pod, r.Spec)
-		if r.ScopeErr == nil {
+		d.resolveRunner(ctx, r)
+		if r.ScopeErr == nil && r.LiveErr == nil && r.CredsErr == nil {
 			r.RecentlyAdmitted = d.memory.admitted(r.Pod.UID, r.Target)
 			r.Busy.Wait = d.busy.recall(r.Target)
 		}
@@ -93,7 +121,7 @@ func (d *decider) resolve(ctx context.Context, r *review, s stage) {
 			r.PDBBlocks = d.blockingPDB(ctx, r.Pod)
 		}
 	case stageGitHub:
-		if r.ScopeErr != nil {
+		if r.ScopeErr != nil || r.CredsErr != nil {
 			return // only bypass users and disrupted pods get here: nothing to ask
 		}
 		r.GitHub = d.askGitHub(ctx, r)
@@ -106,6 +134,53 @@ func (d *decider) resolve(ctx context.Context, r *review, s stage) {
 			}
 		}
 	}
+}
+
+// resolveRunner finds the runner behind the pod: from its runner
+// controller's own objects where they can be read (ARC's EphemeralRunner),
+// else from the pod's labels and env as its runner pod spec says.
+func (d *decider) resolveRunner(ctx context.Context, r *review) {
+	if d.runners != nil {
+		run, err := d.runners.Resolve(ctx, r.Pod)
+		var unavailable *arc.UnavailableError
+		var creds *arc.CredentialsError
+		var invalid *arc.InvalidError
+		switch {
+		case err == nil && run != nil:
+			r.ARC = run
+			r.Target = Target{Scope: run.Scope, Name: run.Name, IDHint: run.ID, Creds: run.Creds}
+			return
+		case errors.As(err, &unavailable):
+			r.Fallback = d.fallbacks.report(ctx, r.Pod, unavailable)
+		case errors.As(err, &creds):
+			r.Target, _ = resolveTarget(r.Pod, r.Spec)
+			r.CredsErr = err
+			return
+		case errors.As(err, &invalid):
+			r.ScopeErr = err
+			return
+		case err != nil:
+			r.LiveErr = err
+			return
+		}
+	}
+	r.Target, r.ScopeErr = resolveTarget(r.Pod, r.Spec)
+}
+
+// retireEphemeralRunner deletes the EphemeralRunner of a runner runner-guard
+// just unregistered, so ARC's EphemeralRunnerSet creates a fresh runner
+// instead of restarting the pod with a dead registration. A failure does not
+// change the answer: the runner is already gone from GitHub.
+func (d *decider) retireEphemeralRunner(ctx context.Context, run *arc.Runner, dec Decision) Decision {
+	err := d.runners.Retire(ctx, run)
+	d.metrics.retired(err)
+	if err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "cannot retire the EphemeralRunner; ARC replaces it after its runner fails to start", "ephemeralRunner", run.EphemeralRunner.String())
+		dec.Message += fmt.Sprintf("; retiring EphemeralRunner %s failed (%v): ARC replaces it after the runner fails to start", run.EphemeralRunner, err)
+		return dec
+	}
+	dec.Message += fmt.Sprintf("; EphemeralRunner %s deleted so ARC creates a fresh runner", run.EphemeralRunner)
+	return dec
 }
 
 // readLive replaces the DELETE review's pod with the live pod of the same
@@ -173,14 +248,14 @@ func (d *decider) askGitHub(ctx context.Context, r *review) githubResult {
 	log := logr.FromContextOrDiscard(ctx).WithValues("runner", t.Name, "scope", t.Scope.String(), "runnerIDHint", t.IDHint)
 	start := time.Now()
 	if r.readOnly(&d.policy) {
-		st, err := d.github.Status(ctx, t.Scope, t.Name)
+		st, err := d.github.Status(ctx, t.runner())
 		log.V(1).Info("asked GitHub for runner status (read-only)", "state", st.State, "error", errString(err), "took", time.Since(start))
 		if err != nil {
 			return githubResult{Err: err}
 		}
 		return githubResult{Status: &st}
 	}
-	out, err := d.github.Unregister(ctx, t.Scope, t.Name, t.IDHint)
+	out, err := d.github.Unregister(ctx, t.runner())
 	log.V(1).Info("asked GitHub to unregister runner", "outcome", out.String(), "error", errString(err), "took", time.Since(start))
 	return githubResult{Outcome: out, Err: err}
 }

@@ -22,8 +22,8 @@ import (
 
 // fuzzGitHub is the fake GitHub behind the fuzzed handler, with a rate limit
 // no fuzzing run exhausts, and a busy and an idle runner in org acme.
-func fuzzGitHub(f *testing.F) *ghclient.Client {
-	gh, client := fakeGitHub(f)
+func fuzzGitHub(f *testing.F) *ghclient.Router {
+	gh, client := fixture.FakeGitHub(f)
 	gh.SetRateLimit(1<<30, 1<<30, time.Time{})
 	acme, _ := ghclient.OrgScope("acme")
 	gh.AddRunner(acme, "runner-1")

@@ -39,6 +39,9 @@ type Options struct {
 	Events events.EventRecorder
 	// Metrics is optional.
 	Metrics *Metrics
+	// Runners reads ARC's EphemeralRunners (arc.NewResolver); nil reads
+	// scale-set pods' labels only.
+	Runners RunnerResolver
 	// Scheme decodes review objects; defaults to client-go's scheme.
 	Scheme *runtime.Scheme
 	// Now is the clock of the recently-admitted memory; defaults to time.Now.
@@ -78,8 +81,10 @@ func NewHandler(o Options) (*Handler, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	d := newDecider(o.Config, o.GitHub, o.Pods, o.Now)
+	d.runners, d.metrics = o.Runners, o.Metrics
 	return &Handler{
-		decider:         newDecider(o.Config, o.GitHub, o.Pods, o.Now),
+		decider:         d,
 		exempt:          o.Config.ExemptNamespaces,
 		specs:           o.Config.RunnerPods,
 		decisionTimeout: o.Config.GitHubTimeout.Duration + 5*time.Second,
@@ -270,7 +275,13 @@ func (h *Handler) fastPathPod(raw []byte) *corev1.Pod {
 
 // record emits the decision's Event on the pod. Dry runs have no side effects.
 func (h *Handler) record(r review, d Decision) {
-	if h.events == nil || r.DryRun || d.EventReason == "" {
+	if h.events == nil || r.DryRun {
+		return
+	}
+	if r.Fallback != "" && r.Pod != nil {
+		h.events.Eventf(r.Pod, nil, corev1.EventTypeWarning, EventFallbackToLabels, "Resolve", "%s", r.Fallback)
+	}
+	if d.EventReason == "" {
 		return
 	}
 	var regarding runtime.Object = r.Pod

@@ -38,24 +38,9 @@ type harness struct {
 	url     string
 }
 
-// fakeGitHub serves a fake GitHub for the test and returns it with a real
-// client talking to it.
-func fakeGitHub(tb testing.TB) (*ghfake.Fake, *ghclient.Client) {
-	tb.Helper()
-	gh := ghfake.New()
-	gh.SetToken("test-token")
-	ghSrv := httptest.NewServer(gh)
-	tb.Cleanup(ghSrv.Close)
-	client, err := ghclient.New(ghclient.Config{BaseURL: ghSrv.URL + "/", AllowHTTP: true, Token: "test-token"})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return gh, client
-}
-
 func newHarness(t *testing.T, cfg Config, pods ...*corev1.Pod) *harness {
 	t.Helper()
-	gh, client := fakeGitHub(t)
+	gh, client := fixture.FakeGitHub(t)
 	objs := make([]runtime.Object, 0, len(pods))
 	for _, p := range pods {
 		objs = append(objs, p)
@@ -512,8 +497,8 @@ func TestNewHandlerRequiresParts(t *testing.T) {
 	cfg := DefaultConfig()
 	tests := map[string]Options{
 		"no GitHub":  {Config: cfg, Pods: fake.NewClientBuilder().Build()},
-		"no pods":    {Config: cfg, GitHub: &ghclient.Client{}},
-		"bad config": {Config: Config{OnError: "x"}, GitHub: &ghclient.Client{}, Pods: fake.NewClientBuilder().Build()},
+		"no pods":    {Config: cfg, GitHub: &ghclient.Router{}},
+		"bad config": {Config: Config{OnError: "x"}, GitHub: &ghclient.Router{}, Pods: fake.NewClientBuilder().Build()},
 	}
 	for name, o := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -524,4 +509,3 @@ func TestNewHandlerRequiresParts(t *testing.T) {
 	}
 }
 
-var _ GitHub = &ghclient.Client{}

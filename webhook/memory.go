@@ -1,10 +1,16 @@
 package webhook
 
 import (
+	"context"
+	"fmt"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
 // admittedMemory remembers pods whose deletion was admitted after GitHub removed
@@ -139,4 +145,37 @@ func (m *busyMemory) forget(t Target) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.entries, targetKey(t))
+}
+
+// fallbackMemory reports each cause of reading labels instead of an
+// EphemeralRunner once in the log, and once per pod as an Event: a missing CRD
+// or RBAC rule would otherwise fill both on every request.
+type fallbackMemory struct {
+	mu     sync.Mutex
+	causes map[string]bool
+	pods   map[types.UID]bool
+}
+
+// maxFallbackPods bounds the pods remembered; past it, Events stop.
+const maxFallbackPods = 10000
+
+func newFallbackMemory() *fallbackMemory {
+	return &fallbackMemory{causes: map[string]bool{}, pods: map[types.UID]bool{}}
+}
+
+// report logs err the first time its cause is seen and returns the Event note
+// for pod the first time the pod is seen ("" after that).
+func (m *fallbackMemory) report(ctx context.Context, pod *corev1.Pod, err *arc.UnavailableError) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cause := string(err.Reason); !m.causes[cause] {
+		m.causes[cause] = true
+		logr.FromContextOrDiscard(ctx).Info("reading scale-set runners from pod labels: cannot read their EphemeralRunners (reported once per cause)",
+			"cause", cause, "error", err.Error())
+	}
+	if m.pods[pod.UID] || len(m.pods) >= maxFallbackPods {
+		return ""
+	}
+	m.pods[pod.UID] = true
+	return fmt.Sprintf("runner scope read from pod labels, which ARC may shorten or omit: %v", err)
 }

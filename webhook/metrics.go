@@ -6,6 +6,8 @@ import "github.com/prometheus/client_golang/prometheus"
 // (controller-runtime's metrics.Registry in the binary).
 type Metrics struct {
 	Decisions *prometheus.CounterVec
+	// Retired counts EphemeralRunner deletions after an unregister, by result.
+	Retired *prometheus.CounterVec
 }
 
 // NewMetrics creates unregistered metrics.
@@ -15,12 +17,16 @@ func NewMetrics() *Metrics {
 			Name: "runner_guard_decisions_total",
 			Help: "Admission decisions on runner-pod deletes and evictions, by operation, decision (allow|deny) and reason.",
 		}, []string{"operation", "decision", "reason"}),
+		Retired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runner_guard_ephemeralrunners_retired_total",
+			Help: "EphemeralRunners deleted after runner-guard unregistered their runner, by result (ok|error).",
+		}, []string{"result"}),
 	}
 }
 
 // Collectors lists the metrics for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Decisions}
+	return []prometheus.Collector{m.Decisions, m.Retired}
 }
 
 func (m *Metrics) observe(op Operation, d Decision) {
@@ -32,4 +38,15 @@ func (m *Metrics) observe(op Operation, d Decision) {
 		decision = "allow"
 	}
 	m.Decisions.WithLabelValues(string(op), decision, string(d.Reason)).Inc()
+}
+
+func (m *Metrics) retired(err error) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.Retired.WithLabelValues(result).Inc()
 }

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
 // Operation is what the requester is doing to the pod.
@@ -37,7 +38,9 @@ const (
 	ReasonRunnerNotRunning Reason = "runner-not-running"
 	ReasonForceAnnotation  Reason = "force-annotation"
 	ReasonPodNotLive       Reason = "pod-not-live"
+	ReasonRemovedByARC     Reason = "runner-removed-by-arc"
 	ReasonScopeUnknown     Reason = "scope-unknown"
+	ReasonCredentials      Reason = "credentials-unusable"
 	ReasonRecentlyAdmitted Reason = "recently-admitted"
 	ReasonRecentlyBusy     Reason = "recently-busy"
 	ReasonPDBBlocks        Reason = "disruption-budget"
@@ -65,6 +68,8 @@ const (
 	EventPodLookupFailed    = "PodLookupFailed"
 	EventContainerMissing   = "RunnerContainerMissing"
 	EventBypassRefused      = "GuardBypassRefused"
+	EventCredentials        = "GitHubCredentialsUnusable"
+	EventFallbackToLabels   = "EphemeralRunnerUnreadable"
 )
 
 // Decision is the outcome of one review.
@@ -109,7 +114,16 @@ type review struct {
 	// Target and ScopeErr: the runner behind the pod (stageRunner).
 	Target   Target
 	ScopeErr error
-	// LiveErr is the error reading the live pod of a DELETE; LiveGone says
+	// ARC is what ARC's EphemeralRunner says about the runner, nil when it is
+	// not a scale-set pod or the object could not be read (stageRunner).
+	ARC *arc.Runner
+	// Fallback, when set, says once per pod why labels were read instead of
+	// the EphemeralRunner; the handler records it as an Event.
+	Fallback string
+	// CredsErr: the runner's own credentials are missing or malformed (stageRunner).
+	CredsErr error
+	// LiveErr is the error reading the live pod of a DELETE (or another object
+	// the decision needs, such as its EphemeralRunner); LiveGone says
 	// the pod does not exist or has another UID (stageRunner).
 	LiveErr  error
 	LiveGone string
@@ -179,7 +193,9 @@ func decisionTable() []rule {
 		{[]Reason{ReasonRunnerNotRunning}, stageRequest, ruleRunnerNotRunning},
 		{[]Reason{ReasonForceAnnotation}, stageRequest, ruleForceAnnotation},
 		{[]Reason{ReasonPodNotLive}, stageRunner, rulePodNotLive},
+		{[]Reason{ReasonRemovedByARC}, stageRunner, ruleRemovedByARC},
 		{[]Reason{ReasonScopeUnknown}, stageRunner, ruleScopeUnknown},
+		{[]Reason{ReasonCredentials}, stageRunner, ruleCredentialsUnusable},
 		{[]Reason{ReasonRecentlyAdmitted}, stageRunner, ruleRecentlyAdmitted},
 		{[]Reason{ReasonRecentlyBusy}, stageRunner, ruleRecentlyBusy},
 		{[]Reason{ReasonPDBBlocks}, stageRunner, rulePDBBlocks},
@@ -329,11 +345,35 @@ func (r *review) readOnly(p *policy) bool {
 func rulePodNotLive(r *review, p *policy) (Decision, bool) {
 	switch {
 	case r.LiveErr != nil:
-		return podLookupFailed(r, p, fmt.Sprintf("cannot read pod %s to confirm the review names the live pod: %v", r.podRef(), r.LiveErr)), true
+		return podLookupFailed(r, p, fmt.Sprintf("cannot read what the decision on pod %s needs from the API server: %v", r.podRef(), r.LiveErr)), true
 	case r.LiveGone != "":
 		return allow(ReasonPodNotLive, fmt.Sprintf("pod %s: %s; nothing to protect, GitHub not asked", r.podRef(), r.LiveGone)), true
 	}
 	return Decision{}, false
+}
+
+// Rule 4c: ARC removed the runner itself (its EphemeralRunner is being
+// deleted and the registration finalizer is gone, or the runner is done):
+// nothing on GitHub can give the pod a job, and ARC must never be refused.
+func ruleRemovedByARC(r *review, _ *policy) (Decision, bool) {
+	if r.ARC == nil || r.ARC.Removed == "" {
+		return Decision{}, false
+	}
+	return allow(ReasonRemovedByARC, fmt.Sprintf("ARC already removed runner %q from GitHub: %s", r.ARC.Name, r.ARC.Removed)), true
+}
+
+// Rule 5a: the runner's own credentials (ARC's githubConfigSecret) are
+// missing or malformed; the on-error policy decides, and the message names
+// the Secret and the key.
+func ruleCredentialsUnusable(r *review, p *policy) (Decision, bool) {
+	if r.CredsErr == nil || (!r.DryRun && r.readOnly(p)) {
+		return Decision{}, false
+	}
+	msg := fmt.Sprintf("cannot ask GitHub about the runner of pod %s: %v", r.podRef(), r.CredsErr)
+	d := onError(p, ReasonCredentials, msg, http.StatusForbidden)
+	refusedEviction(r, p, &d, p.BusyRetryAfter)
+	d.EventType, d.EventReason = corev1.EventTypeWarning, EventCredentials
+	return d, true
 }
 
 // Rule 5: without a scope runner-guard cannot ask GitHub; the on-error policy
@@ -409,6 +449,8 @@ func ruleBypass(r *review, p *policy) (Decision, bool) {
 	switch {
 	case r.ScopeErr != nil:
 		why += fmt.Sprintf("; GitHub not asked: %v", r.ScopeErr)
+	case r.CredsErr != nil:
+		why += fmt.Sprintf("; GitHub not asked: %v", r.CredsErr)
 	case r.GitHub.Err != nil:
 		why += fmt.Sprintf("; GitHub could not be asked: %v", r.GitHub.Err)
 	default:

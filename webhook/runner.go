@@ -20,6 +20,14 @@ type Target struct {
 	Name  string
 	// IDHint is the runner ID recorded on the pod, 0 when unknown.
 	IDHint int64
+	// Creds are the runner's own credentials (ARC's githubConfigSecret); nil
+	// uses the flags' credentials.
+	Creds *ghclient.Credentials
+}
+
+// runner is the GitHub client's name for the target.
+func (t Target) runner() ghclient.Runner {
+	return ghclient.Runner{Scope: t.Scope, Name: t.Name, ID: t.IDHint, Creds: t.Creds}
 }
 
 // matchRunnerPod returns the first runner pod spec whose selector matches the

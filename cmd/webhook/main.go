@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/webhook"
+	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -58,8 +60,10 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	if err != nil {
 		return err
 	}
-	gcfg, err := opts.githubConfig(getenv)
-	if err != nil {
+	arcMode := hcfg.CredentialsMode == webhook.CredentialsARC
+	gcfg, err := opts.githubConfig(getenv, arcMode)
+	staticCreds := !errors.Is(err, errNoStaticCredentials)
+	if err != nil && staticCreds {
 		return err
 	}
 	if err := opts.checkServing(); err != nil {
@@ -72,9 +76,16 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 
 	ghMetrics := ghclient.NewMetrics()
 	gcfg.Metrics = ghMetrics
-	gh, err := ghclient.New(gcfg)
+	var static *ghclient.Client
+	if staticCreds {
+		if static, err = ghclient.New(gcfg); err != nil {
+			return githubConfigError(err)
+		}
+	}
+	gh, err := ghclient.NewRouter(ghclient.RouterConfig{Default: static, AllowHTTP: opts.githubAllowHTTP,
+		UserAgent: gcfg.UserAgent, Metrics: ghMetrics})
 	if err != nil {
-		return githubConfigError(err)
+		return fmt.Errorf("GitHub client: %w", err)
 	}
 
 	restCfg, err := restConfig(opts.kubeconfig)
@@ -129,9 +140,17 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 			return fmt.Errorf("register metrics: %w", err)
 		}
 	}
+	// EphemeralRunners are read live, never cached: a decision needs their
+	// current finalizers. Deletes (retiring a runner) go straight to the API.
+	writer, err := client.New(restCfg, client.Options{Scheme: mgr.GetScheme()})
+	if err != nil {
+		return fmt.Errorf("API client: %w", err)
+	}
+	runners := arc.NewResolver(arc.Options{Reader: mgr.GetAPIReader(), Writer: writer, CredentialsFromARC: arcMode})
 	handler, err := webhook.NewHandler(webhook.Options{
 		Config:  hcfg,
 		GitHub:  gh,
+		Runners: runners,
 		Pods:    mgr.GetAPIReader(),
 		Events:  mgr.GetEventRecorder("runner-guard"),
 		Metrics: hMetrics,

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,6 +40,8 @@ type options struct {
 	githubAllowHTTP     bool
 	metricsSecure       bool
 	clientCAFile        string
+	credentialsMode     string
+	retireRunners       string
 	zap                 zap.Options
 }
 
@@ -64,6 +67,8 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	fs.BoolVar(&o.githubAllowHTTP, "github-allow-http", false, "Allow a plain http:// --github-url. Only on a network you trust: the token travels unencrypted.")
 	fs.BoolVar(&o.metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS, allowing only requesters the API server authenticates and authorizes for GET /metrics; false serves plain HTTP.")
 	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "CA bundle (PEM) that signs the API server's client certificate; when set, the webhook server requires and verifies a client certificate.")
+	fs.StringVar(&o.credentialsMode, "credentials-mode", "", `Where runners' GitHub credentials come from: "static" (these flags, the default) or "arc" (each scale-set runner's EphemeralRunner githubConfigSecret in its namespace, with ARC's keys; legacy pods still use these flags). Overrides credentialsMode from --config.`)
+	fs.StringVar(&o.retireRunners, "retire-ephemeral-runners", "", `"true" (default) or "false": delete the EphemeralRunner of a scale-set runner runner-guard unregistered, so ARC creates a fresh runner. Overrides retireEphemeralRunners from --config.`)
 	fs.BoolVar(&o.enableHTTP2, "enable-http2", false, "Serve the webhook over HTTP/2 as well (off: HTTP/2 rapid-reset CVEs).")
 	o.zap.BindFlags(fs)
 	fs.Usage = func() {
@@ -85,11 +90,15 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	return o, nil
 }
 
+// errNoStaticCredentials: credentials mode arc without static credentials;
+// the runners' own credentials serve scale-set pods.
+var errNoStaticCredentials = errors.New("no static GitHub credentials")
+
 // githubConfig builds the GitHub client config from flags and the environment.
 // It reads the files the flags name (so a missing file names its flag); the
 // credentials themselves are validated in one place, ghclient.New, whose
 // errors githubConfigError maps back to these flags.
-func (o *options) githubConfig(getenv func(string) string) (ghclient.Config, error) {
+func (o *options) githubConfig(getenv func(string) string, arcMode bool) (ghclient.Config, error) {
 	cfg := ghclient.Config{BaseURL: o.githubURL, AllowHTTP: o.githubAllowHTTP, UserAgent: "runner-guard/" + version}
 	appFlags := o.githubAppID != 0 || o.githubInstallID != 0 || o.githubAppKeyFile != ""
 	switch {
@@ -120,7 +129,11 @@ func (o *options) githubConfig(getenv func(string) string) (ghclient.Config, err
 		// The client re-reads the file when it changes: a rotated Secret needs no restart.
 		cfg.TokenFile = o.githubTokenFile
 	default:
-		if cfg.Token = strings.TrimSpace(getenv("GITHUB_TOKEN")); cfg.Token == "" {
+		if cfg.Token = strings.TrimSpace(getenv("GITHUB_TOKEN")); cfg.Token == "" && arcMode {
+			// Scale-set runners bring their own; legacy pods then cannot be asked.
+			return cfg, errNoStaticCredentials
+		}
+		if cfg.Token == "" {
 			return cfg, errors.New("no GitHub credentials: set --github-token-file, the GITHUB_TOKEN environment variable, or --github-app-id with --github-app-private-key-file")
 		}
 	}
@@ -150,6 +163,16 @@ func (o *options) handlerConfig(getenv func(string) string) (webhook.Config, err
 	if ns := strings.TrimSpace(getenv("POD_NAMESPACE")); ns != "" && !slices.Contains(cfg.ExemptNamespaces, ns) {
 		cfg.ExemptNamespaces = append(cfg.ExemptNamespaces, ns)
 	}
+	if o.credentialsMode != "" {
+		cfg.CredentialsMode = webhook.CredentialsMode(strings.ToLower(strings.TrimSpace(o.credentialsMode)))
+	}
+	if o.retireRunners != "" {
+		retire, err := strconv.ParseBool(o.retireRunners)
+		if err != nil {
+			return cfg, fmt.Errorf("--retire-ephemeral-runners: %q is not true or false", o.retireRunners)
+		}
+		cfg.RetireEphemeralRunners = &retire
+	}
 	if o.githubTimeout < 0 {
 		return cfg, fmt.Errorf("--github-timeout: must be positive, got %s", o.githubTimeout)
 	}
@@ -165,6 +188,8 @@ func (o *options) handlerConfig(getenv func(string) string) (webhook.Config, err
 			e.Field = "--github-timeout"
 		case e.Field == "onError" && o.onError != "":
 			e.Field = "--on-error"
+		case e.Field == "credentialsMode" && o.credentialsMode != "":
+			e.Field = "--credentials-mode"
 		}
 	}
 	if err := errs.ToAggregate(); err != nil {

@@ -72,7 +72,7 @@ func TestGitHubConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := o.githubConfig(func(k string) string { return tc.env[k] })
+			cfg, err := o.githubConfig(func(k string) string { return tc.env[k] }, false)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error = %v, want %q", err, tc.wantErr)
@@ -201,7 +201,7 @@ func TestGitHubConfigErrorNamesTheFlag(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := o.githubConfig(func(string) string { return "" })
+			cfg, err := o.githubConfig(func(string) string { return "" }, false)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -236,9 +236,13 @@ func (e *env) newHandler() error {
 	if err != nil {
 		return err
 	}
+	router, err := ghclient.NewRouter(ghclient.RouterConfig{Default: gc})
+	if err != nil {
+		return err
+	}
 	h, err := webhook.NewHandler(webhook.Options{
 		Config:  webhook.DefaultConfig(),
-		GitHub:  gc,
+		GitHub:  router,
 		Pods:    e.pods,
 		Metrics: webhook.NewMetrics(),
 	})
@@ -392,7 +396,11 @@ func (e *env) busyRetryHour() error {
 	if err != nil {
 		return err
 	}
-	h, err := webhook.NewHandler(webhook.Options{Config: webhook.DefaultConfig(), GitHub: gc, Pods: e.pods, Now: clock.Now})
+	router, err := ghclient.NewRouter(ghclient.RouterConfig{Default: gc})
+	if err != nil {
+		return err
+	}
+	h, err := webhook.NewHandler(webhook.Options{Config: webhook.DefaultConfig(), GitHub: router, Pods: e.pods, Now: clock.Now})
 	if err != nil {
 		return err
 	}
