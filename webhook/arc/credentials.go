@@ -1,0 +1,133 @@
+package arc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+)
+
+// The keys of ARC's githubConfigSecret
+// (apis/actions.github.com/v1alpha1/appconfig/appconfig.go).
+const (
+	KeyGitHubToken             = "github_token"
+	KeyGitHubAppID             = "github_app_id"
+	KeyGitHubAppInstallationID = "github_app_installation_id"
+	KeyGitHubAppPrivateKey     = "github_app_private_key"
+)
+
+// fieldConfigURL is what a BaseURL problem points at: the API base comes from
+// the EphemeralRunner's githubConfigUrl, not from the Secret.
+const fieldConfigURL = "spec.githubConfigUrl"
+
+// KeyForField names the ARC key (or EphemeralRunner field) behind a
+// ghclient.CredentialField, so errors from a ghclient.Router can point at what
+// the user wrote.
+func KeyForField(f ghclient.CredentialField) string {
+	switch f {
+	case ghclient.FieldToken:
+		return KeyGitHubToken
+	case ghclient.FieldAppID:
+		return KeyGitHubAppID
+	case ghclient.FieldInstallationID:
+		return KeyGitHubAppInstallationID
+	case ghclient.FieldPrivateKey:
+		return KeyGitHubAppPrivateKey
+	case ghclient.FieldBaseURL:
+		return fieldConfigURL
+	}
+	return string(f)
+}
+
+// credentials reads the EphemeralRunner's githubConfigSecret in its namespace
+// and turns ARC's keys into ghclient.Credentials, checked by ghclient.
+func (r *Resolver) credentials(ctx context.Context, er *ephemeralRunner, base string, scope ghclient.Scope) (*ghclient.Credentials, error) {
+	secretKey := types.NamespacedName{Namespace: er.key.Namespace, Name: er.configSecret}
+	fail := func(key string, err error) error {
+		return &CredentialsError{EphemeralRunner: er.key, Secret: secretKey, Key: key, Err: err}
+	}
+	switch {
+	case er.vaultType != "":
+		// ARC then reads githubConfigSecret from the vault, which runner-guard cannot.
+		return nil, fail("", fmt.Errorf("ARC reads this runner's credentials from a vault (spec.vaultConfig.type %q); runner-guard reads only Kubernetes Secrets: use static credentials for this namespace", er.vaultType))
+	case er.configSecret == "":
+		return nil, fail("", errors.New("spec.githubConfigSecret is empty"))
+	}
+
+	var secret corev1.Secret
+	if err := r.reader.Get(ctx, secretKey, &secret); err != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, fail("", fmt.Errorf("not found: %w", err))
+		case apierrors.IsForbidden(err):
+			return nil, fail("", fmt.Errorf("runner-guard may not read Secrets in namespace %q (grant get on secrets there with a Role and RoleBinding): %w", secretKey.Namespace, err))
+		}
+		return nil, fmt.Errorf("reading Secret %s of EphemeralRunner %s: %w", secretKey, er.key, err)
+	}
+
+	creds, key, err := credentialsFromSecret(&secret)
+	if err != nil {
+		return nil, fail(key, err)
+	}
+	creds.BaseURL = base
+	if scope.Kind == ghclient.ScopeEnterprise && creds.Token == "" {
+		return nil, fail(fieldConfigURL, fmt.Errorf("%s is an enterprise URL and the Secret holds GitHub App credentials: %w", er.configURL, ghclient.ErrAppEnterpriseScope))
+	}
+	// ghclient is the one place credentials are checked; its Router caches
+	// the result by resourceVersion, so a Secret is parsed once per version.
+	if _, err := r.checker.ClientFor(creds); err != nil {
+		var ce *ghclient.CredentialsError
+		if errors.As(err, &ce) {
+			return nil, fail(KeyForField(ce.Field), err)
+		}
+		return nil, fail("", err)
+	}
+	return creds, nil
+}
+
+// credentialsFromSecret follows ARC's rules: a token, or an App (ID, private
+// key and, for ARC, an installation ID); both complete is an error. On error it
+// also names the key at fault. Values are trimmed: Secrets made from files end
+// in a newline.
+func credentialsFromSecret(s *corev1.Secret) (*ghclient.Credentials, string, error) {
+	get := func(k string) string { return strings.TrimSpace(string(s.Data[k])) }
+	creds := &ghclient.Credentials{
+		Key:     s.Namespace + "/" + s.Name,
+		Version: s.ResourceVersion,
+		Token:   get(KeyGitHubToken),
+		AppID:   get(KeyGitHubAppID),
+	}
+	key := s.Data[KeyGitHubAppPrivateKey]
+	install := get(KeyGitHubAppInstallationID)
+	hasApp := creds.AppID != "" || install != "" || len(key) > 0
+	completeApp := creds.AppID != "" && install != "" && len(key) > 0
+	switch {
+	case creds.Token != "" && completeApp:
+		return nil, KeyGitHubToken, fmt.Errorf("both %s and GitHub App keys are set; set only one", KeyGitHubToken)
+	case creds.Token != "":
+		// ARC uses the token and ignores an incomplete App.
+		return creds, "", nil
+	case !hasApp:
+		return nil, "", fmt.Errorf("holds none of %s, or %s, %s and %s", KeyGitHubToken, KeyGitHubAppID, KeyGitHubAppInstallationID, KeyGitHubAppPrivateKey)
+	case creds.AppID == "":
+		return nil, KeyGitHubAppID, errors.New("missing: a GitHub App needs its app ID or client ID")
+	case len(key) == 0:
+		return nil, KeyGitHubAppPrivateKey, errors.New("missing: a GitHub App needs its PEM private key")
+	}
+	if install != "" {
+		id, err := strconv.ParseInt(install, 10, 64)
+		if err != nil || id <= 0 {
+			return nil, KeyGitHubAppInstallationID, fmt.Errorf("%q is not a positive integer", install)
+		}
+		creds.InstallationID = id
+	}
+	creds.PrivateKey = key
+	return creds, "", nil
+}

@@ -1,0 +1,158 @@
+package arc
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// EphemeralRunner's API as ARC defines it
+// (apis/actions.github.com/v1alpha1/ephemeralrunner_types.go).
+const (
+	Group   = "actions.github.com"
+	Version = "v1alpha1"
+	Kind    = "EphemeralRunner"
+
+	// RegistrationFinalizer stays on an EphemeralRunner until ARC has removed
+	// its runner from GitHub.
+	RegistrationFinalizer = "ephemeralrunner.actions.github.com/runner-registration-finalizer"
+	// Finalizer guards ARC's clean-up of the pod and the JIT config Secret.
+	Finalizer = "ephemeralrunner.actions.github.com/finalizer"
+)
+
+// Phase is status.phase of an EphemeralRunner.
+type Phase string
+
+const (
+	PhasePending   Phase = "Pending"
+	PhaseRunning   Phase = "Running"
+	PhaseSucceeded Phase = "Succeeded"
+	PhaseFailed    Phase = "Failed"
+	PhaseOutdated  Phase = "Outdated"
+)
+
+// done mirrors ARC's EphemeralRunner.IsDone: phases in which ARC has (or is
+// about to have) removed the runner from GitHub.
+func (p Phase) done() bool {
+	return p == PhaseSucceeded || p == PhaseFailed || p == PhaseOutdated
+}
+
+// GroupVersionKind is the GVK runner-guard reads.
+func GroupVersionKind() schema.GroupVersionKind {
+	return schema.GroupVersionKind{Group: Group, Version: Version, Kind: Kind}
+}
+
+// GroupResource is what RBAC rules and API errors name.
+func GroupResource() schema.GroupResource {
+	return schema.GroupResource{Group: Group, Resource: "ephemeralrunners"}
+}
+
+// ephemeralRunner holds the fields runner-guard reads, validated.
+type ephemeralRunner struct {
+	key          types.NamespacedName
+	uid          types.UID
+	deleting     bool
+	finalizers   []string
+	configURL    string
+	configSecret string
+	vaultType    string
+	runnerID     int64
+	runnerName   string
+	phase        Phase
+}
+
+// parseEphemeralRunner validates the fields runner-guard uses; anything else
+// in the object is ARC's business.
+func parseEphemeralRunner(u *unstructured.Unstructured) (*ephemeralRunner, error) {
+	er := &ephemeralRunner{
+		key:        types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()},
+		uid:        u.GetUID(),
+		deleting:   u.GetDeletionTimestamp() != nil,
+		finalizers: u.GetFinalizers(),
+	}
+	invalid := func(field string, err error) error {
+		return &InvalidError{EphemeralRunner: er.key, Field: field, Err: err}
+	}
+	var err error
+	if er.configURL, err = stringField(u, "spec", "githubConfigUrl"); err != nil {
+		return nil, invalid("spec.githubConfigUrl", err)
+	}
+	if er.configURL == "" {
+		return nil, invalid("spec.githubConfigUrl", errors.New("empty"))
+	}
+	if er.configSecret, err = stringField(u, "spec", "githubConfigSecret"); err != nil {
+		return nil, invalid("spec.githubConfigSecret", err)
+	}
+	if er.vaultType, err = stringField(u, "spec", "vaultConfig", "type"); err != nil {
+		return nil, invalid("spec.vaultConfig.type", err)
+	}
+	if er.runnerID, err = intField(u, "status", "runnerId"); err != nil {
+		return nil, invalid("status.runnerId", err)
+	}
+	if er.runnerName, err = stringField(u, "status", "runnerName"); err != nil {
+		return nil, invalid("status.runnerName", err)
+	}
+	phase, err := stringField(u, "status", "phase")
+	if err != nil {
+		return nil, invalid("status.phase", err)
+	}
+	er.phase = Phase(phase)
+	return er, nil
+}
+
+// removedReason is non-empty when ARC has already removed the runner from
+// GitHub, saying how that is known.
+func (er *ephemeralRunner) removedReason() string {
+	switch {
+	case er.deleting && !slices.Contains(er.finalizers, RegistrationFinalizer):
+		return fmt.Sprintf("EphemeralRunner %s is being deleted and ARC has removed its runner from GitHub (finalizer %s is gone)", er.key, RegistrationFinalizer)
+	case er.phase.done():
+		return fmt.Sprintf("EphemeralRunner %s is in phase %s: ARC removes its runner from GitHub", er.key, er.phase)
+	}
+	return ""
+}
+
+// stringField reads an optional string; absent is "".
+func stringField(u *unstructured.Unstructured, path ...string) (string, error) {
+	v, found, err := unstructured.NestedFieldNoCopy(u.Object, path...)
+	if err != nil || !found || v == nil {
+		return "", err
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("want a string, got %T %v", v, v)
+	}
+	return s, nil
+}
+
+// intField reads an optional non-negative integer; absent is 0. JSON decoding
+// yields int64, or float64 for numbers written with a fraction or exponent.
+func intField(u *unstructured.Unstructured, path ...string) (int64, error) {
+	v, found, err := unstructured.NestedFieldNoCopy(u.Object, path...)
+	if err != nil || !found || v == nil {
+		return 0, err
+	}
+	var n int64
+	switch x := v.(type) {
+	case int64:
+		n = x
+	case int:
+		n = int64(x)
+	case float64:
+		if x != math.Trunc(x) || x < 0 || x >= math.MaxInt64 {
+			return 0, fmt.Errorf("want a non-negative integer, got %v", x)
+		}
+		n = int64(x)
+	default:
+		return 0, fmt.Errorf("want an integer, got %T %v", v, v)
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("want a non-negative integer, got %d", n)
+	}
+	return n, nil
+}
