@@ -13,6 +13,9 @@ LINT_MODULES  ?= .
 # `make test` runs the linter too.
 TEST_DEPS += lint
 
+# `lint` waits for another golangci-lint run on this machine (they share a
+# lock) instead of failing.
+
 # Rebuilt only when the pinned module changes (cold: a few minutes on 2 cores).
 $(GOLANGCI_LINT): hack/tools/golangci-lint/go.mod hack/tools/golangci-lint/go.sum
 	cd hack/tools/golangci-lint && $(GO) build -trimpath -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
@@ -24,7 +27,7 @@ golangci-lint: $(GOLANGCI_LINT) ## Build the pinned golangci-lint into bin/golan
 lint: $(GOLANGCI_LINT) ## Run golangci-lint (.golangci.yml) on the product's Go modules.
 	@for m in $(LINT_MODULES); do \
 	  echo "== golangci-lint run ($$m)"; \
-	  (cd $$m && $(GOLANGCI_LINT) run --config $(CURDIR)/.golangci.yml $(LINT_FLAGS) ./...) || exit 1; \
+	  (cd $$m && $(GOLANGCI_LINT) run --allow-serial-runners --config $(CURDIR)/.golangci.yml $(LINT_FLAGS) ./...) || exit 1; \
 	done
 
 # golangci-lint fmt descends into nested modules when given ./... or a
