@@ -508,4 +508,3 @@ func TestNewHandlerRequiresParts(t *testing.T) {
 		})
 	}
 }
-

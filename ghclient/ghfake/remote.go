@@ -1,6 +1,7 @@
 package ghfake
 
 import (
+	"errors"
 	"bytes"
 	"context"
 	"crypto/rsa"
@@ -36,8 +37,8 @@ func (e *notFoundError) Error() string { return e.msg }
 // IsNotFound reports whether a Remote error was a 404 (no such runner or
 // installation).
 func IsNotFound(err error) bool {
-	_, ok := err.(*notFoundError)
-	return ok
+	var nf *notFoundError
+	return errors.As(err, &nf)
 }
 
 func (g *Remote) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
