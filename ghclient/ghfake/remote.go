@@ -1,13 +1,13 @@
 package ghfake
 
 import (
-	"errors"
 	"bytes"
 	"context"
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
