@@ -252,7 +252,7 @@ func TestWebhookConfiguration(t *testing.T) {
 			if wh.MatchPolicy == nil || *wh.MatchPolicy != admissionregistrationv1.Equivalent {
 				t.Errorf("matchPolicy = %v, want Equivalent", deref(wh.MatchPolicy))
 			}
-			// DESIGN.md: timeoutSeconds >= the handler's GitHub deadline (5s) + 2s.
+			// docs/DESIGN.md: timeoutSeconds >= the handler's GitHub deadline (5s) + 2s.
 			if wh.TimeoutSeconds == nil || *wh.TimeoutSeconds != 10 {
 				t.Errorf("timeoutSeconds = %v, want 10", deref(wh.TimeoutSeconds))
 			}

@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
-// Path is where the handler is served; the manifests point both webhooks here.
+// Path is where the handler is served; the manifests point every webhook entry here.
 const Path = "/validate-runner-pods"
 
 // Options wires a Handler.

@@ -1,5 +1,5 @@
 // Package ghfake is an in-memory GitHub self-hosted runners API for tests and
-// demos. It follows /work/shared/GITHUB-API.md: the list and remove endpoints for
+// demos. It follows GitHub's REST API documentation for self-hosted runners: the list and remove endpoints for
 // repositories, organizations and enterprises (also under /api/v3/ as GitHub
 // Enterprise Server serves them; SetStyle restricts to one layout), Link-header
 // paging, token and GitHub App authentication (installations per owner with
