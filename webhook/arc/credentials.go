@@ -65,7 +65,7 @@ func (r *Resolver) credentials(ctx context.Context, er *ephemeralRunner, base st
 	if err := r.reader.Get(ctx, secretKey, &secret); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
-			return nil, fail("", fmt.Errorf("not found: %w", err))
+			return nil, fail("", err)
 		case apierrors.IsForbidden(err):
 			return nil, fail("", fmt.Errorf("runner-guard may not read Secrets in namespace %q (grant get on secrets there with a Role and RoleBinding): %w", secretKey.Namespace, err))
 		}
@@ -98,29 +98,26 @@ func (r *Resolver) credentials(ctx context.Context, er *ephemeralRunner, base st
 // in a newline.
 func credentialsFromSecret(s *corev1.Secret) (*ghclient.Credentials, string, error) {
 	get := func(k string) string { return strings.TrimSpace(string(s.Data[k])) }
-	creds := &ghclient.Credentials{
-		Key:     s.Namespace + "/" + s.Name,
-		Version: s.ResourceVersion,
-		Token:   get(KeyGitHubToken),
-		AppID:   get(KeyGitHubAppID),
-	}
+	creds := &ghclient.Credentials{Key: s.Namespace + "/" + s.Name, Version: s.ResourceVersion}
+	token, appID, install := get(KeyGitHubToken), get(KeyGitHubAppID), get(KeyGitHubAppInstallationID)
 	key := s.Data[KeyGitHubAppPrivateKey]
-	install := get(KeyGitHubAppInstallationID)
-	hasApp := creds.AppID != "" || install != "" || len(key) > 0
-	completeApp := creds.AppID != "" && install != "" && len(key) > 0
+	hasApp := appID != "" || install != "" || len(key) > 0
+	completeApp := appID != "" && install != "" && len(key) > 0
 	switch {
-	case creds.Token != "" && completeApp:
+	case token != "" && completeApp:
 		return nil, KeyGitHubToken, fmt.Errorf("both %s and GitHub App keys are set; set only one", KeyGitHubToken)
-	case creds.Token != "":
+	case token != "":
 		// ARC uses the token and ignores an incomplete App.
+		creds.Token = token
 		return creds, "", nil
 	case !hasApp:
 		return nil, "", fmt.Errorf("holds none of %s, or %s, %s and %s", KeyGitHubToken, KeyGitHubAppID, KeyGitHubAppInstallationID, KeyGitHubAppPrivateKey)
-	case creds.AppID == "":
+	case appID == "":
 		return nil, KeyGitHubAppID, errors.New("missing: a GitHub App needs its app ID or client ID")
 	case len(key) == 0:
 		return nil, KeyGitHubAppPrivateKey, errors.New("missing: a GitHub App needs its PEM private key")
 	}
+	creds.AppID = appID
 	if install != "" {
 		id, err := strconv.ParseInt(install, 10, 64)
 		if err != nil || id <= 0 {

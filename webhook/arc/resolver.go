@@ -56,7 +56,7 @@ func NewResolver(opts Options) *Resolver {
 type Runner struct {
 	// Scope and API host from spec.githubConfigUrl; Name from status.runnerName
 	// (the pod name when empty); ID from status.runnerId (0: not yet known);
-	// Creds in ARC credentials mode only.
+	// Creds in ARC credentials mode only, and nil when Removed is set.
 	ghclient.Runner
 	EphemeralRunner types.NamespacedName
 	UID             types.UID
@@ -115,7 +115,9 @@ func (r *Resolver) Resolve(ctx context.Context, pod *corev1.Pod) (*Runner, error
 		// ARC registers the runner under the EphemeralRunner's name, which is the pod's.
 		run.Name = pod.Name
 	}
-	if r.arcCreds {
+	// A removed runner needs no GitHub request, so no credentials: ARC may
+	// already have deleted the Secret while it tears a scale set down.
+	if r.arcCreds && run.Removed == "" {
 		if run.Creds, err = r.credentials(ctx, er, base, scope); err != nil {
 			return nil, err
 		}
