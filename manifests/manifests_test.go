@@ -27,6 +27,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/runner-guard/runner-guard/webhook"
 )
 
 const (
@@ -204,10 +206,23 @@ func TestWebhookConfiguration(t *testing.T) {
 		resource string
 		selector string // objectSelector as a label selector string, "" for none
 	}
+	// The DELETE entries' objectSelectors are the binary's default runner pod
+	// selectors: read them from the code, never from a copied string.
+	defaults := map[string]string{}
+	for _, spec := range webhook.DefaultRunnerPods() {
+		sel, err := metav1.LabelSelectorAsSelector(&spec.Selector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defaults[spec.Name] = sel.String()
+	}
 	want := map[string]entry{
-		"legacy-runner-pods.runner-guard.io":    {admissionregistrationv1.Delete, "pods", "actions-runner"},
-		"ephemeral-runner-pods.runner-guard.io": {admissionregistrationv1.Delete, "pods", "actions-ephemeral-runner in (True)"},
+		"legacy-runner-pods.runner-guard.io":    {admissionregistrationv1.Delete, "pods", defaults["legacy"]},
+		"ephemeral-runner-pods.runner-guard.io": {admissionregistrationv1.Delete, "pods", defaults["scale-set"]},
 		"evictions.runner-guard.io":             {admissionregistrationv1.Create, "pods/eviction", ""},
+	}
+	if len(defaults) != 2 || defaults["legacy"] == "" || defaults["scale-set"] == "" {
+		t.Fatalf("DefaultRunnerPods() = %v: update this test's webhook entries to match", defaults)
 	}
 	if len(vwc.Webhooks) != len(want) {
 		t.Fatalf("%d webhooks, want %d", len(vwc.Webhooks), len(want))
@@ -233,8 +248,18 @@ func TestWebhookConfiguration(t *testing.T) {
 				}
 			} else {
 				sel := mustSelector(t, wh.ObjectSelector)
-				if sel.String() != w.selector {
-					t.Errorf("objectSelector = %q, want %q", sel, w.selector)
+				want, err := labels.Parse(w.selector)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Same pods selected, however the selector is spelled.
+				for _, set := range []labels.Set{
+					{"actions-runner": ""}, {"actions-ephemeral-runner": "True"}, {"actions-ephemeral-runner": "true"},
+					{"actions-ephemeral-runner": ""}, {"app": "web"}, {},
+				} {
+					if sel.Matches(set) != want.Matches(set) {
+						t.Errorf("objectSelector %q and the default runner pod selector %q disagree on labels %v", sel, want, set)
+					}
 				}
 			}
 			ns := mustSelector(t, wh.NamespaceSelector)

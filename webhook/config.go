@@ -234,6 +234,10 @@ func (c *Config) Default() {
 	if c.CredentialsMode == "" {
 		c.CredentialsMode = CredentialsStatic
 	}
+	if c.RetireEphemeralRunners == nil {
+		retire := true
+		c.RetireEphemeralRunners = &retire
+	}
 	if c.GitHubTimeout.Duration == 0 {
 		c.GitHubTimeout.Duration = DefaultGitHubTimeout
 	}
