@@ -463,16 +463,22 @@ type Review struct {
 	DryRun bool
 }
 
-// DeleteReviewJSON renders an AdmissionReview for DELETE of r.Pod.
-func DeleteReviewJSON(r Review) ([]byte, error) {
-	uid := r.UID
+// defaults returns the review's UID and requester, filling in a unique UID
+// and kubernetes-admin.
+func (r Review) defaults() (types.UID, string) {
+	uid, user := r.UID, r.User
 	if uid == "" {
 		uid = "review-" + uuid.NewString()
 	}
-	user := r.User
 	if user == "" {
 		user = "kubernetes-admin"
 	}
+	return types.UID(uid), user
+}
+
+// DeleteReviewJSON renders an AdmissionReview for DELETE of r.Pod.
+func DeleteReviewJSON(r Review) ([]byte, error) {
+	uid, user := r.defaults()
 	raw, err := json.Marshal(r.Pod)
 	if err != nil {
 		return nil, err
@@ -481,7 +487,7 @@ func DeleteReviewJSON(r Review) ([]byte, error) {
 	return json.Marshal(admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 		Request: &admissionv1.AdmissionRequest{
-			UID:       types.UID(uid),
+			UID:       uid,
 			Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
 			Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
 			Namespace: r.Pod.Namespace,
@@ -496,14 +502,7 @@ func DeleteReviewJSON(r Review) ([]byte, error) {
 
 // EvictionReviewJSON renders an AdmissionReview for CREATE pods/eviction of r.Pod.
 func EvictionReviewJSON(r Review) ([]byte, error) {
-	uid := r.UID
-	if uid == "" {
-		uid = "review-" + uuid.NewString()
-	}
-	user := r.User
-	if user == "" {
-		user = "kubernetes-admin"
-	}
+	uid, user := r.defaults()
 	ev := &policyv1.Eviction{TypeMeta: metav1.TypeMeta{APIVersion: "policy/v1", Kind: "Eviction"},
 		ObjectMeta: metav1.ObjectMeta{Name: r.Pod.Name, Namespace: r.Pod.Namespace}}
 	if r.DryRun {
@@ -516,7 +515,7 @@ func EvictionReviewJSON(r Review) ([]byte, error) {
 	return json.Marshal(admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 		Request: &admissionv1.AdmissionRequest{
-			UID:         types.UID(uid),
+			UID:         uid,
 			Kind:        metav1.GroupVersionKind{Group: "policy", Version: "v1", Kind: "Eviction"},
 			Resource:    metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
 			SubResource: "eviction",
