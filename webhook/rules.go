@@ -363,30 +363,26 @@ func ruleRemovedByARC(r *review, _ *policy) (Decision, bool) {
 }
 
 // Rule 5a: the runner's own credentials (ARC's githubConfigSecret) are
-// missing or malformed; the on-error policy decides, and the message names
-// the Secret and the key.
+// missing or malformed; the message names the Secret and the key.
 func ruleCredentialsUnusable(r *review, p *policy) (Decision, bool) {
-	if r.CredsErr == nil || (!r.DryRun && r.readOnly(p)) {
-		return Decision{}, false
-	}
-	msg := fmt.Sprintf("cannot ask GitHub about the runner of pod %s: %v", r.podRef(), r.CredsErr)
-	d := onError(p, ReasonCredentials, msg, http.StatusForbidden)
-	refusedEviction(r, p, &d, p.BusyRetryAfter)
-	d.EventType, d.EventReason = corev1.EventTypeWarning, EventCredentials
-	return d, true
+	return cannotAskGitHub(r, p, r.CredsErr, ReasonCredentials, EventCredentials, "cannot ask GitHub about the runner of pod %s: %v")
 }
 
-// Rule 5: without a scope runner-guard cannot ask GitHub; the on-error policy
-// decides. Bypass users and disrupted pods are left to rule 6b, which lets
-// them go when GitHub cannot be asked.
+// Rule 5: without a scope runner-guard cannot ask GitHub.
 func ruleScopeUnknown(r *review, p *policy) (Decision, bool) {
-	if r.ScopeErr == nil || (!r.DryRun && r.readOnly(p)) {
+	return cannotAskGitHub(r, p, r.ScopeErr, ReasonScopeUnknown, EventScopeUnknown, "cannot tell where the runner of pod %s is registered on GitHub: %v")
+}
+
+// cannotAskGitHub decides, by the on-error policy, a review whose question to
+// GitHub cannot be asked (err, rendered with the pod into format). Bypass
+// users and disrupted pods are left to rule 6b, which lets them go then.
+func cannotAskGitHub(r *review, p *policy, err error, reason Reason, event, format string) (Decision, bool) {
+	if err == nil || (!r.DryRun && r.readOnly(p)) {
 		return Decision{}, false
 	}
-	msg := fmt.Sprintf("cannot tell where the runner of pod %s is registered on GitHub: %v", r.podRef(), r.ScopeErr)
-	d := onError(p, ReasonScopeUnknown, msg, http.StatusForbidden)
+	d := onError(p, reason, fmt.Sprintf(format, r.podRef(), err), http.StatusForbidden)
 	refusedEviction(r, p, &d, p.BusyRetryAfter)
-	d.EventType, d.EventReason = corev1.EventTypeWarning, EventScopeUnknown
+	d.EventType, d.EventReason = corev1.EventTypeWarning, event
 	return d, true
 }
 
