@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -8,8 +9,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/webhook/arc"
@@ -159,6 +162,150 @@ type policy struct {
 	// OnErrorSource says where OnError was set, for messages: "--on-error=deny",
 	// "onError: deny in --config" or "the default onError: deny".
 	OnErrorSource string
+}
+
+// GitHub is what the decision needs from GitHub; *ghclient.Router implements
+// it, with the flags' credentials or a runner's own (ARC's githubConfigSecret).
+type GitHub interface {
+	Unregister(ctx context.Context, r ghclient.Runner) (ghclient.Outcome, error)
+	Status(ctx context.Context, r ghclient.Runner) (ghclient.RunnerStatus, error)
+}
+
+var _ GitHub = &ghclient.Router{}
+
+// RunnerResolver reads what a runner controller's own objects say about the
+// runner of a pod; *arc.Resolver implements it for ARC's scale-set mode.
+type RunnerResolver interface {
+	Resolve(ctx context.Context, pod *corev1.Pod) (*arc.Runner, error)
+	Retire(ctx context.Context, run *arc.Runner) error
+}
+
+var _ RunnerResolver = &arc.Resolver{}
+
+// decider runs the decision table (rules.go) over the facts of one review,
+// resolving the runner and asking GitHub only when a rule needs them.
+type decider struct {
+	policy        policy
+	specs         []RunnerPodSpec
+	table         []rule
+	github        GitHub
+	githubTimeout time.Duration
+	// pods reads live pods and PodDisruptionBudgets through the API server.
+	pods   client.Reader
+	memory *admittedMemory
+	busy   *busyMemory
+	// runners reads ARC's EphemeralRunners; nil reads labels only.
+	runners RunnerResolver
+	// retire deletes the EphemeralRunner of a runner runner-guard unregistered.
+	retire  bool
+	metrics *Metrics
+	// fallbacks remembers which fallbacks to labels were reported, so each
+	// cause is logged once and each pod gets one Event.
+	fallbacks *fallbackMemory
+}
+
+func newDecider(cfg Config, gh GitHub, pods client.Reader, now func() time.Time) *decider {
+	pol := cfg.policy()
+	return &decider{
+		retire:        cfg.retireEphemeralRunners(),
+		fallbacks:     newFallbackMemory(),
+		policy:        pol,
+		specs:         cfg.RunnerPods,
+		table:         decisionTable(),
+		github:        gh,
+		githubTimeout: cfg.GitHubTimeout.Duration,
+		pods:          pods,
+		memory:        newAdmittedMemory(cfg.RecentlyAdmittedTTL.Duration, now),
+		busy:          newBusyMemory(pol.BusyRetryAfter, pol.BusyRetryMax, now),
+	}
+}
+
+// decide returns the decision for one review and the runner it concerns (zero
+// when the decision was made before the runner was resolved).
+func (d *decider) decide(ctx context.Context, r review) (Decision, Target) {
+	r.Spec = matchRunnerPod(r.Pod, d.specs)
+	r.Disrupted = r.Spec != nil && disrupted(r.Pod)
+	reached := stageRequest
+	for _, rl := range d.table {
+		for reached < rl.needs {
+			reached++
+			d.resolve(ctx, &r, reached)
+		}
+		if dec, ok := rl.decide(&r, &d.policy); ok {
+			switch dec.Reason {
+			case ReasonUnregistered, ReasonRunnerNotFound:
+				d.memory.remember(r.Pod.UID, r.Target)
+				d.busy.forget(r.Target)
+			}
+			if dec.Reason == ReasonUnregistered && r.ARC != nil && d.retire {
+				dec = d.retireEphemeralRunner(ctx, r.ARC, dec)
+			}
+			return dec, r.Target
+		}
+	}
+	// The table's last rule always decides; reaching here is a programming error.
+	panic("webhook: decision table ended without a decision")
+}
+
+// resolve adds the facts of stage s to the review.
+func (d *decider) resolve(ctx context.Context, r *review, s stage) {
+	switch s {
+	case stageRunner:
+		if r.Operation == OperationDelete {
+			// The review's oldObject may be forged: decide from the live pod.
+			if d.readLive(ctx, r); r.LiveErr != nil || r.LiveGone != "" {
+				return
+			}
+		}
+		d.resolveRunner(ctx, r)
+		if r.ScopeErr == nil && r.LiveErr == nil && r.CredsErr == nil {
+			r.RecentlyAdmitted = d.memory.admitted(r.Pod.UID, r.Target)
+			r.Busy.Wait = d.busy.recall(r.Target)
+		}
+		if r.Operation == OperationEvict && !r.DryRun {
+			r.PDBBlocks = d.blockingPDB(ctx, r.Pod)
+		}
+	case stageGitHub:
+		if r.ScopeErr != nil || r.CredsErr != nil {
+			return // only bypass users and disrupted pods get here: nothing to ask
+		}
+		r.GitHub = d.askGitHub(ctx, r)
+		if !r.readOnly(&d.policy) {
+			switch {
+			case r.GitHub.Err == nil && r.GitHub.Outcome == ghclient.Busy:
+				r.Busy.Next = d.busy.busy(r.Target)
+			case r.GitHub.Err == nil:
+				d.busy.forget(r.Target)
+			}
+		}
+	}
+}
+
+// askGitHub makes the one GitHub call of a decision, bounded by the GitHub timeout.
+func (d *decider) askGitHub(ctx context.Context, r *review) githubResult {
+	ctx, cancel := context.WithTimeout(ctx, d.githubTimeout)
+	defer cancel()
+	t := r.Target
+	log := logr.FromContextOrDiscard(ctx).WithValues("runner", t.Name, "scope", t.Scope.String(), "runnerIDHint", t.IDHint)
+	start := time.Now()
+	if r.readOnly(&d.policy) {
+		st, err := d.github.Status(ctx, t.runner())
+		log.V(1).Info("asked GitHub for runner status (read-only)", "state", st.State, "error", errString(err), "took", time.Since(start))
+		if err != nil {
+			return githubResult{Err: err}
+		}
+		return githubResult{Status: &st}
+	}
+	out, err := d.github.Unregister(ctx, t.runner())
+	log.V(1).Info("asked GitHub to unregister runner", "outcome", out.String(), "error", errString(err), "took", time.Since(start))
+	return githubResult{Outcome: out, Err: err}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // stage is how much the decider has resolved before a rule runs.

@@ -1,14 +1,23 @@
 package webhook
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
 // trimSuffix is what ARC appends to a label value it truncated at 63 characters.
@@ -201,4 +210,108 @@ func keyList(k *ScopeKeys) string {
 		}
 	}
 	return strings.Join(keys, ", ")
+}
+
+// resolveRunner finds the runner behind the pod: from its runner
+// controller's own objects where they can be read (ARC's EphemeralRunner),
+// else from the pod's labels and env as its runner pod spec says.
+func (d *decider) resolveRunner(ctx context.Context, r *review) {
+	if d.runners != nil {
+		run, err := d.runners.Resolve(ctx, r.Pod)
+		var unavailable *arc.UnavailableError
+		var creds *arc.CredentialsError
+		var invalid *arc.InvalidError
+		switch {
+		case err == nil && run != nil:
+			r.ARC = run
+			r.Target = Target{Scope: run.Scope, Name: run.Name, IDHint: run.ID, Creds: run.Creds}
+			return
+		case errors.As(err, &unavailable):
+			r.Fallback = d.fallbacks.report(ctx, r.Pod, unavailable)
+		case errors.As(err, &creds):
+			r.Target, _ = resolveTarget(r.Pod, r.Spec)
+			r.CredsErr = err
+			return
+		case errors.As(err, &invalid):
+			r.ScopeErr = err
+			return
+		case err != nil:
+			r.LiveErr = err
+			return
+		}
+	}
+	r.Target, r.ScopeErr = resolveTarget(r.Pod, r.Spec)
+}
+
+// retireEphemeralRunner deletes the EphemeralRunner of a runner runner-guard
+// just unregistered, so ARC's EphemeralRunnerSet creates a fresh runner
+// instead of restarting the pod with a dead registration. A failure does not
+// change the answer: the runner is already gone from GitHub.
+func (d *decider) retireEphemeralRunner(ctx context.Context, run *arc.Runner, dec Decision) Decision {
+	err := d.runners.Retire(ctx, run)
+	d.metrics.retired(err)
+	if err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "cannot retire the EphemeralRunner; ARC replaces it after its runner fails to start", "ephemeralRunner", run.EphemeralRunner.String())
+		dec.Message += fmt.Sprintf("; retiring EphemeralRunner %s failed (%v): ARC replaces it after the runner fails to start", run.EphemeralRunner, err)
+		return dec
+	}
+	dec.Message += fmt.Sprintf("; EphemeralRunner %s deleted so ARC creates a fresh runner", run.EphemeralRunner)
+	return dec
+}
+
+// readLive replaces the DELETE review's pod with the live pod of the same
+// name and UID, or records why there is none.
+func (d *decider) readLive(ctx context.Context, r *review) {
+	live := &corev1.Pod{}
+	err := d.pods.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: r.Name}, live)
+	switch {
+	case apierrors.IsNotFound(err):
+		r.LiveGone = "no such pod exists"
+	case err != nil:
+		r.LiveErr = err
+	case live.UID != r.Pod.UID:
+		r.LiveGone = fmt.Sprintf("the review names UID %q but the live pod has UID %q", r.Pod.UID, live.UID)
+	default:
+		r.Pod = live
+		if spec := matchRunnerPod(live, d.specs); spec != nil {
+			r.Spec = spec
+		}
+	}
+}
+
+// blockingPDB names a PodDisruptionBudget selecting the pod that allows no
+// disruption now, or "". A failed read blocks nothing: the API server checks
+// the budgets itself after the webhooks.
+func (d *decider) blockingPDB(ctx context.Context, pod *corev1.Pod) string {
+	var pdbs policyv1.PodDisruptionBudgetList
+	if err := d.pods.List(ctx, &pdbs, client.InNamespace(pod.Namespace)); err != nil {
+		logr.FromContextOrDiscard(ctx).V(1).Info("cannot list PodDisruptionBudgets; the API server will check them", "error", err.Error())
+		return ""
+	}
+	for i := range pdbs.Items {
+		pdb := &pdbs.Items[i]
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+		if err != nil || sel.Empty() || !sel.Matches(labelsOf(pod)) {
+			continue
+		}
+		if pdb.Status.DisruptionsAllowed < 1 {
+			return pdb.Name
+		}
+	}
+	return ""
+}
+
+// disrupted reports a pod the control plane marked Failed with a
+// DisruptionTarget condition (pod GC, taint eviction) rather than one whose
+// containers ended.
+func disrupted(pod *corev1.Pod) bool {
+	if pod.Status.Phase != corev1.PodFailed {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }
