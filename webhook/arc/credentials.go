@@ -82,7 +82,7 @@ func (r *Resolver) credentials(ctx context.Context, er *ephemeralRunner, base st
 	}
 	// ghclient is the one place credentials are checked; its Router caches
 	// the result by resourceVersion, so a Secret is parsed once per version.
-	if _, err := r.checker.ClientFor(creds); err != nil {
+	if err := r.check(creds); err != nil {
 		var ce *ghclient.CredentialsError
 		if errors.As(err, &ce) {
 			return nil, fail(KeyForField(ce.Field), err)
@@ -90,6 +90,15 @@ func (r *Resolver) credentials(ctx context.Context, er *ephemeralRunner, base st
 		return nil, fail("", err)
 	}
 	return creds, nil
+}
+
+// check builds (and caches) a client for creds without sending a request.
+func (r *Resolver) check(creds *ghclient.Credentials) error {
+	if r.checker == nil {
+		return nil // NewRouter refused its fixed config: ghclient changed; the caller's Router still checks.
+	}
+	_, err := r.checker.ClientFor(creds)
+	return err
 }
 
 // credentialsFromSecret follows ARC's rules: a token, or an App (ID, private

@@ -9,6 +9,12 @@ import (
 	"github.com/runner-guard/runner-guard/ghclient"
 )
 
+var (
+	_ error = &UnavailableError{}
+	_ error = &InvalidError{}
+	_ error = &CredentialsError{}
+)
+
 // UnavailableReason says why an EphemeralRunner could not be read. The caller
 // falls back to the pod's labels and can report each reason once.
 type UnavailableReason string

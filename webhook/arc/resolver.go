@@ -58,12 +58,18 @@ type Runner struct {
 	// (the pod name when empty); ID from status.runnerId (0: not yet known);
 	// Creds in ARC credentials mode only, and nil when Removed is set.
 	ghclient.Runner
+	// BaseURL is the API base spec.githubConfigUrl points at (see
+	// ghclient.APIBaseForConfigURL), set in every mode: with static
+	// credentials the caller can tell a runner on another host, which its
+	// client would look up in vain.
+	BaseURL         string
 	EphemeralRunner types.NamespacedName
 	UID             types.UID
 	// Removed is non-empty when ARC has already removed the runner from
 	// GitHub: the EphemeralRunner is being deleted without
-	// RegistrationFinalizer, or its phase is Succeeded, Failed or Outdated.
-	// It says why, for messages.
+	// RegistrationFinalizer, or its phase is Succeeded, Failed or Outdated
+	// (ARC sets Failed and Outdated just before it removes the runner, once
+	// the runner can no longer run a job). It says why, for messages.
 	Removed string
 }
 
@@ -88,6 +94,9 @@ func (r *Resolver) Resolve(ctx context.Context, pod *corev1.Pod) (*Runner, error
 		return nil, nil
 	}
 	key := types.NamespacedName{Namespace: pod.Namespace, Name: owner.Name}
+	if owner.Name == "" {
+		return nil, &UnavailableError{EphemeralRunner: key, Reason: UnavailableNotFound, Err: errors.New("the pod's owner reference names no EphemeralRunner")}
+	}
 	if gv.Version != Version {
 		// ARC's object in a version this code does not know: fall back, and say so.
 		return nil, &UnavailableError{EphemeralRunner: key, Reason: UnavailableNoKind,
@@ -107,6 +116,7 @@ func (r *Resolver) Resolve(ctx context.Context, pod *corev1.Pod) (*Runner, error
 	}
 	run := &Runner{
 		Runner:          ghclient.Runner{Scope: scope, Name: er.runnerName, ID: er.runnerID},
+		BaseURL:         base,
 		EphemeralRunner: key,
 		UID:             er.uid,
 		Removed:         er.removedReason(),

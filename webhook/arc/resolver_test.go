@@ -54,6 +54,7 @@ func TestResolveReadsEphemeralRunner(t *testing.T) {
 		wantScope ghclient.Scope
 		wantName  string
 		wantID    int64
+		wantBase  string // "" means https://api.github.com/
 	}{
 		"org on github.com": {
 			er:        fixture.MakeEphemeralRunner(ns, "set-abc-runner-x1").ConfigURL("https://github.com/acme").RunnerID(42).RunnerName("set-abc-runner-x1"),
@@ -83,12 +84,12 @@ func TestResolveReadsEphemeralRunner(t *testing.T) {
 		"GHES repository with a trailing slash": {
 			er:        fixture.MakeEphemeralRunner(ns, "r5").ConfigURL("https://ghes.example.com/acme/app/").RunnerID(11),
 			wantScope: mustScope(ghclient.RepoScope("acme/app")),
-			wantName:  "r5", wantID: 11,
+			wantName:  "r5", wantID: 11, wantBase: "https://ghes.example.com/api/v3/",
 		},
 		"GHE.com organization": {
 			er:        fixture.MakeEphemeralRunner(ns, "r6").ConfigURL("https://acme.ghe.com/acme"),
 			wantScope: mustScope(ghclient.OrgScope("acme")),
-			wantName:  "r6",
+			wantName:  "r6", wantBase: "https://api.acme.ghe.com/",
 		},
 		"runnerName differs from the pod name": {
 			er:        fixture.MakeEphemeralRunner(ns, "r7").RunnerName("registered-as").RunnerID(12),
@@ -119,6 +120,12 @@ func TestResolveReadsEphemeralRunner(t *testing.T) {
 			}
 			if run.Scope != tc.wantScope || run.Name != tc.wantName || run.ID != tc.wantID {
 				t.Errorf("got scope %v name %q ID %d, want %v %q %d", run.Scope, run.Name, run.ID, tc.wantScope, tc.wantName, tc.wantID)
+			}
+			if tc.wantBase == "" {
+				tc.wantBase = ghclient.DefaultBaseURL
+			}
+			if run.BaseURL != tc.wantBase {
+				t.Errorf("BaseURL = %q, want %q", run.BaseURL, tc.wantBase)
 			}
 			if want := (types.NamespacedName{Namespace: ns, Name: er.GetName()}); run.EphemeralRunner != want || run.UID != er.GetUID() {
 				t.Errorf("got EphemeralRunner %s UID %s, want %s %s", run.EphemeralRunner, run.UID, want, er.GetUID())
@@ -214,6 +221,7 @@ func TestResolveUnavailable(t *testing.T) {
 		objs       []client.Object
 		pod        *corev1.Pod
 		wantReason arc.UnavailableReason
+		wantName   string // of the EphemeralRunner named in the error, for cases with their own pod
 	}{
 		"CRD absent (no match for kind)": {
 			funcs:      failGet(&meta.NoKindMatchError{GroupKind: gvk.GroupKind(), SearchedVersions: []string{gvk.Version}}),
@@ -229,10 +237,15 @@ func TestResolveUnavailable(t *testing.T) {
 			objs:       []client.Object{fixture.MakeEphemeralRunner(ns, "a").UID("newer").Obj()},
 			wantReason: arc.UnavailableNotFound,
 		},
+		"owner reference without a name": {
+			pod: fixture.MakeScaleSetRunnerPod(ns, "a").Owner(metav1.OwnerReference{
+				APIVersion: fixture.EphemeralRunnerAPIVersion, Kind: "EphemeralRunner", UID: "u", Controller: ptr.To(true)}).Obj(),
+			wantReason: arc.UnavailableNotFound, wantName: "",
+		},
 		"owner in a version runner-guard does not know": {
 			pod: fixture.MakeScaleSetRunnerPod(ns, "a").Owner(metav1.OwnerReference{
 				APIVersion: "actions.github.com/v1beta1", Kind: "EphemeralRunner", Name: "a", UID: "u", Controller: ptr.To(true)}).Obj(),
-			wantReason: arc.UnavailableNoKind,
+			wantReason: arc.UnavailableNoKind, wantName: "a",
 		},
 	}
 	for name, tc := range cases {
@@ -253,8 +266,12 @@ func TestResolveUnavailable(t *testing.T) {
 			if run != nil {
 				t.Errorf("Resolve returned a runner with an error: %+v", run)
 			}
-			if ue.Reason != tc.wantReason || ue.EphemeralRunner != (types.NamespacedName{Namespace: ns, Name: "a"}) {
-				t.Errorf("got reason %s for %s, want %s for %s/a (%v)", ue.Reason, ue.EphemeralRunner, tc.wantReason, ns, err)
+			want := types.NamespacedName{Namespace: ns, Name: "a"}
+			if tc.pod != nil {
+				want.Name = tc.wantName
+			}
+			if ue.Reason != tc.wantReason || ue.EphemeralRunner != want {
+				t.Errorf("got reason %s for %s, want %s for %s (%v)", ue.Reason, ue.EphemeralRunner, tc.wantReason, want, err)
 			}
 		})
 	}
