@@ -146,7 +146,7 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 		go func() { _ = e.controlSrv.Serve(l) }()
 		e.GitHub = &RemoteGitHub{BaseURL: "http://" + l.Addr().String(), Fail: func(err error) { panic(fmt.Sprintf("fake GitHub control: %v", err)) }}
 	}
-	if err = e.installIdentity(ctx); err != nil {
+	if err = e.installClusterObjects(ctx); err != nil {
 		return e, err
 	}
 	if err = e.writeWebhookCerts(); err != nil {
