@@ -39,6 +39,9 @@ type Options struct {
 	Events events.EventRecorder
 	// Metrics is optional.
 	Metrics *Metrics
+	// RunnerPods, when set, answers for evictions whether the pod is a runner
+	// pod without a read (NewRunnerPodCache); nil reads every evicted pod.
+	RunnerPods RunnerPods
 	// Runners reads ARC's EphemeralRunners (arc.NewResolver); nil reads
 	// scale-set pods' labels only.
 	Runners RunnerResolver
@@ -51,6 +54,8 @@ type Options struct {
 // Handler is the admission.Handler for DELETE pods and CREATE pods/eviction.
 type Handler struct {
 	decider *decider
+	// runnerPods answers evictions of pods that are not runner pods.
+	runnerPods RunnerPods
 	// exempt and specs let the handler skip decoding what the rules will not read.
 	exempt []string
 	specs  []RunnerPodSpec
@@ -85,6 +90,7 @@ func NewHandler(o Options) (*Handler, error) {
 	d.runners, d.metrics = o.Runners, o.Metrics
 	return &Handler{
 		decider:         d,
+		runnerPods:      o.RunnerPods,
 		exempt:          o.Config.ExemptNamespaces,
 		specs:           o.Config.RunnerPods,
 		decisionTimeout: o.Config.GitHubTimeout.Duration + 5*time.Second,
@@ -179,6 +185,15 @@ func (h *Handler) facts(ctx context.Context, op Operation, req admission.Request
 	if r.Name == "" || r.Namespace == "" {
 		return r, errors.New("eviction review names no pod")
 	}
+	if h.runnerPods != nil {
+		if _, found, synced := h.runnerPods.Get(r.Namespace, r.Name); synced && !found {
+			// Not a runner pod (the cache holds every one): nothing to read,
+			// so nothing that could fail blocks this eviction.
+			r.Pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name}}
+			return r, nil
+		}
+	}
+	// A runner pod, or a cache that cannot answer yet: read the live pod.
 	pod := &corev1.Pod{}
 	err := h.pods.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: r.Name}, pod)
 	switch {
@@ -195,7 +210,7 @@ func (h *Handler) facts(ctx context.Context, op Operation, req admission.Request
 // fields are built only when verbose logging is on.
 func (h *Handler) log(ctx context.Context, r review, dec Decision, target Target) {
 	log := logf.FromContext(ctx)
-	quiet := dec.Allowed && dec.Warning == "" && dec.Reason != ReasonUnregistered
+	quiet := dec.Allowed && dec.Warning == "" && dec.Reason != ReasonUnregistered && dec.Reason != ReasonPodNotLive
 	if quiet && !log.V(1).Enabled() {
 		return
 	}

@@ -32,7 +32,7 @@ func TestServerDryRunDrainChangesNothing(t *testing.T) {
 		pod.Annotations = map[string]string{"actions-runner/id": fmt.Sprint(id)}
 		s.create(pod)
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, 90*time.Second)
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
 	// The busy runner's dry-run eviction is refused (429) and drain retries it
 	// until its timeout; what matters is what it changed.

@@ -1,0 +1,98 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/runner-guard/runner-guard/test/fixture"
+)
+
+func TestRunnerPodCacheHoldsOnlyRunnerPods(t *testing.T) {
+	legacy := fixture.MakeLegacyRunnerPod("ci", "legacy-1").Org("acme").Running().Obj()
+	scaleSet := fixture.MakeScaleSetRunnerPod("ci", "set-1").Running().Obj()
+	web := fixture.MakePod("ci", "web").Running().Obj()
+	cs := kubefake.NewClientset(legacy, scaleSet, web)
+	c, err := NewRunnerPodCache(cs, DefaultRunnerPods())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = c.Start(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, _, synced := c.Get("ci", "web"); synced {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("cache never synced")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tests := map[string]struct {
+		ns, name string
+		found    bool
+	}{
+		"legacy runner pod":    {"ci", "legacy-1", true},
+		"scale-set runner pod": {"ci", "set-1", true},
+		"ordinary pod":         {"ci", "web", false},
+		"no such pod":          {"ci", "nope", false},
+		"other namespace":      {"other", "legacy-1", false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			pod, found, synced := c.Get(tc.ns, tc.name)
+			if !synced || found != tc.found || (found && pod.Name != tc.name) {
+				t.Errorf("Get(%s/%s) = %v, found %v, synced %v; want found %v", tc.ns, tc.name, pod, found, synced, tc.found)
+			}
+		})
+	}
+}
+
+// staticRunnerPods is a synced cache holding the given runner pods.
+type staticRunnerPods map[string]*corev1.Pod
+
+func (s staticRunnerPods) Get(ns, name string) (*corev1.Pod, bool, bool) {
+	p, ok := s[ns+"/"+name]
+	return p, ok, true
+}
+
+// An eviction of a pod that is not a runner pod never fails because the pod
+// could not be read: the runner pod cache answers without a read.
+func TestEvictionOfNonRunnerPodNeedsNoRead(t *testing.T) {
+	failing := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+		Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
+			return errors.New("connection refused")
+		},
+	}).Build()
+	runner := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
+	h, err := NewHandler(Options{Config: DefaultConfig(), GitHub: unusedGitHub{}, Pods: failing,
+		RunnerPods: staticRunnerPods{"ci/runner-1": runner}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evict := func(pod *corev1.Pod) admission.Response {
+		t.Helper()
+		req := admission.Request{}
+		req.UID, req.Operation, req.Namespace, req.Name = "1", "CREATE", pod.Namespace, pod.Name
+		req.Resource.Resource, req.SubResource = "pods", "eviction"
+		return h.Handle(context.Background(), req)
+	}
+	if resp := evict(fixture.MakePod("ci", "web").Obj()); !resp.Allowed || resp.Result.Message != "not a runner pod" {
+		t.Errorf("eviction of a non-runner pod with the API unreachable: %+v, want allowed as not a runner pod", resp.Result)
+	}
+	// A runner pod is still read live, and a failed read is refused (429).
+	if resp := evict(runner); resp.Allowed || resp.Result.Code != http.StatusTooManyRequests {
+		t.Errorf("eviction of a runner pod with the API unreachable: %+v, want a 429", resp.Result)
+	}
+}
