@@ -490,7 +490,7 @@ func TestDeployment(t *testing.T) {
 			t.Errorf("probe %s = %+v", name, probe)
 		}
 	}
-	wantRes := map[string]string{"requests.cpu": "50m", "requests.memory": "64Mi", "limits.cpu": "500m", "limits.memory": "192Mi"}
+	wantRes := map[string]string{"requests.cpu": "50m", "requests.memory": "64Mi", "limits.cpu": "500m", "limits.memory": "256Mi"}
 	gotRes := map[string]string{
 		"requests.cpu": c.Resources.Requests.Cpu().String(), "requests.memory": c.Resources.Requests.Memory().String(),
 		"limits.cpu": c.Resources.Limits.Cpu().String(), "limits.memory": c.Resources.Limits.Memory().String(),

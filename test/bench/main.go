@@ -38,6 +38,9 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -49,6 +52,7 @@ import (
 	"github.com/runner-guard/runner-guard/test/fixture"
 	"github.com/runner-guard/runner-guard/test/process"
 	"github.com/runner-guard/runner-guard/webhook"
+	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
 const (
@@ -137,6 +141,8 @@ func run() ([]figure, error) {
 	}{
 		{"steady-state calls", (*env).steady},
 		{"burst of 100 deletes, cold cache", (*env).burst},
+		{"burst of 100 scale-set deletes, EphemeralRunners read", (*env).scaleSetBurst},
+		{"ARC's clean-up of 100 runners it removed", (*env).arcCleanup},
 		{"a busy runner's eviction retried every 5s for an hour", (*env).busyRetryHour},
 		{"fast-path calls", (*env).fastPathCalls},
 		{"throughput, fast path vs bare webhook", (*env).throughput},
@@ -502,6 +508,171 @@ func (e *env) burst() error {
 	return nil
 }
 
+// arcRunner is one scale-set runner: its EphemeralRunner and its pod.
+type arcRunner struct {
+	er  *unstructured.Unstructured
+	pod *corev1.Pod
+}
+
+// arcRunners builds, for each name, an EphemeralRunner of org with the
+// runner's ID in status.runnerId (edit shapes it further) and the running pod
+// it controls, labelled as ARC labels it.
+func arcRunners(orgName string, ids map[string]int64, names []string, edit func(i int, w *fixture.EphemeralRunnerWrapper)) []arcRunner {
+	out := make([]arcRunner, len(names))
+	for i, n := range names {
+		w := fixture.MakeEphemeralRunner("arc-runners", n).ConfigURL("https://github.com/" + orgName).RunnerID(ids[n]).RunnerName(n)
+		if edit != nil {
+			edit(i, w)
+		}
+		out[i] = arcRunner{
+			er: w.Obj(),
+			pod: fixture.MakeScaleSetRunnerPod("arc-runners", n).Label("actions.github.com/organization", orgName).
+				OwnedByEphemeralRunner(w).Running().Obj(),
+		}
+	}
+	return out
+}
+
+// arcHandler is an in-process handler that reads the runners' pods and
+// EphemeralRunners (arc.Resolver, static credentials) from a fake API client,
+// with a cold GitHub client. It returns the client too, to see what was retired.
+func (e *env) arcHandler(runners []arcRunner) (*webhook.Handler, client.Client, error) {
+	b := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme)
+	for _, r := range runners {
+		b = b.WithObjects(r.er.DeepCopy(), r.pod.DeepCopy())
+	}
+	c := b.Build()
+	gc, err := ghclient.New(ghclient.Config{BaseURL: e.ghURL, AllowHTTP: true, Token: token})
+	if err != nil {
+		return nil, nil, err
+	}
+	router, err := ghclient.NewRouter(ghclient.RouterConfig{Default: gc})
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := webhook.NewHandler(webhook.Options{
+		Config:  webhook.DefaultConfig(),
+		GitHub:  router,
+		Pods:    c,
+		Runners: arc.NewResolver(arc.Options{Reader: c, Writer: c}),
+		Metrics: webhook.NewMetrics(),
+	})
+	return h, c, err
+}
+
+// handleDeletes sends the DELETE review of every runner's pod to h at once and
+// returns how many were allowed.
+func handleDeletes(h *webhook.Handler, runners []arcRunner) (int, error) {
+	reqs := make([]admission.Request, len(runners))
+	for i, r := range runners {
+		body, err := process.DeleteReviewJSON(process.Review{Pod: r.pod})
+		if err != nil {
+			return 0, err
+		}
+		var review admissionv1.AdmissionReview
+		if err := json.Unmarshal(body, &review); err != nil {
+			return 0, err
+		}
+		reqs[i] = admission.Request{AdmissionRequest: *review.Request}
+	}
+	var allowed atomic.Int64
+	err := forEach(len(reqs), len(reqs), func(i int) error {
+		resp := h.Handle(context.Background(), reqs[i])
+		if resp.Allowed {
+			allowed.Add(1)
+		} else if resp.Result != nil {
+			return fmt.Errorf("pod %s refused: %s", runners[i].pod.Name, resp.Result.Message)
+		}
+		return nil
+	})
+	return int(allowed.Load()), err
+}
+
+// scaleSetBurst: 100 concurrent deletes of idle scale-set runners' pods in an
+// organisation of 1,000 registered runners, with their EphemeralRunners
+// readable: the runner ID comes from status.runnerId, so one DELETE each, and
+// each EphemeralRunner is retired.
+func (e *env) scaleSetBurst() error {
+	const registered, deletes = 1000, 100
+	scope := org("scaleset")
+	ids := map[string]int64{}
+	for i := range registered {
+		name := fmt.Sprintf("scaleset-runner-%04d", i)
+		ids[name] = e.gh.AddRunner(scope, name)
+	}
+	names := make([]string, deletes)
+	for i := range names {
+		names[i] = fmt.Sprintf("scaleset-runner-%04d", i*(registered/deletes))
+	}
+	runners := arcRunners(scope.Name, ids, names, nil)
+	h, c, err := e.arcHandler(runners)
+	if err != nil {
+		return err
+	}
+	e.gh.ResetLog()
+	allowed, err := handleDeletes(h, runners)
+	if err != nil {
+		return err
+	}
+	calls := e.gh.Count("")
+	if allowed != deletes {
+		return fmt.Errorf("%d of %d deletes allowed", allowed, deletes)
+	}
+	retired := 0
+	for _, r := range runners {
+		if _, ok := e.gh.Runner(scope, r.pod.Name); ok {
+			return fmt.Errorf("runner %s still registered", r.pod.Name)
+		}
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(arc.GroupVersionKind())
+		err := c.Get(context.Background(), types.NamespacedName{Namespace: r.er.GetNamespace(), Name: r.er.GetName()}, u)
+		if apierrors.IsNotFound(err) || err == nil && u.GetDeletionTimestamp() != nil {
+			retired++
+		}
+	}
+	progress("scale-set burst: %d deletes, %d GitHub requests, %d EphemeralRunners retired", deletes, calls, retired)
+	e.record("calls_burst_100_scaleset", float64(calls), "requests", "<= 101", calls <= 101 && retired == deletes,
+		fmt.Sprintf("scale-set pods, runner ID from the EphemeralRunner; %d retired", retired))
+	return nil
+}
+
+// arcCleanup: ARC deletes the pods of 100 runners it already removed from
+// GitHub, half with the EphemeralRunner being deleted and its registration
+// finalizer gone, half in phase Succeeded. The runners are still listed busy
+// on the fake GitHub, so a request would refuse: none may be sent.
+func (e *env) arcCleanup() error {
+	const n = 100
+	scope := org("arccleanup")
+	ids := map[string]int64{}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("arc-removed-%03d", i)
+		ids[names[i]] = e.gh.AddRunner(scope, names[i])
+		e.gh.SetBusy(scope, names[i], true)
+	}
+	runners := arcRunners(scope.Name, ids, names, func(i int, w *fixture.EphemeralRunnerWrapper) {
+		if i%2 == 0 {
+			w.Deleting().Registered(false)
+		} else {
+			w.Phase("Succeeded")
+		}
+	})
+	h, _, err := e.arcHandler(runners)
+	if err != nil {
+		return err
+	}
+	e.gh.ResetLog()
+	allowed, err := handleDeletes(h, runners)
+	if err != nil {
+		return err
+	}
+	calls := e.gh.Count("")
+	progress("ARC clean-up: %d of %d deletes allowed, %d GitHub requests", allowed, n, calls)
+	e.record("calls_arc_cleanup_100", float64(calls), "requests", "0", calls == 0 && allowed == n,
+		"ARC deleting pods of runners it removed (EphemeralRunner deleted without registration finalizer, or Succeeded)")
+	return nil
+}
+
 // seedBurst is ARC's old unregister, once per pod, 100 pods at once: list every
 // runner of the scope (per_page=100, following pages), find the name, skip if
 // busy, else DELETE by ID.
@@ -785,7 +956,7 @@ func (e *env) rss() error {
 	progress("rss: 1,000 connections: baseline %.1f MiB, peak %.1f MiB; answered in %s", mib(base), mib(peak), took.Round(time.Millisecond))
 	// The Deployment's memory limit (manifests/base/deployment.yaml, the
 	// chart's resources.limits.memory) is sized from this peak.
-	const limitMiB = 192
+	const limitMiB = 256
 	e.record("rss_1000_conns_mib", mib(peak), "MiB", fmt.Sprintf("< %d (the memory limit)", limitMiB), mib(peak) < limitMiB, "peak with 1,000 simultaneous TLS connections")
 	return nil
 }
