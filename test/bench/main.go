@@ -487,8 +487,10 @@ func (e *env) burst() error {
 		return err
 	}
 	progress("burst: runner-guard, legacy pods with ID annotation: %d requests", withID)
+	// Another namespace: the legacy pods of the same names stay live in "ci",
+	// and a DELETE is decided from the live pod of the review's name.
 	noID, err := runBurst("scale-set pods (no ID annotation)", func(n string) *corev1.Pod {
-		return fixture.MakeScaleSetRunnerPod("ci", n).Label("actions.github.com/organization", "burst").Running().Obj()
+		return fixture.MakeScaleSetRunnerPod("ci-scaleset", n).Label("actions.github.com/organization", "burst").Running().Obj()
 	})
 	if err != nil {
 		return err
