@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -91,30 +92,63 @@ func TestClientCAFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	send := func(certs []tls.Certificate) (*admissionv1.AdmissionResponse, error) {
-		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-			DisableKeepAlives: true,
-			TLSClientConfig:   &tls.Config{RootCAs: files.Pool, Certificates: certs, MinVersion: tls.VersionTLS12},
-		}}
+	send := func(presented []tls.Certificate) (*admissionv1.AdmissionResponse, error) {
+		cfg := &tls.Config{RootCAs: files.Pool, MinVersion: tls.VersionTLS12}
+		if len(presented) > 0 {
+			cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &presented[0], nil }
+		}
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: cfg}}
 		defer c.CloseIdleConnections()
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
 		return process.Send(ctx, c, e.proc.WebhookURL, body)
 	}
 
-	t.Run("no client certificate", func(t *testing.T) {
-		resp, err := send(nil)
-		if err == nil || !strings.Contains(err.Error(), "tls:") {
-			t.Errorf("answered a client without a certificate: %+v, %v; want a TLS handshake error", resp, err)
+	// refusal dials the webhook presenting a certificate (if any) and reads: a refused client gets a
+	// TLS alert, in the handshake (TLS 1.2) or as the first thing it reads
+	// once its side of the handshake is done (TLS 1.3). An accepted one reads
+	// nothing until its deadline (the server waits for a request).
+	refusal := func(presented []tls.Certificate, maxVersion uint16) error {
+		cfg := &tls.Config{RootCAs: files.Pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12, MaxVersion: maxVersion}
+		if len(presented) > 0 {
+			// Present the certificate whatever CAs the server names as
+			// acceptable (crypto/tls would otherwise send none).
+			cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &presented[0], nil }
 		}
-		t.Logf("refused: %v", err)
-	})
-	t.Run("certificate of another CA", func(t *testing.T) {
-		resp, err := send(clientCert(otherCA))
-		if err == nil || !strings.Contains(err.Error(), "tls:") {
-			t.Errorf("answered a client whose certificate another CA signed: %+v, %v; want a TLS handshake error", resp, err)
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", e.proc.WebhookAddr, cfg)
+		if err != nil {
+			return err
 		}
-		t.Logf("refused: %v", err)
+		defer conn.Close()
+		_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		_, err = conn.Read(make([]byte, 1))
+		return err
+	}
+	for _, v := range []struct {
+		name string
+		max  uint16
+	}{{"TLS 1.2", tls.VersionTLS12}, {"TLS 1.3", tls.VersionTLS13}} {
+		t.Run("no client certificate, "+v.name, func(t *testing.T) {
+			err := refusal(nil, v.max)
+			if err == nil || !strings.Contains(err.Error(), "tls:") {
+				t.Errorf("a client without a certificate got %v; want a TLS alert", err)
+			}
+			t.Logf("refused: %v", err)
+		})
+		t.Run("certificate of another CA, "+v.name, func(t *testing.T) {
+			err := refusal(clientCert(otherCA), v.max)
+			if err == nil || !strings.Contains(err.Error(), "tls:") || strings.Contains(err.Error(), "certificate required") {
+				t.Errorf("a client whose certificate another CA signed got %v; want a TLS alert refusing the certificate", err)
+			}
+			t.Logf("refused: %v", err)
+		})
+	}
+	t.Run("no answer without a valid certificate", func(t *testing.T) {
+		for name, c := range map[string][]tls.Certificate{"none": nil, "other CA": clientCert(otherCA)} {
+			if resp, err := send(c); err == nil {
+				t.Errorf("client certificate %s: answered %+v", name, resp)
+			}
+		}
 	})
 	t.Run("certificate of the client CA", func(t *testing.T) {
 		resp, err := send(clientCert(clientCA))
