@@ -1,0 +1,528 @@
+package chart
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/ghclient/ghfake"
+	"github.com/runner-guard/runner-guard/test/e2e/framework"
+	"github.com/runner-guard/runner-guard/test/process"
+)
+
+const githubToken = "ghp_chart-e2e-token"
+
+// installEnv is a control plane with the chart installed in URL mode and the
+// webhook binary running outside it with the chart's identity and certificate.
+type installEnv struct {
+	t       *testing.T
+	ctx     context.Context
+	dir     string
+	env     *framework.Env // the harness's pod helpers on this control plane
+	fake    *ghfake.Fake
+	fakeURL string
+	port    int // the webhook's port, in webhook.url
+	webhook *exec.Cmd
+	waitErr chan error
+}
+
+// TestHelmInstallOnControlPlane installs the chart with generated certificates
+// and webhook.url on a real API server, runs the webhook binary with the
+// ServiceAccount, RBAC, certificate, credentials and config the chart created,
+// and checks the delete scenarios, an upgrade that keeps the CA, the
+// matchConditions during an outage, and that uninstall unblocks deletes.
+func TestHelmInstallOnControlPlane(t *testing.T) {
+	e := startInstallEnv(t)
+
+	e.installRejectsBadValues()
+	notes := e.helm("install", releaseName, chartDir(t), "--namespace", namespace, "--create-namespace", "--wait", "--timeout", "2m",
+		"--values", "testdata/values/external-url.yaml",
+		"--set", "webhook.url="+e.webhookURL(), "--set", "github.credentials.token="+githubToken)
+	if !strings.Contains(notes, "--dry-run=server") || !strings.Contains(notes, "kubectl delete validatingwebhookconfiguration runner-guard") {
+		t.Errorf("helm install NOTES do not show the dry-run check and the uninstall order:\n%s", notes)
+	}
+	caBefore, certBefore := e.caBundle(), e.servingCert()
+	e.startWebhook()
+	e.waitForWebhook()
+
+	t.Run("busy runner refused", e.scenarioBusy)
+	t.Run("idle runner unregistered", e.scenarioIdle)
+	t.Run("unknown runner allowed", e.scenarioUnknown)
+	t.Run("busy runner eviction refused", e.scenarioEviction)
+
+	// An upgrade that changes the policy keeps the generated CA: the API
+	// server's caBundle and the served certificate stay valid.
+	e.helm("upgrade", releaseName, chartDir(t), "--namespace", namespace, "--wait", "--timeout", "2m",
+		"--values", "testdata/values/external-url.yaml",
+		"--set", "webhook.url="+e.webhookURL(), "--set", "github.credentials.token="+githubToken,
+		"--set", "policy.busyRetryAfter=20s")
+	if after := e.caBundle(); after != caBefore {
+		t.Fatal("helm upgrade replaced the CA in the webhook configuration")
+	}
+	if after := e.servingCert(); after != certBefore {
+		t.Fatal("helm upgrade replaced the serving certificate Secret")
+	}
+	t.Run("busy runner refused after upgrade", e.scenarioBusy)
+
+	t.Run("outage spares pods that are not running", e.scenarioOutage)
+
+	e.helm("uninstall", releaseName, "--namespace", namespace, "--wait", "--timeout", "2m")
+	t.Run("uninstall unblocks deletes", e.scenarioUninstalled)
+}
+
+func startInstallEnv(t *testing.T) *installEnv {
+	t.Helper()
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("KUBEBUILDER_ASSETS is not set (make test sets it)")
+		}
+		t.Skip("KUBEBUILDER_ASSETS is not set: run make test-chart")
+	}
+	tool(t, "RUNNER_GUARD_BIN", "bin/webhook", "run make build or set RUNNER_GUARD_BIN")
+	helmBin(t)
+
+	dir, err := os.MkdirTemp("", "runner-guard-chart-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	e := &installEnv{t: t, ctx: ctx, dir: dir}
+	cp, err := framework.StartControlPlane(ctx, dir, assets, t.Logf)
+	if err != nil {
+		cancel()
+		t.Fatalf("control plane: %v (logs in %s)", err, dir)
+	}
+	e.env = &framework.Env{ControlPlane: cp}
+	t.Cleanup(func() {
+		e.stopWebhook()
+		cp.Stop()
+		cancel()
+		if t.Failed() || os.Getenv("E2E_KEEP_LOGS") != "" {
+			t.Logf("logs kept in %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+
+	e.fake = ghfake.New()
+	e.fake.SetToken(githubToken)
+	srv := httptest.NewServer(e.fake)
+	t.Cleanup(srv.Close)
+	e.fakeURL = srv.URL + "/"
+	if e.port, err = process.FreePort(); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *installEnv) webhookURL() string { return fmt.Sprintf("https://127.0.0.1:%d", e.port) }
+
+// helm runs helm against the control plane as its admin.
+func (e *installEnv) helm(args ...string) string {
+	e.t.Helper()
+	out, err := e.helmErr(args...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+func (e *installEnv) helmErr(args ...string) (string, error) {
+	e.t.Helper()
+	out, err := runHelm(e.t, append(args, "--kubeconfig", e.env.Kubeconfig)...)
+	return string(out), err
+}
+
+// installRejectsBadValues: values the chart refuses fail helm install itself,
+// naming the value, and leave nothing behind.
+func (e *installEnv) installRejectsBadValues() {
+	e.t.Helper()
+	_, err := e.helmErr("install", releaseName, chartDir(e.t), "--namespace", namespace, "--create-namespace",
+		"--values", "testdata/values/external-url.yaml", "--set", "webhook.url="+e.webhookURL(),
+		"--set", "policy.githubTimeout=9s")
+	if err == nil || !strings.Contains(err.Error(), "policy.githubTimeout") {
+		e.t.Fatalf("helm install with githubTimeout 9s: %v, want an error naming policy.githubTimeout", err)
+	}
+	_, err = e.env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(e.ctx, "runner-guard", metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		e.t.Fatalf("a refused install left the webhook configuration: %v", err)
+	}
+}
+
+// caBundle is the (single) caBundle of the installed webhook configuration.
+func (e *installEnv) caBundle() string {
+	e.t.Helper()
+	vwc, err := e.env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(e.ctx, "runner-guard", metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ca := string(vwc.Webhooks[0].ClientConfig.CABundle)
+	for _, wh := range vwc.Webhooks {
+		if string(wh.ClientConfig.CABundle) != ca || ca == "" {
+			e.t.Fatalf("%s caBundle differs or is empty", wh.Name)
+		}
+		if u := deref(wh.ClientConfig.URL); u != e.webhookURL()+"/validate-runner-pods" {
+			e.t.Fatalf("%s url %q", wh.Name, u)
+		}
+	}
+	return ca
+}
+
+// servingCert is the generated certificate Secret's tls.crt.
+func (e *installEnv) servingCert() string {
+	e.t.Helper()
+	s, err := e.env.Client.CoreV1().Secrets(namespace).Get(e.ctx, "runner-guard-webhook-cert", metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return string(s.Data["tls.crt"])
+}
+
+// startWebhook runs bin/webhook the way the chart's Deployment would: its
+// ServiceAccount's token, the serving certificate and GitHub Secret the chart
+// wrote, and the chart's --config file.
+func (e *installEnv) startWebhook() {
+	e.t.Helper()
+	files := filepath.Join(e.dir, "chart-files")
+	certDir := filepath.Join(files, "certs")
+	e.writeSecret("runner-guard-webhook-cert", certDir, "tls.crt", "tls.key")
+	e.writeSecret("runner-guard-github", files, "github_token")
+	cm, err := e.env.Client.CoreV1().ConfigMaps(namespace).Get(e.ctx, "runner-guard-config", metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	configFile := filepath.Join(files, "config.yaml")
+	if err := os.WriteFile(configFile, []byte(cm.Data["config.yaml"]), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	kubeconfig := e.serviceAccountKubeconfig()
+
+	ports, err := process.FreePorts(2)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	bin := tool(e.t, "RUNNER_GUARD_BIN", "bin/webhook", "")
+	args := []string{
+		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(e.port),
+		"--cert-dir=" + certDir, "--kubeconfig=" + kubeconfig,
+		"--github-url=" + e.fakeURL, "--github-token-file=" + filepath.Join(files, "github_token"),
+		"--config=" + configFile,
+		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(ports[0]),
+		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(ports[1]),
+	}
+	// The fake GitHub speaks plain HTTP; a binary that refuses that wants the flag.
+	if help, _ := exec.Command(bin, "--help").CombinedOutput(); strings.Contains(string(help), "--github-allow-http") {
+		args = append(args, "--github-allow-http")
+	}
+	logFile, err := os.Create(filepath.Join(e.dir, "webhook.log"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = append(os.Environ(), "POD_NAMESPACE="+namespace)
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.webhook, e.waitErr = cmd, make(chan error, 1)
+	go func() { e.waitErr <- cmd.Wait(); logFile.Close() }()
+	e.eventually("webhook ready", 60*time.Second, func() error {
+		select {
+		case err := <-e.waitErr:
+			e.waitErr <- err
+			return fmt.Errorf("webhook exited: %v (see %s/webhook.log)", err, e.dir)
+		default:
+		}
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]))
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("readyz %d", resp.StatusCode)
+		}
+		return nil
+	})
+}
+
+func (e *installEnv) stopWebhook() {
+	if e.webhook == nil || e.webhook.Process == nil {
+		return
+	}
+	_ = e.webhook.Process.Signal(os.Interrupt)
+	var err error
+	select {
+	case err = <-e.waitErr:
+	case <-time.After(20 * time.Second):
+		_ = e.webhook.Process.Kill()
+		err = <-e.waitErr
+	}
+	// Stopped on purpose: the exit status is only worth a log line.
+	e.t.Logf("webhook stopped: %v", err)
+	e.webhook = nil
+}
+
+// writeSecret copies keys of a Secret the chart created into files in dir.
+func (e *installEnv) writeSecret(name, dir string, keys ...string) {
+	e.t.Helper()
+	s, err := e.env.Client.CoreV1().Secrets(namespace).Get(e.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatalf("Secret %s the chart should have created: %v", name, err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		e.t.Fatal(err)
+	}
+	for _, k := range keys {
+		if len(s.Data[k]) == 0 {
+			e.t.Fatalf("Secret %s has no %s", name, k)
+		}
+		if err := os.WriteFile(filepath.Join(dir, k), s.Data[k], 0o600); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// serviceAccountKubeconfig authenticates as the chart's ServiceAccount, so the
+// webhook has exactly the chart's RBAC.
+func (e *installEnv) serviceAccountKubeconfig() string {
+	e.t.Helper()
+	exp := int64(3600)
+	tok, err := e.env.Client.CoreV1().ServiceAccounts(namespace).CreateToken(e.ctx, "runner-guard",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatalf("token of the chart's ServiceAccount: %v", err)
+	}
+	path := filepath.Join(e.dir, "webhook.kubeconfig")
+	if err := e.env.WriteKubeconfig(path, "system:serviceaccount:"+namespace+":runner-guard", tok.Status.Token); err != nil {
+		e.t.Fatal(err)
+	}
+	return path
+}
+
+// waitForWebhook retries a dry-run delete of a busy runner's pod until the
+// API server calls the webhook and it refuses.
+func (e *installEnv) waitForWebhook() {
+	e.t.Helper()
+	scope, ns := e.scenario("probe")
+	e.runnerPod(ns, scope, "probe", true)
+	e.eventually("webhook configuration in effect", 60*time.Second, func() error {
+		err := e.env.Client.CoreV1().Pods(ns).Delete(e.ctx, "probe", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil && strings.Contains(err.Error(), "runner busy") {
+			return nil
+		}
+		return fmt.Errorf("dry-run delete of a busy runner's pod: %v", err)
+	})
+}
+
+// scenario makes a namespace and a GitHub organization of that name.
+func (e *installEnv) scenario(name string) (ghclient.Scope, string) {
+	e.t.Helper()
+	scope, err := ghclient.OrgScope("org-" + name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ns := "chart-" + name
+	if err := e.env.CreateNamespace(e.ctx, ns); err != nil {
+		e.t.Fatal(err)
+	}
+	return scope, ns
+}
+
+// runnerPod registers a runner (busy or idle) and creates its running legacy
+// runner pod with the runner ID annotation.
+func (e *installEnv) runnerPod(ns string, scope ghclient.Scope, name string, busy bool) *corev1.Pod {
+	e.t.Helper()
+	id := e.fake.AddRunner(scope, name)
+	e.fake.SetBusy(scope, name, busy)
+	pod := legacyRunnerPod(ns, name, scope.Name)
+	pod.Annotations = map[string]string{"actions-runner/id": strconv.FormatInt(id, 10)}
+	created, err := e.env.CreateRunningPod(e.ctx, pod)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return created
+}
+
+func legacyRunnerPod(ns, name, org string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"actions-runner": ""}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "runner", Image: "actions-runner:e2e",
+			Env: []corev1.EnvVar{{Name: "RUNNER_NAME", Value: name}, {Name: "RUNNER_ORG", Value: org}},
+		}}},
+	}
+}
+
+func (e *installEnv) kubectl(args ...string) (string, error) {
+	stdout, stderr, err := e.env.Kubectl(e.ctx, args...)
+	if err != nil {
+		return stdout + stderr, fmt.Errorf("kubectl %v: %w: %s", args, err, stderr)
+	}
+	return stdout, nil
+}
+
+func (e *installEnv) deletes(scope ghclient.Scope) int {
+	n := 0
+	for _, r := range e.fake.Requests() {
+		if r.Method == http.MethodDelete && strings.Contains(r.Path, "/orgs/"+scope.Name+"/") {
+			n++
+		}
+	}
+	return n
+}
+
+func (e *installEnv) requireAlive(ns, name string) {
+	e.t.Helper()
+	p, err := e.env.Client.CoreV1().Pods(ns).Get(e.ctx, name, metav1.GetOptions{})
+	if err != nil || p.DeletionTimestamp != nil {
+		e.t.Errorf("pod %s/%s: %v (deleting: %v), want it kept", ns, name, err, p != nil && p.DeletionTimestamp != nil)
+	}
+}
+
+func (e *installEnv) scenarioBusy(t *testing.T) {
+	scope, ns := e.scenario("busy-" + strconv.FormatInt(time.Now().UnixNano()%100000, 10))
+	e.runnerPod(ns, scope, "runner-busy", true)
+	out, err := e.kubectl("-n", ns, "delete", "pod", "runner-busy", "--wait=false")
+	if err == nil || !strings.Contains(out, "runner busy") {
+		t.Errorf("delete of a busy runner's pod: %v, output %q; want refused with runner busy", err, out)
+	}
+	e.requireAlive(ns, "runner-busy")
+	if _, ok := e.fake.Runner(scope, "runner-busy"); !ok {
+		t.Error("the busy runner was unregistered")
+	}
+	if n := e.deletes(scope); n < 1 {
+		t.Errorf("GitHub saw %d DELETEs, want the unregister attempt", n)
+	}
+}
+
+func (e *installEnv) scenarioIdle(t *testing.T) {
+	scope, ns := e.scenario("idle")
+	e.runnerPod(ns, scope, "runner-idle", false)
+	if out, err := e.kubectl("-n", ns, "delete", "pod", "runner-idle", "--wait=false"); err != nil {
+		t.Fatalf("delete of an idle runner's pod: %v %s", err, out)
+	}
+	if _, ok := e.fake.Runner(scope, "runner-idle"); ok {
+		t.Error("the idle runner is still registered")
+	}
+	if n := e.deletes(scope); n != 1 {
+		t.Errorf("GitHub saw %d DELETEs, want 1", n)
+	}
+}
+
+func (e *installEnv) scenarioUnknown(t *testing.T) {
+	scope, ns := e.scenario("unknown")
+	if _, err := e.env.CreateRunningPod(e.ctx, legacyRunnerPod(ns, "runner-ghost", scope.Name)); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := e.kubectl("-n", ns, "delete", "pod", "runner-ghost", "--wait=false"); err != nil {
+		t.Fatalf("delete of a runner pod GitHub does not know: %v %s", err, out)
+	}
+	if n := e.deletes(scope); n != 0 {
+		t.Errorf("GitHub saw %d DELETEs for an unknown runner, want 0", n)
+	}
+}
+
+func (e *installEnv) scenarioEviction(t *testing.T) {
+	scope, ns := e.scenario("evict")
+	e.runnerPod(ns, scope, "runner-busy", true)
+	// One request: client-go would otherwise retry the 429 after its
+	// Retry-After, up to ten times, as drains do.
+	eviction, err := json.Marshal(&policyv1.Eviction{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "Eviction"},
+		ObjectMeta: metav1.ObjectMeta{Name: "runner-busy", Namespace: ns},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = e.env.Client.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name("runner-busy").
+		SubResource("eviction").MaxRetries(0).SetHeader("Content-Type", "application/json").
+		Body(eviction).Do(e.ctx).Error()
+	if !apierrors.IsTooManyRequests(err) {
+		t.Errorf("eviction of a busy runner's pod: %v, want 429 (drains retry)", err)
+	}
+	if delay, ok := apierrors.SuggestsClientDelay(err); !ok || delay <= 0 {
+		t.Errorf("eviction refused without retryAfterSeconds: %v", err)
+	}
+	e.requireAlive(ns, "runner-busy")
+}
+
+// scenarioOutage stops the webhook: with failurePolicy Fail a running runner
+// pod's delete is refused, but the matchConditions keep a pending runner pod's
+// delete off the webhook, so it goes through.
+func (e *installEnv) scenarioOutage(t *testing.T) {
+	scope, ns := e.scenario("outage")
+	e.runnerPod(ns, scope, "runner-running", false)
+	pending := legacyRunnerPod(ns, "runner-pending", scope.Name)
+	if _, err := e.env.Client.CoreV1().Pods(ns).Create(e.ctx, pending, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.stopWebhook()
+	out, err := e.kubectl("-n", ns, "delete", "pod", "runner-running", "--wait=false")
+	if err == nil || !strings.Contains(out, "failed calling webhook") {
+		t.Errorf("delete of a running runner pod with the webhook down: %v %q; want failed calling webhook", err, out)
+	}
+	if out, err := e.kubectl("-n", ns, "delete", "pod", "runner-pending", "--wait=false"); err != nil {
+		t.Errorf("delete of a pending runner pod with the webhook down: %v %s; want it spared by matchConditions", err, out)
+	}
+}
+
+// scenarioUninstalled: after helm uninstall no webhook configuration is left,
+// so a busy runner's pod can be deleted again with the webhook down.
+func (e *installEnv) scenarioUninstalled(t *testing.T) {
+	_, err := e.env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(e.ctx, "runner-guard", metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("webhook configuration after uninstall: %v, want not found", err)
+	}
+	for _, get := range []func() error{
+		func() error {
+			_, err := e.env.Client.RbacV1().ClusterRoles().Get(e.ctx, "runner-guard", metav1.GetOptions{})
+			return err
+		},
+		func() error {
+			_, err := e.env.Client.CoreV1().ServiceAccounts(namespace).Get(e.ctx, "runner-guard", metav1.GetOptions{})
+			return err
+		},
+	} {
+		if err := get(); !apierrors.IsNotFound(err) {
+			t.Errorf("chart object after uninstall: %v, want not found", err)
+		}
+	}
+	scope, ns := e.scenario("after-uninstall")
+	e.runnerPod(ns, scope, "runner-busy", true)
+	if out, err := e.kubectl("-n", ns, "delete", "pod", "runner-busy", "--wait=false"); err != nil {
+		t.Errorf("delete after uninstall: %v %s; want nothing blocking", err, out)
+	}
+}
+
+func (e *installEnv) eventually(what string, timeout time.Duration, check func() error) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) || errors.Is(e.ctx.Err(), context.DeadlineExceeded) {
+			e.t.Fatalf("%s: %v (logs in %s)", what, err, e.dir)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
