@@ -25,7 +25,7 @@ import (
 func fuzzGitHub(f *testing.F) *ghclient.Router {
 	gh, client := fixture.FakeGitHub(f)
 	gh.SetRateLimit(1<<30, 1<<30, time.Time{})
-	acme, _ := ghclient.OrgScope("acme")
+	acme := fixture.Org("acme")
 	gh.AddRunner(acme, "runner-1")
 	gh.AddRunner(acme, "runner-busy")
 	gh.SetBusy(acme, "runner-busy", true)

@@ -3,7 +3,6 @@ package webhook
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,12 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admission/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -94,47 +90,18 @@ type request struct {
 
 func reviewJSON(t *testing.T, r request) []byte {
 	t.Helper()
-	req := &admissionv1.AdmissionRequest{
-		UID:       types.UID(fmt.Sprintf("review-%d", time.Now().UnixNano())),
-		Namespace: r.pod.Namespace,
-		Name:      r.pod.Name,
-		UserInfo:  authenticationv1.UserInfo{Username: r.user},
-		DryRun:    &r.dryRun,
+	review := fixture.Review{Pod: r.pod, Evict: r.op == OperationEvict, User: r.user, DryRun: r.dryRun || r.evictionDryRun}
+	if r.dryRun && r.op == OperationEvict {
+		t.Fatal("an eviction's dry run is in its deleteOptions: set evictionDryRun")
 	}
-	if req.UserInfo.Username == "" {
-		req.UserInfo.Username = "kubernetes-admin"
-	}
-	switch r.op {
-	case OperationEvict:
-		req.Kind = metav1.GroupVersionKind{Group: "policy", Version: "v1", Kind: "Eviction"}
-		req.Resource = metav1.GroupVersionResource{Version: "v1", Resource: "pods"}
-		req.SubResource = "eviction"
-		req.Operation = admissionv1.Create
-		eviction := &policyv1.Eviction{TypeMeta: metav1.TypeMeta{APIVersion: "policy/v1", Kind: "Eviction"},
-			ObjectMeta: metav1.ObjectMeta{Name: r.pod.Name, Namespace: r.pod.Namespace}}
-		if r.evictionDryRun {
-			eviction.DeleteOptions = &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
-		}
-		ev, _ := json.Marshal(eviction)
-		req.Object.Raw = ev
-	default:
-		req.Kind = metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}
-		req.Resource = metav1.GroupVersionResource{Version: "v1", Resource: "pods"}
-		req.Operation = admissionv1.Delete
-		raw, _ := json.Marshal(r.pod)
-		req.OldObject.Raw = raw
-	}
-	body, err := json.Marshal(admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Request:  req,
-	})
+	body, err := review.JSON()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return body
 }
 
-func acme() ghclient.Scope { s, _ := ghclient.OrgScope("acme"); return s }
+func acme() ghclient.Scope { return fixture.Org("acme") }
 
 func TestHandlerDecisions(t *testing.T) {
 	idle := func(h *harness) { h.github.AddRunner(acme(), "runner-1") }

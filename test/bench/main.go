@@ -311,13 +311,7 @@ func (d *durations) add(v time.Duration) {
 	d.d = append(d.d, v)
 }
 
-func org(name string) ghclient.Scope {
-	s, err := ghclient.OrgScope(name)
-	if err != nil {
-		panic(err)
-	}
-	return s
-}
+func org(name string) ghclient.Scope { return fixture.Org(name) }
 
 // body renders a DELETE review of pod and makes the pod live for the
 // handler's and the binary's pod reads.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
+	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
 // Scenario 6: kubectl delete --dry-run=server answers truthfully and never
@@ -230,7 +231,7 @@ func TestNamespaceDeletionWaitsForBusyRunner(t *testing.T) {
 // scale-set mode, each end to end.
 func TestScopes(t *testing.T) {
 	repo, _ := ghclient.RepoScope("acme/app-scopes")
-	org, _ := ghclient.OrgScope("org-scopes")
+	org := fixture.Org("org-scopes")
 	ent, _ := ghclient.EnterpriseScope("ent-scopes")
 	tests := map[string]struct {
 		scope    ghclient.Scope

@@ -18,14 +18,7 @@ import (
 	"github.com/runner-guard/runner-guard/test/process"
 )
 
-func acme(t *testing.T) ghclient.Scope {
-	t.Helper()
-	s, err := ghclient.OrgScope("acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
+func acme(*testing.T) ghclient.Scope { return fixture.Org("acme") }
 
 // expect is what the webhook must answer.
 type expect struct {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/test/fixture"
 	"github.com/runner-guard/runner-guard/test/process"
 )
@@ -24,7 +23,7 @@ func TestLoad(t *testing.T) {
 	// and share 2 cores with other packages' tests: give GitHub the longest
 	// deadline runner-guard allows so the fake's slowness is not a denial.
 	e := start(t, "--github-timeout=10s")
-	scope, _ := ghclient.OrgScope("load")
+	scope := fixture.Org("load")
 	bodies, want, err := process.LoadMix(e.github, e.proc.Files.API, scope, 1000)
 	if err != nil {
 		t.Fatal(err)

@@ -26,14 +26,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/google/uuid"
 	admissionv1 "k8s.io/api/admission/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/runner-guard/runner-guard/certs"
 	"github.com/runner-guard/runner-guard/ghclient"
@@ -456,76 +450,18 @@ lines:
 }
 
 // Review is one admission request to send.
-type Review struct {
-	Pod    *corev1.Pod
-	UID    string // default: a unique value
-	User   string // default: kubernetes-admin
-	DryRun bool
-}
-
-// defaults returns the review's UID and requester, filling in a unique UID
-// and kubernetes-admin.
-func (r Review) defaults() (types.UID, string) {
-	uid, user := r.UID, r.User
-	if uid == "" {
-		uid = "review-" + uuid.NewString()
-	}
-	if user == "" {
-		user = "kubernetes-admin"
-	}
-	return types.UID(uid), user
-}
+type Review = fixture.Review
 
 // DeleteReviewJSON renders an AdmissionReview for DELETE of r.Pod.
 func DeleteReviewJSON(r Review) ([]byte, error) {
-	uid, user := r.defaults()
-	raw, err := json.Marshal(r.Pod)
-	if err != nil {
-		return nil, err
-	}
-	dry := r.DryRun
-	return json.Marshal(admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Request: &admissionv1.AdmissionRequest{
-			UID:       uid,
-			Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
-			Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
-			Namespace: r.Pod.Namespace,
-			Name:      r.Pod.Name,
-			Operation: admissionv1.Delete,
-			UserInfo:  authenticationv1.UserInfo{Username: user},
-			OldObject: kruntime.RawExtension{Raw: raw},
-			DryRun:    &dry,
-		},
-	})
+	r.Evict = false
+	return r.JSON()
 }
 
 // EvictionReviewJSON renders an AdmissionReview for CREATE pods/eviction of r.Pod.
 func EvictionReviewJSON(r Review) ([]byte, error) {
-	uid, user := r.defaults()
-	ev := &policyv1.Eviction{TypeMeta: metav1.TypeMeta{APIVersion: "policy/v1", Kind: "Eviction"},
-		ObjectMeta: metav1.ObjectMeta{Name: r.Pod.Name, Namespace: r.Pod.Namespace}}
-	if r.DryRun {
-		ev.DeleteOptions = &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
-	}
-	raw, err := json.Marshal(ev)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Request: &admissionv1.AdmissionRequest{
-			UID:         uid,
-			Kind:        metav1.GroupVersionKind{Group: "policy", Version: "v1", Kind: "Eviction"},
-			Resource:    metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
-			SubResource: "eviction",
-			Namespace:   r.Pod.Namespace,
-			Name:        r.Pod.Name,
-			Operation:   admissionv1.Create,
-			UserInfo:    authenticationv1.UserInfo{Username: user},
-			Object:      kruntime.RawExtension{Raw: raw},
-		},
-	})
+	r.Evict = true
+	return r.JSON()
 }
 
 // Send posts an AdmissionReview body and decodes the response.

@@ -4,8 +4,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
+	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
 // RemoteGitHub must do to an out-of-process fake what the scenarios do to an
@@ -15,7 +15,7 @@ func TestRemoteGitHubControlsTheFake(t *testing.T) {
 	srv := httptest.NewServer(fake)
 	defer srv.Close()
 	remote := &RemoteGitHub{BaseURL: srv.URL, Fail: func(err error) { t.Fatal(err) }}
-	org, _ := ghclient.OrgScope("acme")
+	org := fixture.Org("acme")
 
 	id := remote.AddRunner(org, "r1")
 	if got, ok := fake.Runner(org, "r1"); !ok || got.ID != id || id == 0 {

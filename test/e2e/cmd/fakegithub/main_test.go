@@ -16,6 +16,7 @@ import (
 
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/test/e2e/framework"
+	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
 // The command the kind e2e deploys: it must serve the GitHub API behind the
@@ -61,7 +62,7 @@ func TestFakeGitHubCommand(t *testing.T) {
 	}
 
 	control := &framework.RemoteGitHub{BaseURL: base, Fail: func(err error) { t.Fatal(err) }}
-	org, _ := ghclient.OrgScope("acme")
+	org := fixture.Org("acme")
 	id := control.AddRunner(org, "r1")
 	client, err := ghclient.New(ghclient.Config{BaseURL: base + "/", AllowHTTP: true, Token: "ghp_kind"})
 	if err != nil {
