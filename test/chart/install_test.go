@@ -52,6 +52,7 @@ func TestHelmInstallOnControlPlane(t *testing.T) {
 	e := startInstallEnv(t)
 
 	e.installRejectsBadValues()
+	t.Run("every matrix render is valid on the API server", e.dryRunMatrix)
 	notes := e.helm("install", releaseName, chartDir(t), "--namespace", namespace, "--create-namespace", "--wait", "--timeout", "2m",
 		"--values", "testdata/values/external-url.yaml",
 		"--set", "webhook.url="+e.webhookURL(), "--set", "github.credentials.token="+githubToken)
@@ -164,6 +165,53 @@ func (e *installEnv) installRejectsBadValues() {
 	_, err = e.env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(e.ctx, "runner-guard", metav1.GetOptions{})
 	if !apierrors.IsNotFound(err) {
 		e.t.Fatalf("a refused install left the webhook configuration: %v", err)
+	}
+}
+
+// dryRunMatrix applies each matrix case's render with a server-side dry run,
+// so the API server validates every field the chart writes (CEL of the
+// matchConditions, the preStop sleep action, the restricted Pod Security
+// profile). cert-manager and Prometheus Operator objects are left out: their
+// CRDs are not installed here (manifests' own test covers cert-manager's).
+func (e *installEnv) dryRunMatrix(t *testing.T) {
+	ns := "chart-dryrun"
+	if err := e.env.CreateNamespace(e.ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	// Runner namespaces the matrix grants Roles in, and the restricted profile
+	// the kustomize Namespace enforces.
+	for _, n := range []string{"arc-runners", "arc-runners-gpu"} {
+		if err := e.env.CreateNamespace(e.ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/warn=restricted"); err != nil {
+		t.Fatal(err)
+	}
+	for _, vf := range matrix(t) {
+		out, err := runHelm(t, "template", "rg-dryrun", chartDir(t), "--namespace", ns, "--values", vf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs := parse(t, out)
+		var docs []string
+		for _, o := range objs {
+			if strings.HasSuffix(o.GetAPIVersion(), "cert-manager.io/v1") || o.GetKind() == "ServiceMonitor" {
+				continue
+			}
+			docs = append(docs, toJSON(t, o.Object))
+		}
+		stdout, stderr, err := e.env.KubectlStdin(e.ctx, []byte(strings.Join(docs, "\n")), "apply", "--server-side", "--dry-run=server", "-f", "-")
+		if err != nil {
+			t.Errorf("%s: server-side dry run: %v\n%s", caseName(vf), err, stderr)
+			continue
+		}
+		if strings.Contains(stderr, "Warning") {
+			t.Errorf("%s: the API server warned:\n%s", caseName(vf), stderr)
+		}
+		if n := strings.Count(stdout, "(server dry run)"); n != len(docs) {
+			t.Errorf("%s: %d objects applied, want %d:\n%s", caseName(vf), n, len(docs), stdout)
+		}
 	}
 }
 
