@@ -226,13 +226,13 @@ func (s *scaleSet) setPhase(name, phase string) {
 	}
 }
 
-// deletePod deletes the pod as a controller would, returning the API error
-// and the GitHub requests the decision made for scope.
-func (s *scaleSet) deletePod(name string, scope ghclient.Scope) (error, []ghfake.Request) {
+// deletePod deletes the pod as a controller would, returning the GitHub
+// requests the decision made for scope and the API error.
+func (s *scaleSet) deletePod(name string, scope ghclient.Scope) ([]ghfake.Request, error) {
 	s.t.Helper()
 	before := len(env.GitHub.Requests())
 	err := env.Client.CoreV1().Pods(s.ns).Delete(s.ctx, name, metav1.DeleteOptions{})
-	return err, requestsFor(env.GitHub.Requests()[before:], scopePath(scope))
+	return requestsFor(env.GitHub.Requests()[before:], scopePath(scope)), err
 }
 
 func requestsFor(reqs []ghfake.Request, pathContains string) []ghfake.Request {
@@ -354,7 +354,7 @@ func TestScaleSetScopeFromEphemeralRunner(t *testing.T) {
 			busy := s.runner(c.prefix+"-busy", url, c.scope, true, nil)
 			idle := s.runner(c.prefix+"-idle", url, c.scope, false, nil)
 
-			err, reqs := s.deletePod(busy.name, c.scope)
+			reqs, err := s.deletePod(busy.name, c.scope)
 			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "runner busy") || !strings.Contains(err.Error(), c.scope.Name) {
 				t.Errorf("delete of the busy runner's pod: %v; want Forbidden, runner busy, naming %s", err, c.scope)
 			}
@@ -364,7 +364,7 @@ func TestScaleSetScopeFromEphemeralRunner(t *testing.T) {
 				t.Errorf("EphemeralRunner %s of the busy runner was deleted", busy.name)
 			}
 
-			err, reqs = s.deletePod(idle.name, c.scope)
+			reqs, err = s.deletePod(idle.name, c.scope)
 			if err != nil {
 				t.Fatalf("delete of the idle runner's pod: %v", err)
 			}
@@ -428,7 +428,7 @@ func TestScaleSetARCRemoval(t *testing.T) {
 			s := s.sub(t)
 			r := s.runner(c.name, url, scope, true, nil)
 			c.arc(s, r.name)
-			err, reqs := s.deletePod(r.name, scope)
+			reqs, err := s.deletePod(r.name, scope)
 			if c.allowed {
 				if err != nil {
 					t.Fatalf("delete: %v; want allowed (ARC already removed the runner)", err)
@@ -487,14 +487,14 @@ func TestScaleSetGHESConfigURL(t *testing.T) {
 			busy := s.runner(c.prefix+"-busy", url, scope, true, edit)
 			idle := s.runner(c.prefix+"-idle", url, scope, false, edit)
 
-			err, reqs := s.deletePod(busy.name, scope)
+			reqs, err := s.deletePod(busy.name, scope)
 			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "runner busy") {
 				t.Errorf("delete of the busy runner's pod: %v; want Forbidden, runner busy", err)
 			}
 			requireOneRequest(t, "busy runner", reqs, "/api/v3", busy, 422)
 			s.requireAlive(busy.name)
 
-			err, reqs = s.deletePod(idle.name, scope)
+			reqs, err = s.deletePod(idle.name, scope)
 			if err != nil {
 				t.Fatalf("delete of the idle runner's pod: %v", err)
 			}
@@ -551,12 +551,12 @@ func TestScaleSetARCCredentials(t *testing.T) {
 			url := env.GitHubURL + c.scope.Name
 			busy := s.runner(c.prefix+"-busy", url, c.scope, true, edit)
 			idle := s.runner(c.prefix+"-idle", url, c.scope, false, edit)
-			err, reqs := s.deletePod(busy.name, c.scope)
+			reqs, err := s.deletePod(busy.name, c.scope)
 			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "runner busy") {
 				t.Errorf("%s: delete of the busy runner's pod: %v; want Forbidden, runner busy", name, err)
 			}
 			requireOneRequest(t, name+", busy runner", reqs, "/api/v3", busy, 422)
-			err, reqs2 := s.deletePod(idle.name, c.scope)
+			reqs2, err := s.deletePod(idle.name, c.scope)
 			if err != nil {
 				t.Fatalf("%s: delete of the idle runner's pod: %v", name, err)
 			}
@@ -591,7 +591,7 @@ func TestScaleSetARCCredentials(t *testing.T) {
 		for name, c := range cases {
 			scope := mustScope(ghclient.OrgScope("org-arccreds-" + c.name))
 			r := s.runner(c.name, env.GitHubURL+scope.Name, scope, false, func(w *fixture.EphemeralRunnerWrapper) { w.ConfigSecret(c.secret) })
-			err, reqs := s.deletePod(r.name, scope)
+			reqs, err := s.deletePod(r.name, scope)
 			if !apierrors.IsForbidden(err) {
 				t.Errorf("%s: delete: %v; want Forbidden", name, err)
 			} else {
@@ -646,7 +646,7 @@ func TestScaleSetAppInstallationDiscovery(t *testing.T) {
 			runners = append(runners, s.runner(fmt.Sprintf("%s-%d", org, i), url, scope, busy, nil))
 		}
 		for _, r := range runners[:2] {
-			err, reqs := s.deletePod(r.name, scope)
+			reqs, err := s.deletePod(r.name, scope)
 			if err != nil {
 				t.Fatalf("%s: delete of idle %s: %v", org, r.name, err)
 			}
@@ -666,7 +666,7 @@ func TestScaleSetAppInstallationDiscovery(t *testing.T) {
 			s.requireDeleting(r.name)
 		}
 		busy := runners[2]
-		err, _ := s.deletePod(busy.name, scope)
+		_, err := s.deletePod(busy.name, scope)
 		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "runner busy") {
 			t.Errorf("%s: delete of the busy runner's pod: %v; want Forbidden, runner busy", org, err)
 		}
