@@ -39,6 +39,10 @@ type Options struct {
 	Events events.EventRecorder
 	// Metrics is optional.
 	Metrics *Metrics
+	// GitHubBaseURL is the API base of the static credentials (--github-url);
+	// set, a scale-set runner whose githubConfigUrl names another host is
+	// refused by the on-error policy rather than asked at the wrong GitHub.
+	GitHubBaseURL string
 	// RunnerPods, when set, answers for evictions whether the pod is a runner
 	// pod without a read (NewRunnerPodCache); nil reads every evicted pod.
 	RunnerPods RunnerPods
@@ -87,7 +91,7 @@ func NewHandler(o Options) (*Handler, error) {
 		o.Now = time.Now
 	}
 	d := newDecider(o.Config, o.GitHub, o.Pods, o.Now)
-	d.runners, d.metrics = o.Runners, o.Metrics
+	d.runners, d.metrics, d.githubBase = o.Runners, o.Metrics, o.GitHubBaseURL
 	return &Handler{
 		decider:         d,
 		runnerPods:      o.RunnerPods,

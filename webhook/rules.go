@@ -194,6 +194,9 @@ type decider struct {
 	pods   client.Reader
 	memory *admittedMemory
 	busy   *busyMemory
+	// githubBase is the flags' API base (--github-url); a runner registered
+	// elsewhere cannot be asked with the flags' credentials. "" skips the check.
+	githubBase string
 	// runners reads ARC's EphemeralRunners; nil reads labels only.
 	runners RunnerResolver
 	// retire deletes the EphemeralRunner of a runner runner-guard unregistered.

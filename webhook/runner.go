@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -225,6 +226,14 @@ func (d *decider) resolveRunner(ctx context.Context, r *review) {
 		case err == nil && run != nil:
 			r.ARC = run
 			r.Target = Target{Scope: run.Scope, Name: run.Name, IDHint: run.ID, Creds: run.Creds}
+			if run.Creds == nil && run.Removed == "" && d.githubBase != "" &&
+				!sameAPIBase(run.BaseURL, ghclient.DefaultBaseURL) && !sameAPIBase(run.BaseURL, d.githubBase) {
+				// The flags' credentials would ask another GitHub, whose
+				// "not found" would let the pod go unguarded. (A github.com
+				// runner is asked at --github-url: it may be a proxy for it.)
+				r.CredsErr = fmt.Errorf("EphemeralRunner %s is registered at %s (its githubConfigUrl), but runner-guard asks %s (--github-url): "+
+					"point --github-url there or use --credentials-mode=arc", run.EphemeralRunner, ghclient.RedactURL(run.BaseURL), ghclient.RedactURL(d.githubBase))
+			}
 			return
 		case errors.As(err, &unavailable):
 			r.Fallback = d.fallbacks.report(ctx, r.Pod, unavailable)
@@ -314,4 +323,16 @@ func disrupted(pod *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// sameAPIBase compares two GitHub API base URLs by scheme, host and path,
+// ignoring a trailing slash and letter case of the host.
+func sameAPIBase(a, b string) bool {
+	ua, errA := url.Parse(a)
+	ub, errB := url.Parse(b)
+	if errA != nil || errB != nil {
+		return false
+	}
+	return strings.EqualFold(ua.Scheme, ub.Scheme) && strings.EqualFold(ua.Host, ub.Host) &&
+		strings.TrimSuffix(ua.Path, "/") == strings.TrimSuffix(ub.Path, "/")
 }

@@ -157,14 +157,15 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	}
 	runners := arc.NewResolver(arc.Options{Reader: mgr.GetAPIReader(), Writer: writer, CredentialsFromARC: arcMode})
 	handler, err := webhook.NewHandler(webhook.Options{
-		Config:     hcfg,
-		GitHub:     gh,
-		Runners:    runners,
-		RunnerPods: podCache,
-		Pods:       mgr.GetAPIReader(),
-		Events:     mgr.GetEventRecorder("runner-guard"),
-		Metrics:    hMetrics,
-		Scheme:     mgr.GetScheme(),
+		Config:        hcfg,
+		GitHub:        gh,
+		Runners:       runners,
+		RunnerPods:    podCache,
+		GitHubBaseURL: staticBaseURL(staticCreds, gcfg.BaseURL),
+		Pods:          mgr.GetAPIReader(),
+		Events:        mgr.GetEventRecorder("runner-guard"),
+		Metrics:       hMetrics,
+		Scheme:        mgr.GetScheme(),
 	})
 	if err != nil {
 		return err
@@ -194,4 +195,15 @@ func restConfig(path string) (*rest.Config, error) {
 		return clientcmd.BuildConfigFromFlags("", path)
 	}
 	return ctrl.GetConfig()
+}
+
+// staticBaseURL is the API base the static credentials serve, "" without any.
+func staticBaseURL(staticCreds bool, flag string) string {
+	switch {
+	case !staticCreds:
+		return ""
+	case flag == "":
+		return ghclient.DefaultBaseURL
+	}
+	return flag
 }

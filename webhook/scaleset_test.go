@@ -1,0 +1,87 @@
+package webhook
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/test/fixture"
+	"github.com/runner-guard/runner-guard/webhook/arc"
+)
+
+// oneRunner is a RunnerResolver that says every pod is run.
+type oneRunner struct{ run *arc.Runner }
+
+func (o oneRunner) Resolve(context.Context, *corev1.Pod) (*arc.Runner, error) { return o.run, nil }
+func (o oneRunner) Retire(context.Context, *arc.Runner) error                 { return nil }
+
+// countingGitHub counts questions and answers every one "busy".
+type countingGitHub struct{ calls int }
+
+func (c *countingGitHub) Unregister(context.Context, ghclient.Runner) (ghclient.Outcome, error) {
+	c.calls++
+	return ghclient.Busy, nil
+}
+
+func (c *countingGitHub) Status(context.Context, ghclient.Runner) (ghclient.RunnerStatus, error) {
+	c.calls++
+	return ghclient.RunnerStatus{State: ghclient.StateBusy, Online: true}, nil
+}
+
+// In static credentials mode a scale-set runner registered on another GitHub
+// host than --github-url must not be asked at --github-url: that GitHub's
+// "not found" would let a busy runner's pod go.
+func TestScaleSetRunnerOnAnotherHost(t *testing.T) {
+	pod := fixture.MakeScaleSetRunnerPod("ci", "set-1").Running().Obj()
+	run := func(base string) *arc.Runner {
+		return &arc.Runner{
+			Runner:          ghclient.Runner{Scope: fixture.Org("acme"), Name: "set-1", ID: 7},
+			BaseURL:         base,
+			EphemeralRunner: types.NamespacedName{Namespace: "ci", Name: "set-1"},
+		}
+	}
+	tests := map[string]struct {
+		base      string
+		wantCalls int
+		want      Reason
+	}{
+		"same host as --github-url": {"https://api.github.com/", 1, ReasonRunnerBusy},
+		"a GHES host":               {"https://ghes.example.com/api/v3/", 0, ReasonCredentials},
+		"a GHE.com host":            {"https://api.acme.ghe.com/", 0, ReasonCredentials},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			gh := &countingGitHub{}
+			d := newDecider(DefaultConfig(), gh, fake.NewClientBuilder().WithObjects(pod.DeepCopy()).Build(), time.Now)
+			d.runners, d.githubBase = oneRunner{run(tc.base)}, "https://api.github.com"
+			dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Namespace: "ci", Name: "set-1", Pod: pod})
+			if dec.Reason != tc.want || dec.Allowed || gh.calls != tc.wantCalls {
+				t.Fatalf("decision %s (allowed %v), %d GitHub calls; want %s, refused, %d calls: %s", dec.Reason, dec.Allowed, gh.calls, tc.want, tc.wantCalls, dec.Message)
+			}
+			if tc.want == ReasonCredentials && !strings.Contains(dec.Message, strings.TrimSuffix(tc.base, "/")) {
+				t.Errorf("message does not name the runner's host: %s", dec.Message)
+			}
+		})
+	}
+}
+
+// A github.com runner is asked at --github-url whatever it is: an operator
+// who points it elsewhere runs a proxy (or, in tests, a fake) for github.com.
+func TestScaleSetGitHubComRunnerAskedAtGitHubURL(t *testing.T) {
+	pod := fixture.MakeScaleSetRunnerPod("ci", "set-1").Running().Obj()
+	gh := &countingGitHub{}
+	d := newDecider(DefaultConfig(), gh, fake.NewClientBuilder().WithObjects(pod.DeepCopy()).Build(), time.Now)
+	d.runners = oneRunner{&arc.Runner{Runner: ghclient.Runner{Scope: fixture.Org("acme"), Name: "set-1", ID: 7},
+		BaseURL: ghclient.DefaultBaseURL, EphemeralRunner: types.NamespacedName{Namespace: "ci", Name: "set-1"}}}
+	d.githubBase = "http://127.0.0.1:8080/"
+	dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Namespace: "ci", Name: "set-1", Pod: pod})
+	if dec.Reason != ReasonRunnerBusy || gh.calls != 1 {
+		t.Fatalf("decision %s after %d GitHub calls; want runner-busy after 1: %s", dec.Reason, gh.calls, dec.Message)
+	}
+}
