@@ -112,8 +112,7 @@ func optionsFromEnv() (Options, string) {
 		Logf:       func(f string, a ...any) { fmt.Printf("node: "+f+"\n", a...) },
 	}
 	images := strings.Fields(os.Getenv("RUNNER_GUARD_NODE_IMAGES"))
-	switch {
-	case opts.K8sAssets == "" || opts.NodeAssets == "" || len(images) == 0 || os.Getenv("KUSTOMIZE") == "":
+	if opts.K8sAssets == "" || opts.NodeAssets == "" || len(images) == 0 || os.Getenv("KUSTOMIZE") == "" {
 		return Options{}, "KUBEBUILDER_ASSETS, RUNNER_GUARD_NODE_ASSETS, RUNNER_GUARD_NODE_IMAGES and KUSTOMIZE are not set (run make e2e-node)"
 	}
 	for _, f := range append(images, filepath.Join(opts.NodeAssets, "kubelet"), filepath.Join(opts.K8sAssets, "kube-apiserver")) {

@@ -66,7 +66,6 @@ func TestNodeRunnerGuardDeployed(t *testing.T) {
 	}
 }
 
-
 // A busy runner's pod: kubectl delete is refused with "runner busy" and the
 // container keeps running its job, untouched by the kubelet.
 func TestNodeBusyRunnerDeleteRefused(t *testing.T) {
