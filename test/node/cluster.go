@@ -267,10 +267,9 @@ func (c *Cluster) startControllerManager(ctx context.Context) error {
 		"--root-ca-file="+c.pki.caFile,
 		"--allocate-node-cidrs=true", "--cluster-cidr="+clusterCIDR, "--node-cidr-mask-size=24",
 		"--service-cluster-ip-range="+ServiceCIDR,
-		// The e2e suite's external mode adds Node objects with no kubelet
-		// behind them; the node lifecycle controller would taint them
-		// unreachable and evict the suite's pods mid-scenario.
-		"--controllers=*,-node-lifecycle-controller")
+		// All controllers, as a cluster runs them: the node lifecycle
+		// controller lifts the not-ready taint the kubelet registers with.
+		"--controllers=*")
 	if err != nil {
 		return err
 	}
