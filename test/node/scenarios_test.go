@@ -194,7 +194,9 @@ func TestNodeDrainWaitsForBusyRunner(t *testing.T) {
 	defer cancel()
 	var out process.LockedBuffer
 	drain := cluster.KubectlCommand(ctx, "drain", NodeName, "--pod-selector=actions-runner",
-		"--ignore-daemonsets", "--delete-emptydir-data", "--timeout=200s")
+		// --force: ARC's runner pods are owned by its custom resources,
+		// which drain does not know as controllers.
+		"--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=200s")
 	drain.Stdout, drain.Stderr = &out, &out
 	if err := drain.Start(); err != nil {
 		t.Fatal(err)
@@ -366,11 +368,8 @@ func TestNodeRollingRestartLosesNoDecision(t *testing.T) {
 func TestNodeKillOneReplicaKeepsDecisionsFlowing(t *testing.T) {
 	s := newScenario(t, "kill")
 	d := newDecisionStream(s, 2, 8)
-	pods, err := cluster.Client.CoreV1().Pods(rgNamespace).List(s.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=webhook"})
-	if err != nil || len(pods.Items) == 0 {
-		t.Fatalf("webhook pods: %v", err)
-	}
-	victim := pods.Items[0]
+	requireTwoReadyReplicas(t, s)
+	victim := readyReplica(t, s)
 	id := strings.TrimPrefix(victim.Status.ContainerStatuses[0].ContainerID, "containerd://")
 	if err := cluster.ctr(s.ctx, "tasks", "kill", "--signal", "SIGKILL", id); err != nil {
 		t.Fatalf("kill %s: %v", victim.Name, err)
@@ -390,6 +389,23 @@ func TestNodeKillOneReplicaKeepsDecisionsFlowing(t *testing.T) {
 		return nil
 	})
 	requireTwoReadyReplicas(t, s)
+}
+
+// readyReplica is a Ready runner-guard pod that is not terminating (an
+// earlier rollout's old pods may still be going).
+func readyReplica(t *testing.T, s *scenario) corev1.Pod {
+	t.Helper()
+	pods, err := cluster.Client.CoreV1().Pods(rgNamespace).List(s.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=webhook"})
+	if err != nil {
+		t.Fatalf("webhook pods: %v", err)
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].Ready {
+			return p
+		}
+	}
+	t.Fatalf("no Ready runner-guard pod among %d", len(pods.Items))
+	return corev1.Pod{}
 }
 
 func requireTwoReadyReplicas(t *testing.T, s *scenario) {
