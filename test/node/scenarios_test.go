@@ -245,29 +245,46 @@ func TestNodeDrainWaitsForBusyRunner(t *testing.T) {
 
 // decisionStream deletes runner pods while something disrupts runner-guard:
 // busy runners must be refused as busy every time, idle ones allowed and
-// unregistered. Any other outcome (a failed webhook call, a busy runner let
-// through) is a lost decision.
+// unregistered. A busy runner let through is unsafe; a delete that got no
+// decision (the API server failed to call the webhook) is lost.
 type decisionStream struct {
 	s          *scenario
 	busy, idle []string
-	lost       []string
-	decided    int
+	outcomes   []outcome
+	admitted   map[string]bool // idle runners whose delete went through
+}
+
+type outcome struct {
+	at     time.Time
+	unsafe bool // a busy runner's delete was admitted
+	lost   bool // no decision: the webhook call failed
+	msg    string
+}
+
+func (d *decisionStream) record(unsafe, lost bool, msg string) {
+	d.outcomes = append(d.outcomes, outcome{at: time.Now(), unsafe: unsafe, lost: lost, msg: msg})
 }
 
 func (d *decisionStream) deleteBusy(name string) {
 	out, err := d.s.deletePod(name)
-	d.decided++
-	if err == nil || !strings.Contains(out, "runner busy") {
-		d.lost = append(d.lost, fmt.Sprintf("busy %s: err %v: %s", name, err, strings.TrimSpace(out)))
+	switch {
+	case err == nil:
+		d.record(true, false, "busy "+name+" deleted: "+strings.TrimSpace(out))
+	case strings.Contains(out, "runner busy"):
+		d.record(false, false, "")
+	default:
+		d.record(false, true, fmt.Sprintf("busy %s: %v: %s", name, err, strings.TrimSpace(out)))
 	}
 }
 
 func (d *decisionStream) deleteIdle(name string) {
 	out, err := d.s.deletePod(name)
-	d.decided++
 	if err != nil {
-		d.lost = append(d.lost, fmt.Sprintf("idle %s: err %v: %s", name, err, strings.TrimSpace(out)))
+		d.record(false, true, fmt.Sprintf("idle %s: %v: %s", name, err, strings.TrimSpace(out)))
+		return
 	}
+	d.admitted[name] = true
+	d.record(false, false, "")
 }
 
 // run deletes one busy and one idle runner per round until until() is true
@@ -283,28 +300,39 @@ func (d *decisionStream) run(minRounds int, until func() bool) {
 	}
 }
 
-// check asserts nothing was lost, the busy runners still run and are
-// registered, and the idle ones were unregistered.
-func (d *decisionStream) check(t *testing.T, deletedIdle int) {
+// check asserts no busy runner was let through, no decision was lost after
+// lossUntil (zero time: none at all), the busy runners still run and are
+// registered, and every admitted idle runner was unregistered. It returns
+// the lost decisions it tolerated.
+func (d *decisionStream) check(t *testing.T, lossUntil time.Time) []outcome {
 	t.Helper()
-	for _, l := range d.lost {
-		t.Errorf("lost decision: %s", l)
+	var tolerated []outcome
+	for _, o := range d.outcomes {
+		switch {
+		case o.unsafe:
+			t.Errorf("unsafe decision: %s", o.msg)
+		case o.lost && o.at.Before(lossUntil):
+			tolerated = append(tolerated, o)
+		case o.lost:
+			t.Errorf("lost decision: %s", o.msg)
+		}
 	}
 	for _, b := range d.busy {
 		if !d.s.containerRunning(b) || !d.s.registered(b) {
 			t.Errorf("busy runner %s disturbed: %s", b, d.s.podSummary(b))
 		}
 	}
-	for _, n := range d.idle[:deletedIdle] {
+	for n := range d.admitted {
 		if d.s.registered(n) {
-			t.Errorf("idle runner %s deleted but still registered", n)
+			t.Errorf("idle runner %s admitted for deletion but still registered", n)
 		}
 	}
-	t.Logf("%d decisions, %d lost", d.decided, len(d.lost))
+	t.Logf("%d decisions, %d idle runners admitted, %d lost and tolerated", len(d.outcomes), len(d.admitted), len(tolerated))
+	return tolerated
 }
 
 func newDecisionStream(s *scenario, busy, idle int) *decisionStream {
-	d := &decisionStream{s: s}
+	d := &decisionStream{s: s, admitted: map[string]bool{}}
 	for i := 0; i < busy; i++ {
 		d.busy = append(d.busy, fmt.Sprintf("busy-%d", i))
 	}
@@ -352,31 +380,41 @@ func TestNodeRollingRestartLosesNoDecision(t *testing.T) {
 	if rolloutErr != nil {
 		t.Fatalf("rollout: %v", rolloutErr)
 	}
-	deleted := 0
-	for i := range d.idle {
-		if s.pod(d.idle[i]) == nil || s.pod(d.idle[i]).DeletionTimestamp != nil {
-			deleted = i + 1
-		}
-	}
-	d.check(t, deleted)
+	d.check(t, time.Time{})
 	requireTwoReadyReplicas(t, s)
 }
 
 // Killing one runner-guard replica's process (SIGKILL, as a crash or the
-// OOM killer would) keeps decisions flowing through the other; the kubelet
-// restarts the killed container.
+// OOM killer would) keeps decisions flowing through the other after a short
+// window in which calls routed to the dead pod fail (refused deletes, never
+// a busy runner let through); the kubelet restarts the killed container.
 func TestNodeKillOneReplicaKeepsDecisionsFlowing(t *testing.T) {
 	s := newScenario(t, "kill")
-	d := newDecisionStream(s, 2, 8)
+	d := newDecisionStream(s, 2, 10)
 	requireTwoReadyReplicas(t, s)
 	victim := readyReplica(t, s)
 	id := strings.TrimPrefix(victim.Status.ContainerStatuses[0].ContainerID, "containerd://")
 	if err := cluster.ctr(s.ctx, "tasks", "kill", "--signal", "SIGKILL", id); err != nil {
 		t.Fatalf("kill %s: %v", victim.Name, err)
 	}
+	killed := time.Now()
 	t.Logf("killed the webhook process of %s", victim.Name)
 	d.run(len(d.idle), func() bool { return false })
-	d.check(t, len(d.idle))
+	// Until the kubelet sees the container die and the endpoint is taken
+	// out of the Service, kube-proxy still sends some calls to the dead pod
+	// and the API server does not retry them on the other replica: those
+	// deletes fail with "failed calling webhook" (refused, so still safe).
+	// Measured here: about a second. Allow a short window; never after it.
+	window := killed.Add(killLossWindow)
+	for _, o := range d.check(t, window) {
+		t.Logf("no decision %s after the kill: %s", o.at.Sub(killed).Round(time.Millisecond), o.msg)
+		if !strings.Contains(o.msg, "failed calling webhook") {
+			t.Errorf("lost decision in the kill window is not a failed webhook call: %s", o.msg)
+		}
+	}
+	if after := decisionsAfter(d, window); after < 4 {
+		t.Errorf("only %d decisions after the %s window; the stream ended too early to show decisions flowing", after, killLossWindow)
+	}
 	s.eventually("killed replica restarted by the kubelet", 90*time.Second, func() error {
 		p, err := cluster.Client.CoreV1().Pods(rgNamespace).Get(s.ctx, victim.Name, metav1.GetOptions{})
 		if err != nil {
@@ -406,6 +444,20 @@ func readyReplica(t *testing.T, s *scenario) corev1.Pod {
 	}
 	t.Fatalf("no Ready runner-guard pod among %d", len(pods.Items))
 	return corev1.Pod{}
+}
+
+// killLossWindow is how long after a replica's process is killed a delete may
+// still fail to get a decision (see TestNodeKillOneReplicaKeepsDecisionsFlowing).
+const killLossWindow = 5 * time.Second
+
+func decisionsAfter(d *decisionStream, t time.Time) int {
+	n := 0
+	for _, o := range d.outcomes {
+		if o.at.After(t) {
+			n++
+		}
+	}
+	return n
 }
 
 func requireTwoReadyReplicas(t *testing.T, s *scenario) {

@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/runner-guard/runner-guard/certs"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
@@ -396,9 +397,17 @@ func (e *Env) EnsureNode(ctx context.Context, name string) error {
 	if err != nil {
 		return fmt.Errorf("create node %s: %w", name, err)
 	}
-	created.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-	_, err = e.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
-	return err
+	// On a real cluster the node controllers update a new Node at once
+	// (pod CIDR, taints): report Ready on the latest version.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		latest, err := e.Client.CoreV1().Nodes().Get(ctx, created.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		latest.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		_, err = e.Client.CoreV1().Nodes().UpdateStatus(ctx, latest, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // FinishTermination plays the kubelet for a pod already admitted for deletion:
