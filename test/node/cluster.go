@@ -117,7 +117,11 @@ func (c *Cluster) Logs() []string {
 }
 
 func (c *Cluster) start(name, bin string, args ...string) (*component, error) {
-	p, err := startComponent(c.opts.Dir, name, bin, args...)
+	return c.startEnv(name, nil, bin, args...)
+}
+
+func (c *Cluster) startEnv(name string, env []string, bin string, args ...string) (*component, error) {
+	p, err := startComponent(c.opts.Dir, name, env, bin, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -312,23 +316,14 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 		return err
 	}
 	// containerd finds its shim on PATH.
-	p, err := c.startWithPath("containerd", c.node("containerd"), "--config", c.file("containerd.toml"))
+	path := "PATH=" + c.opts.NodeAssets + string(os.PathListSeparator) + os.Getenv("PATH")
+	p, err := c.startEnv("containerd", []string{path}, c.node("containerd"), "--config", c.file("containerd.toml"))
 	if err != nil {
 		return err
 	}
 	return waitFor(ctx, "containerd", 60*time.Second, p, func(ctx context.Context) error {
 		return c.ctr(ctx, "version")
 	})
-}
-
-// startWithPath starts a component with NodeAssets first on PATH.
-func (c *Cluster) startWithPath(name, bin string, args ...string) (*component, error) {
-	old := os.Getenv("PATH")
-	// Set for the fork only: the harness runs no other children concurrently
-	// during start-up.
-	os.Setenv("PATH", c.opts.NodeAssets+":"+old)
-	defer os.Setenv("PATH", old)
-	return c.start(name, bin, args...)
 }
 
 func (c *Cluster) ctr(ctx context.Context, args ...string) error {

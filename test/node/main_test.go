@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -169,13 +170,12 @@ func lockNode() (func(), error) {
 		}
 		time.Sleep(2 * time.Second)
 	}
-	var once bool
+	var once sync.Once
 	return func() {
-		if !once {
-			once = true
+		once.Do(func() {
 			_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
 			f.Close()
-		}
+		})
 	}, nil
 }
 

@@ -22,8 +22,9 @@ type component struct {
 }
 
 // startComponent starts bin in the node's network namespace (host mount
-// namespace), in its own process group, killed if the harness dies.
-func startComponent(dir, name, bin string, args ...string) (*component, error) {
+// namespace), in its own process group, killed if the harness dies. env is
+// added to the harness's environment.
+func startComponent(dir, name string, env []string, bin string, args ...string) (*component, error) {
 	logPath := filepath.Join(dir, name+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -31,6 +32,7 @@ func startComponent(dir, name, bin string, args ...string) (*component, error) {
 	}
 	cmd := inNetnsCommand(context.Background(), bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
