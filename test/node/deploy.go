@@ -164,14 +164,15 @@ func (c *Cluster) DeployRunnerGuard(ctx context.Context, manifests []byte) error
 		out, err := c.Kubectl(wctx, "-n", certs.Namespace, "rollout", "status", d, "--timeout=180s")
 		cancel()
 		if err != nil {
-			return fmt.Errorf("rollout status %s: %w: %s\n%s", d, err, out, c.diagnose(ctx, certs.Namespace))
+			return fmt.Errorf("rollout status %s: %w: %s\n%s", d, err, out, c.diagnose(certs.Namespace))
 		}
 	}
 	return nil
 }
 
 // diagnose describes the namespace's pods and events, for a failure message.
-func (c *Cluster) diagnose(ctx context.Context, ns string) string {
+// It has its own deadline: the caller's may be what just ran out.
+func (c *Cluster) diagnose(ns string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pods, _ := c.Kubectl(ctx, "-n", ns, "get", "pods", "-o", "wide")
