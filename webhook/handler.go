@@ -61,14 +61,12 @@ type Handler struct {
 	// runnerPods answers evictions of pods that are not runner pods.
 	runnerPods RunnerPods
 	// exempt and specs let the handler skip decoding what the rules will not read.
-	exempt []string
-	specs  []RunnerPodSpec
-	// decisionTimeout bounds one decision: the GitHub deadline plus the API reads.
-	decisionTimeout time.Duration
-	decoder         admission.Decoder
-	pods            client.Reader
-	events          events.EventRecorder
-	metrics         *Metrics
+	exempt  []string
+	specs   []RunnerPodSpec
+	decoder admission.Decoder
+	pods    client.Reader
+	events  events.EventRecorder
+	metrics *Metrics
 }
 
 var _ admission.Handler = &Handler{}
@@ -93,15 +91,14 @@ func NewHandler(o Options) (*Handler, error) {
 	d := newDecider(o.Config, o.GitHub, o.Pods, o.Now)
 	d.runners, d.metrics, d.githubBase = o.Runners, o.Metrics, o.GitHubBaseURL
 	return &Handler{
-		decider:         d,
-		runnerPods:      o.RunnerPods,
-		exempt:          o.Config.ExemptNamespaces,
-		specs:           o.Config.RunnerPods,
-		decisionTimeout: o.Config.GitHubTimeout.Duration + 5*time.Second,
-		decoder:         admission.NewDecoder(o.Scheme),
-		pods:            o.Pods,
-		events:          o.Events,
-		metrics:         o.Metrics,
+		decider:    d,
+		runnerPods: o.RunnerPods,
+		exempt:     o.Config.ExemptNamespaces,
+		specs:      o.Config.RunnerPods,
+		decoder:    admission.NewDecoder(o.Scheme),
+		pods:       o.Pods,
+		events:     o.Events,
+		metrics:    o.Metrics,
 	}, nil
 }
 
@@ -122,11 +119,6 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		// Only reachable through a misconfigured webhook rule; never block it.
 		return admission.Allowed(fmt.Sprintf("runner-guard does not handle %s %s/%s", req.Operation, req.Resource.Resource, req.SubResource))
 	}
-	// A decision runs to its end even when the server shuts down (a rollout's
-	// SIGTERM): GitHub may already have removed the runner, and the API server
-	// must hear so. Its own deadline bounds it instead.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.decisionTimeout)
-	defer cancel()
 	r, err := h.facts(ctx, op, req)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)

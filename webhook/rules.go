@@ -231,6 +231,16 @@ func (d *decider) decide(ctx context.Context, r review) (Decision, Target) {
 	reached := stageRequest
 	for _, rl := range d.table {
 		for reached < rl.needs {
+			if reached == stageRequest {
+				// From here the decision reads the API server and asks GitHub.
+				// It runs to its end even when the server shuts down (a
+				// rollout's SIGTERM): GitHub may already have removed the
+				// runner, and the API server must hear so. Its own deadline
+				// bounds it instead. Request-stage decisions skip the timer.
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), d.githubTimeout+apiReadsTimeout)
+				defer cancel()
+			}
 			reached++
 			d.resolve(ctx, &r, reached)
 		}
@@ -310,6 +320,11 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// apiReadsTimeout is what one decision may spend on API server reads (the
+// live pod, its EphemeralRunner and Secret, PodDisruptionBudgets) on top of
+// the GitHub deadline.
+const apiReadsTimeout = 5 * time.Second
 
 // stage is how much the decider has resolved before a rule runs.
 type stage int
