@@ -199,19 +199,7 @@ func (ca *CA) Issue(opts Options) (*Bundle, error) {
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
-	if err != nil {
-		return nil, fmt.Errorf("certs: create certificate: %w", err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, fmt.Errorf("certs: encode key: %w", err)
-	}
-	return &Bundle{
-		CACertPEM: ca.CertPEM(),
-		CertPEM:   pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		KeyPEM:    pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
-	}, nil
+	return ca.sign(tmpl, key)
 }
 
 // Generate creates a new CA (valid DefaultCAValidity, or longer if the leaf
@@ -335,4 +323,21 @@ func checkDNSName(n string) error {
 		}
 	}
 	return nil
+}
+
+// sign issues tmpl for key with the CA and encodes the bundle.
+func (ca *CA) sign(tmpl *x509.Certificate, key crypto.Signer) (*Bundle, error) {
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("certs: create certificate: %w", err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("certs: encode key: %w", err)
+	}
+	return &Bundle{
+		CACertPEM: ca.CertPEM(),
+		CertPEM:   pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		KeyPEM:    pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
+	}, nil
 }

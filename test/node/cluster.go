@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runner-guard/runner-guard/test/e2e/framework"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -211,7 +213,7 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 	}
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: DialContext}}
 	return waitFor(ctx, "etcd", 60*time.Second, p, func(ctx context.Context) error {
-		return httpOK(ctx, client, url+"/health")
+		return framework.HTTPGetOK(ctx, client, url+"/health")
 	})
 }
 
@@ -294,7 +296,7 @@ func (c *Cluster) startScheduler(ctx context.Context) error {
 	// Ready once it serves its health endpoint; it needs no more to schedule.
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: DialContext, TLSClientConfig: insecureLocalTLS()}}
 	return waitFor(ctx, "kube-scheduler", 60*time.Second, p, func(ctx context.Context) error {
-		return httpOK(ctx, client, "https://127.0.0.1:10259/healthz")
+		return framework.HTTPGetOK(ctx, client, "https://127.0.0.1:10259/healthz")
 	})
 }
 
@@ -393,7 +395,7 @@ func (c *Cluster) startKubeProxy(ctx context.Context) error {
 	}
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: DialContext}}
 	return waitFor(ctx, "kube-proxy", 60*time.Second, p, func(ctx context.Context) error {
-		return httpOK(ctx, client, "http://127.0.0.1:10256/healthz")
+		return framework.HTTPGetOK(ctx, client, "http://127.0.0.1:10256/healthz")
 	})
 }
 
@@ -414,19 +416,3 @@ func (c *Cluster) KubectlCommand(ctx context.Context, args ...string) *exec.Cmd 
 
 // KubectlPath is the cluster's kubectl binary.
 func (c *Cluster) KubectlPath() string { return c.k8s("kubectl") }
-
-func httpOK(ctx context.Context, client *http.Client, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return nil
-}

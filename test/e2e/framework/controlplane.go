@@ -103,7 +103,7 @@ func (c *ControlPlane) startEtcd(ctx context.Context, logf func(string, ...any))
 	c.URL = clientURL // temporarily: etcd's URL for the API server
 	logf("etcd starting on %s", clientURL)
 	return waitFor(ctx, "etcd", 30*time.Second, c.etcd, func(ctx context.Context) error {
-		return httpGetOK(ctx, http.DefaultClient, clientURL+"/health")
+		return HTTPGetOK(ctx, http.DefaultClient, clientURL+"/health")
 	})
 }
 
@@ -250,7 +250,9 @@ func (c *ControlPlane) Logs() []string {
 	return logs
 }
 
-func httpGetOK(ctx context.Context, client *http.Client, url string) error {
+// HTTPGetOK fails unless GET url answers 200; readiness probes of the
+// components test/e2e and test/node start.
+func HTTPGetOK(ctx context.Context, client *http.Client, url string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err

@@ -270,7 +270,7 @@ func (e *Env) StartWebhook(ctx context.Context, extraArgs ...string) error {
 		e.opts.Logf("runner-guard webhook starting on 127.0.0.1:%d", e.webhookPort)
 	}
 	return waitFor(ctx, "runner-guard webhook", 30*time.Second, e.webhook, func(ctx context.Context) error {
-		return httpGetOK(ctx, http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/readyz", healthPort))
+		return HTTPGetOK(ctx, http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/readyz", healthPort))
 	})
 }
 
