@@ -17,6 +17,10 @@ type Runner struct {
 	Name  string
 	// ID is the known runner ID, 0 if unknown (a hint, as Unregister's idHint).
 	ID int64
+	// IDTrusted says ID comes from a source that cannot name another runner
+	// (ARC's own object). An untrusted ID is used only once GitHub's record
+	// for it carries Name (a GET by ID, or a listing already held).
+	IDTrusted bool
 	// Creds are the runner's own credentials; nil means the default
 	// (flag-configured) ones.
 	Creds *Credentials

@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
 )
@@ -38,6 +39,7 @@ const (
 	DefaultBusyRetryMax      = time.Minute
 	DefaultRecentAdmittedTTL = 10 * time.Second
 	DefaultGitHubTimeout     = 5 * time.Second
+	DefaultReadOnlyMemoryTTL = 15 * time.Second
 )
 
 // DefaultBypassUsers clean up after dead nodes; their pods' runners are gone.
@@ -81,6 +83,19 @@ type Config struct {
 	// runner-guard unregistered, so ARC creates a fresh one (default true).
 	RetireEphemeralRunners *bool `json:"retireEphemeralRunners,omitempty"`
 
+	// ScopeBindings bind namespaces (and optionally runner pod specs) to the
+	// GitHub scopes their runner pods may name. Empty: every scope is open to
+	// every namespace (reported at start-up and in a metric).
+	ScopeBindings []ScopeBinding `json:"scopeBindings,omitempty"`
+	// RunnerNamespaces, when set, are the only namespaces whose pods
+	// runner-guard watches (and is granted to read by a Role in each); empty
+	// watches runner pods cluster-wide.
+	RunnerNamespaces []string `json:"runnerNamespaces,omitempty"`
+	// ReadOnlyMemoryTTL is how long a read-only look-up (dry runs, bypass
+	// users, disrupted pods) answers later read-only look-ups of the same
+	// runner, so forged reviews cannot spend the rate limit.
+	ReadOnlyMemoryTTL metav1.Duration `json:"readOnlyMemoryTTL,omitempty"`
+
 	// OnErrorSource names the setting that chose OnError, for denial messages
 	// ("--on-error=deny", "onError: deny in --config"); empty means the flag's default.
 	OnErrorSource string `json:"-"`
@@ -119,6 +134,22 @@ type RunnerPodSpec struct {
 	RunnerIDAnnotation string `json:"runnerIDAnnotation,omitempty"`
 
 	selector labels.Selector
+}
+
+// ScopeBinding says which GitHub scopes the runner pods of some namespaces
+// may name. A pod is bound by every binding whose namespaces (and runnerPods,
+// when set) match it; its runner's scope must match one of their scopes.
+type ScopeBinding struct {
+	// Name names the binding in messages; default "scopeBindings[i]".
+	Name string `json:"name,omitempty"`
+	// Namespaces are namespace names or glob patterns ("team-a", "team-a-*").
+	Namespaces []string `json:"namespaces"`
+	// RunnerPods, when set, limits the binding to these runner pod specs (by name).
+	RunnerPods []string `json:"runnerPods,omitempty"`
+	// Scopes are "enterprise:SLUG", "org:ORG" or "repo:OWNER/REPO", each part a
+	// glob ("repo:acme/app-*", "org:*"). Matching ignores case, as GitHub
+	// does. An org scope also covers the repositories of that organization.
+	Scopes []string `json:"scopes"`
 }
 
 // ScopeKeys names where each scope level is read from. Precedence: repository >
@@ -253,6 +284,9 @@ func (c *Config) Default() {
 	if c.RecentlyAdmittedTTL.Duration == 0 {
 		c.RecentlyAdmittedTTL.Duration = DefaultRecentAdmittedTTL
 	}
+	if c.ReadOnlyMemoryTTL.Duration == 0 {
+		c.ReadOnlyMemoryTTL.Duration = DefaultReadOnlyMemoryTTL
+	}
 }
 
 // Validate checks a defaulted Config and compiles its selectors. Paths are
@@ -274,6 +308,7 @@ func (c *Config) Validate() field.ErrorList {
 		{"busyRetryAfter", c.BusyRetryAfter.Duration},
 		{"busyRetryMax", c.BusyRetryMax.Duration},
 		{"recentlyAdmittedTTL", c.RecentlyAdmittedTTL.Duration},
+		{"readOnlyMemoryTTL", c.ReadOnlyMemoryTTL.Duration},
 	} {
 		if f.d < 0 {
 			errs = append(errs, field.Invalid(field.NewPath(f.path), f.d.String(), "must not be negative"))
@@ -289,6 +324,14 @@ func (c *Config) Validate() field.ErrorList {
 	seen := map[string]bool{}
 	for i := range c.RunnerPods {
 		errs = append(errs, c.RunnerPods[i].validate(field.NewPath("runnerPods").Index(i), seen)...)
+	}
+	for i := range c.ScopeBindings {
+		errs = append(errs, c.ScopeBindings[i].validate(field.NewPath("scopeBindings").Index(i), seen)...)
+	}
+	for i, ns := range c.RunnerNamespaces {
+		for _, msg := range validation.IsDNS1123Label(ns) {
+			errs = append(errs, field.Invalid(field.NewPath("runnerNamespaces").Index(i), ns, msg))
+		}
 	}
 	return errs
 }

@@ -1,0 +1,164 @@
+package webhook
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+)
+
+// scopeKindNames are the prefixes of a binding's scope patterns.
+var scopeKindNames = map[string]ghclient.ScopeKind{
+	"enterprise":   ghclient.ScopeEnterprise,
+	"org":          ghclient.ScopeOrg,
+	"organization": ghclient.ScopeOrg,
+	"repo":         ghclient.ScopeRepo,
+	"repository":   ghclient.ScopeRepo,
+}
+
+// scopePattern is one parsed "KIND:GLOB" of a binding.
+type scopePattern struct {
+	kind ghclient.ScopeKind
+	glob string // lower case
+}
+
+// parseScopePattern reads "org:acme", "repo:acme/app-*" or "enterprise:big".
+func parseScopePattern(s string) (scopePattern, error) {
+	kind, glob, ok := strings.Cut(strings.TrimSpace(s), ":")
+	k, known := scopeKindNames[strings.ToLower(kind)]
+	switch {
+	case !ok || !known:
+		return scopePattern{}, fmt.Errorf("want enterprise:SLUG, org:ORG or repo:OWNER/REPO (each part may be a glob)")
+	case glob == "":
+		return scopePattern{}, fmt.Errorf("empty %s pattern", kind)
+	case strings.ContainsAny(glob, " \t\r\n?#%"):
+		return scopePattern{}, fmt.Errorf("invalid character in %q", glob)
+	case k == ghclient.ScopeRepo && strings.Count(glob, "/") != 1:
+		return scopePattern{}, fmt.Errorf("repo pattern %q: want OWNER/REPO", glob)
+	case k != ghclient.ScopeRepo && strings.Contains(glob, "/"):
+		return scopePattern{}, fmt.Errorf("%s pattern %q must not contain '/'", kind, glob)
+	}
+	if _, err := path.Match(glob, ""); err != nil {
+		return scopePattern{}, fmt.Errorf("pattern %q: %w", glob, err)
+	}
+	return scopePattern{kind: k, glob: strings.ToLower(glob)}, nil
+}
+
+// matches reports whether the pattern covers scope. An organization pattern
+// covers that organization's repositories too: the same credentials reach them.
+func (p scopePattern) matches(s ghclient.Scope) bool {
+	name := strings.ToLower(s.Name)
+	if p.kind == s.Kind {
+		ok, _ := path.Match(p.glob, name)
+		return ok
+	}
+	if p.kind == ghclient.ScopeOrg && s.Kind == ghclient.ScopeRepo {
+		owner, _, _ := strings.Cut(name, "/")
+		ok, _ := path.Match(p.glob, owner)
+		return ok
+	}
+	return false
+}
+
+// validate checks one binding; specs names the runner pod specs seen so far.
+func (b *ScopeBinding) validate(p *field.Path, specs map[string]bool) field.ErrorList {
+	var errs field.ErrorList
+	if len(b.Namespaces) == 0 {
+		errs = append(errs, field.Required(p.Child("namespaces"), "name the namespaces (or glob patterns) this binding covers"))
+	}
+	for i, ns := range b.Namespaces {
+		if _, err := path.Match(ns, ""); err != nil || strings.TrimSpace(ns) == "" {
+			errs = append(errs, field.Invalid(p.Child("namespaces").Index(i), ns, "want a namespace name or glob pattern"))
+		}
+	}
+	for i, rp := range b.RunnerPods {
+		if !specs[rp] {
+			errs = append(errs, field.NotFound(p.Child("runnerPods").Index(i), rp))
+		}
+	}
+	if len(b.Scopes) == 0 {
+		errs = append(errs, field.Required(p.Child("scopes"), `name the scopes, e.g. "org:acme" or "repo:acme/*"`))
+	}
+	for i, s := range b.Scopes {
+		if _, err := parseScopePattern(s); err != nil {
+			errs = append(errs, field.Invalid(p.Child("scopes").Index(i), s, err.Error()))
+		}
+	}
+	return errs
+}
+
+// displayName is how messages name the binding.
+func (b *ScopeBinding) displayName(i int) string {
+	if b.Name != "" {
+		return fmt.Sprintf("scope binding %q", b.Name)
+	}
+	return fmt.Sprintf("scopeBindings[%d]", i)
+}
+
+// appliesTo reports whether the binding covers pods of the namespace and runner pod spec.
+func (b *ScopeBinding) appliesTo(namespace, spec string) bool {
+	if len(b.RunnerPods) > 0 && !slices.Contains(b.RunnerPods, spec) {
+		return false
+	}
+	for _, ns := range b.Namespaces {
+		if ok, _ := path.Match(ns, namespace); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// scopeBindings is the compiled form of Config.ScopeBindings.
+type scopeBindings []compiledBinding
+
+type compiledBinding struct {
+	ScopeBinding
+	name     string
+	patterns []scopePattern
+}
+
+// compileBindings parses validated bindings.
+func compileBindings(bs []ScopeBinding) scopeBindings {
+	var out scopeBindings
+	for i, b := range bs {
+		cb := compiledBinding{ScopeBinding: b, name: b.displayName(i)}
+		for _, s := range b.Scopes {
+			if p, err := parseScopePattern(s); err == nil {
+				cb.patterns = append(cb.patterns, p)
+			}
+		}
+		out = append(out, cb)
+	}
+	return out
+}
+
+// open reports that no binding is configured: every namespace may name any scope.
+func (bs scopeBindings) open() bool { return len(bs) == 0 }
+
+// scopeNotBound says why a pod of namespace and runner pod spec may not name
+// scope, naming the bindings that apply; "" when it may.
+func (bs scopeBindings) scopeNotBound(namespace, spec string, scope ghclient.Scope) string {
+	if bs.open() {
+		return ""
+	}
+	var names []string
+	for _, b := range bs {
+		if !b.appliesTo(namespace, spec) {
+			continue
+		}
+		for _, p := range b.patterns {
+			if p.matches(scope) {
+				return ""
+			}
+		}
+		names = append(names, fmt.Sprintf("%s (%s)", b.name, strings.Join(b.Scopes, ", ")))
+	}
+	if len(names) == 0 {
+		return fmt.Sprintf("no scopeBindings entry covers namespace %q (runner pod spec %q), so its pods may name no GitHub scope", namespace, spec)
+	}
+	return fmt.Sprintf("%s is outside what namespace %q may name: %s", scope, namespace, strings.Join(names, "; "))
+}
