@@ -11,13 +11,17 @@ import (
 	"github.com/runner-guard/runner-guard/ghclient"
 )
 
-// scopeKindNames are the prefixes of a binding's scope patterns.
-var scopeKindNames = map[string]ghclient.ScopeKind{
-	"enterprise":   ghclient.ScopeEnterprise,
-	"org":          ghclient.ScopeOrg,
-	"organization": ghclient.ScopeOrg,
-	"repo":         ghclient.ScopeRepo,
-	"repository":   ghclient.ScopeRepo,
+// scopeKindNamed reads the prefix of a binding's scope pattern.
+func scopeKindNamed(s string) (ghclient.ScopeKind, bool) {
+	switch strings.ToLower(s) {
+	case "enterprise":
+		return ghclient.ScopeEnterprise, true
+	case "org", "organization":
+		return ghclient.ScopeOrg, true
+	case "repo", "repository":
+		return ghclient.ScopeRepo, true
+	}
+	return "", false
 }
 
 // scopePattern is one parsed "KIND:GLOB" of a binding.
@@ -29,7 +33,7 @@ type scopePattern struct {
 // parseScopePattern reads "org:acme", "repo:acme/app-*" or "enterprise:big".
 func parseScopePattern(s string) (scopePattern, error) {
 	kind, glob, ok := strings.Cut(strings.TrimSpace(s), ":")
-	k, known := scopeKindNames[strings.ToLower(kind)]
+	k, known := scopeKindNamed(kind)
 	switch {
 	case !ok || !known:
 		return scopePattern{}, fmt.Errorf("want enterprise:SLUG, org:ORG or repo:OWNER/REPO (each part may be a glob)")

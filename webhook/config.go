@@ -122,8 +122,11 @@ type RunnerPodSpec struct {
 	Selector metav1.LabelSelector `json:"selector"`
 	// Container is the runner container; the runner can hold a job only while it runs.
 	Container string `json:"container"`
-	// RunnerNameEnv is the env var of Container holding the runner name; the pod
-	// name is used when it is empty or unset.
+	// RunnerNameEnv is the env var of Container holding the runner name, for
+	// controllers that do not name runners after their pods; the pod name is
+	// used when it is empty or unset. ARC names runners after their pods in
+	// both modes, so its specs leave it unset: an env var the pod's author
+	// chose could name any runner of the scope.
 	RunnerNameEnv string `json:"runnerNameEnv,omitempty"`
 	// ScopeEnv reads the scope from env vars of Container (legacy ARC).
 	ScopeEnv *ScopeKeys `json:"scopeEnv,omitempty"`
@@ -181,7 +184,6 @@ func DefaultRunnerPods() []RunnerPodSpec {
 			Name:               "legacy",
 			Selector:           metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "actions-runner", Operator: metav1.LabelSelectorOpExists}}},
 			Container:          "runner",
-			RunnerNameEnv:      "RUNNER_NAME",
 			ScopeEnv:           &ScopeKeys{Enterprise: "RUNNER_ENTERPRISE", Organization: "RUNNER_ORG", Repository: "RUNNER_REPO"},
 			RunnerIDAnnotation: "actions-runner/id",
 		},

@@ -121,7 +121,7 @@ func FuzzRunnerRecognition(f *testing.F) {
 
 		spec := matchRunnerPod(p, cfg.RunnerPods)
 		if spec != nil {
-			target, err := resolveTarget(p, spec)
+			target, err := podTarget(p, spec)
 			if target.IDHint < 0 {
 				t.Fatalf("negative ID hint %d", target.IDHint)
 			}

@@ -89,7 +89,11 @@ func NewHandler(o Options) (*Handler, error) {
 		o.Now = time.Now
 	}
 	d := newDecider(o.Config, o.GitHub, o.Pods, o.Now)
-	d.runners, d.metrics, d.githubBase = o.Runners, o.Metrics, o.GitHubBaseURL
+	d.metrics = o.Metrics
+	if o.Metrics != nil && d.resolver.bindings.open() {
+		o.Metrics.ScopesOpen.Set(1)
+	}
+	d.resolver.runners, d.resolver.githubBase = o.Runners, o.GitHubBaseURL
 	return &Handler{
 		decider:    d,
 		runnerPods: o.RunnerPods,
@@ -101,6 +105,10 @@ func NewHandler(o Options) (*Handler, error) {
 		metrics:    o.Metrics,
 	}, nil
 }
+
+// ScopesOpen reports that no scope binding is configured: a runner pod in
+// any namespace may name any GitHub scope (today's behaviour, said at start-up).
+func (h *Handler) ScopesOpen() bool { return h.decider.resolver.bindings.open() }
 
 // Handle answers one AdmissionReview. It gathers the review's facts, hands
 // them to the decider, and records every decision the same way: metric, log

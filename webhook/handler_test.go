@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/webhook/arc"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/fixture"
 )
@@ -37,7 +38,8 @@ type harness struct {
 func newHarness(t *testing.T, cfg Config, pods ...*corev1.Pod) *harness {
 	t.Helper()
 	gh, client := fixture.FakeGitHub(t)
-	objs := make([]runtime.Object, 0, len(pods))
+	// ARC's legacy Runner of the pod "ci/runner-1" that arcLegacy builds.
+	objs := []runtime.Object{legacyRunner().Obj()}
 	for _, p := range pods {
 		objs = append(objs, p)
 	}
@@ -45,10 +47,12 @@ func newHarness(t *testing.T, cfg Config, pods ...*corev1.Pod) *harness {
 		t.Fatal(err)
 	}
 	h := &harness{clock: fixture.NewClock(time.Now()), github: gh, events: events.NewFakeRecorder(100), metrics: NewMetrics()}
+	reader := fake.NewClientBuilder().WithRuntimeObjects(objs...).Build()
 	handler, err := NewHandler(Options{
 		Config:  cfg,
 		GitHub:  client,
-		Pods:    fake.NewClientBuilder().WithRuntimeObjects(objs...).Build(),
+		Runners: arc.NewResolver(arc.Options{Reader: reader}),
+		Pods:    reader,
 		Events:  h.events,
 		Metrics: h.metrics,
 		Now:     h.clock.Now,
@@ -103,10 +107,18 @@ func reviewJSON(t *testing.T, r request) []byte {
 
 func acme() ghclient.Scope { return fixture.Org("acme") }
 
+// legacyRunner is ARC's legacy Runner of pod ci/runner-1, in org acme.
+func legacyRunner() *fixture.LegacyRunnerWrapper {
+	return fixture.MakeLegacyRunner("ci", "runner-1").Org("acme")
+}
+
 func TestHandlerDecisions(t *testing.T) {
 	idle := func(h *harness) { h.github.AddRunner(acme(), "runner-1") }
 	busy := func(h *harness) { h.github.AddRunner(acme(), "runner-1"); h.github.SetBusy(acme(), "runner-1", true) }
 	legacy := func() *fixture.PodWrapper { return fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running() }
+	// arcLegacy is the pod ARC's legacy controller makes: controlled by its
+	// Runner, whose runner ID annotation is therefore trusted.
+	arcLegacy := func() *fixture.PodWrapper { return legacy().OwnedByLegacyRunner(legacyRunner()).RunnerID(1001) }
 	tests := map[string]struct {
 		cfg      Config
 		req      request
@@ -175,11 +187,11 @@ func TestHandlerDecisions(t *testing.T) {
 			allowed: true, reason: ReasonScopeUnknown, warning: true, event: EventScopeUnknown, ghCalls: map[string]int{}, stillReg: true,
 		},
 		"4b forged review: no such pod": {
-			req: request{op: OperationDelete, pod: legacy().RunnerID(1001).Obj()}, podGone: true, setup: busy,
+			req: request{op: OperationDelete, pod: arcLegacy().Obj()}, podGone: true, setup: busy,
 			allowed: true, reason: ReasonPodNotLive, ghCalls: map[string]int{}, stillReg: true,
 		},
 		"4b stale review: the live pod has another UID": {
-			req:  request{op: OperationDelete, pod: legacy().RunnerID(1001).Obj()},
+			req:  request{op: OperationDelete, pod: arcLegacy().Obj()},
 			live: legacy().RunnerID(1001).UID("another-uid").Obj(), setup: busy,
 			allowed: true, reason: ReasonPodNotLive, ghCalls: map[string]int{}, stillReg: true,
 		},
@@ -205,8 +217,12 @@ func TestHandlerDecisions(t *testing.T) {
 			allowed: true, reason: ReasonDryRunIdle, ghCalls: map[string]int{"GET": 1}, stillReg: true,
 		},
 		"7 idle runner with known ID": {
-			req: request{op: OperationDelete, pod: legacy().RunnerID(1001).Obj()}, setup: idle,
+			req: request{op: OperationDelete, pod: arcLegacy().Obj()}, setup: idle,
 			allowed: true, reason: ReasonUnregistered, event: EventRunnerUnregistered, ghCalls: map[string]int{"DELETE": 1},
+		},
+		"7 an ID the pod itself carries is checked against GitHub's record first": {
+			req: request{op: OperationDelete, pod: legacy().RunnerID(1001).Obj()}, setup: idle,
+			allowed: true, reason: ReasonUnregistered, event: EventRunnerUnregistered, ghCalls: map[string]int{"GET": 1, "DELETE": 1},
 		},
 		"7 idle runner looked up by name": {
 			req: request{op: OperationDelete, pod: legacy().Obj()}, setup: idle,
@@ -217,16 +233,16 @@ func TestHandlerDecisions(t *testing.T) {
 			allowed: true, reason: ReasonRunnerNotFound, ghCalls: map[string]int{"GET": 1},
 		},
 		"7 eviction of an idle runner": {
-			req: request{op: OperationEvict, pod: legacy().RunnerID(1001).Obj()}, setup: idle,
+			req: request{op: OperationEvict, pod: arcLegacy().Obj()}, setup: idle,
 			allowed: true, reason: ReasonUnregistered, event: EventRunnerUnregistered, ghCalls: map[string]int{"DELETE": 1},
 		},
 		"8 busy delete": {
-			req: request{op: OperationDelete, pod: legacy().RunnerID(1001).Obj()}, setup: busy,
+			req: request{op: OperationDelete, pod: arcLegacy().Obj()}, setup: busy,
 			code: 403, reason: ReasonRunnerBusy, msg: []string{"runner busy", `"runner-1"`, `org "acme"`, "force-delete"},
 			event: EventRunnerBusy, ghCalls: map[string]int{"DELETE": 1}, stillReg: true,
 		},
 		"8 busy eviction gets 429": {
-			req: request{op: OperationEvict, pod: legacy().RunnerID(1001).Obj()}, setup: busy,
+			req: request{op: OperationEvict, pod: arcLegacy().Obj()}, setup: busy,
 			code: 429, retry: 10, reason: ReasonRunnerBusy, msg: []string{"runner busy"},
 			event: EventRunnerBusy, ghCalls: map[string]int{"DELETE": 1}, stillReg: true,
 		},
@@ -236,7 +252,7 @@ func TestHandlerDecisions(t *testing.T) {
 			ghCalls: map[string]int{"GET": 1, "DELETE": 1}, stillReg: true,
 		},
 		"9 secondary rate limit": {
-			req: request{op: OperationDelete, pod: legacy().RunnerID(1001).Obj()},
+			req: request{op: OperationDelete, pod: arcLegacy().Obj()},
 			setup: func(h *harness) {
 				idle(h)
 				h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 403, RetryAfterSeconds: 42})
@@ -245,7 +261,7 @@ func TestHandlerDecisions(t *testing.T) {
 			ghCalls: map[string]int{"DELETE": 1}, stillReg: true,
 		},
 		"9 secondary rate limit, eviction": {
-			req: request{op: OperationEvict, pod: legacy().RunnerID(1001).Obj()},
+			req: request{op: OperationEvict, pod: arcLegacy().Obj()},
 			setup: func(h *harness) {
 				idle(h)
 				h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 403, RetryAfterSeconds: 42})
@@ -254,7 +270,7 @@ func TestHandlerDecisions(t *testing.T) {
 			ghCalls: map[string]int{"DELETE": 1}, stillReg: true,
 		},
 		"10 GitHub 500, deny": {
-			req: request{op: OperationDelete, pod: legacy().RunnerID(1001).Obj()},
+			req: request{op: OperationDelete, pod: arcLegacy().Obj()},
 			setup: func(h *harness) {
 				idle(h)
 				h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 500})
@@ -264,7 +280,7 @@ func TestHandlerDecisions(t *testing.T) {
 		},
 		"10 GitHub 500, allow": {
 			cfg: Config{OnError: OnErrorAllow},
-			req: request{op: OperationDelete, pod: legacy().RunnerID(1001).Obj()},
+			req: request{op: OperationDelete, pod: arcLegacy().Obj()},
 			setup: func(h *harness) {
 				idle(h)
 				h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 500})
@@ -274,7 +290,7 @@ func TestHandlerDecisions(t *testing.T) {
 		},
 		"10 GitHub slower than the timeout": {
 			cfg: Config{GitHubTimeout: metav1.Duration{Duration: 200 * time.Millisecond}},
-			req: request{op: OperationDelete, pod: legacy().RunnerID(1001).Obj()},
+			req: request{op: OperationDelete, pod: arcLegacy().Obj()},
 			setup: func(h *harness) {
 				idle(h)
 				h.github.SetLatency(2 * time.Second)

@@ -179,3 +179,71 @@ func (m *fallbackMemory) report(ctx context.Context, pod *corev1.Pod, err *arc.U
 	m.pods[pod.UID] = true
 	return fmt.Sprintf("runner scope read from pod labels, which ARC may shorten or omit: %v", err)
 }
+
+// statusMemory remembers the answer of a read-only look-up (dry runs, bypass
+// users, disrupted pods) per runner for a short window, so a loop of reviews,
+// forged or not, costs GitHub at most one request per runner per window.
+// Only read-only look-ups read it: an unregister always asks GitHub.
+type statusMemory struct {
+	ttl time.Duration
+	now func() time.Time
+
+	mu      sync.Mutex
+	entries map[string]statusEntry
+}
+
+type statusEntry struct {
+	res     githubResult
+	expires time.Time
+}
+
+// maxStatusEntries bounds the memory; past it, expired entries are swept and
+// then new answers are not remembered until some expire.
+const maxStatusEntries = 10000
+
+func newStatusMemory(ttl time.Duration, now func() time.Time) *statusMemory {
+	return &statusMemory{ttl: ttl, now: now, entries: map[string]statusEntry{}}
+}
+
+func statusKey(t Target) string {
+	key := targetKey(t)
+	if t.Creds != nil {
+		key += "\x00" + t.Creds.Key
+	}
+	return key
+}
+
+// recall returns the remembered answer for the runner, if one is fresh.
+func (m *statusMemory) recall(t Target) (githubResult, bool) {
+	if m.ttl <= 0 {
+		return githubResult{}, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.entries[statusKey(t)]
+	if !ok || !m.now().Before(e.expires) {
+		return githubResult{}, false
+	}
+	return e.res, true
+}
+
+// remember stores a read-only answer.
+func (m *statusMemory) remember(t Target, res githubResult) {
+	if m.ttl <= 0 {
+		return
+	}
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.entries) >= maxStatusEntries {
+		for k, e := range m.entries {
+			if !now.Before(e.expires) {
+				delete(m.entries, k)
+			}
+		}
+		if len(m.entries) >= maxStatusEntries {
+			return
+		}
+	}
+	m.entries[statusKey(t)] = statusEntry{res: res, expires: now.Add(m.ttl)}
+}

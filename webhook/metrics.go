@@ -8,6 +8,8 @@ type Metrics struct {
 	Decisions *prometheus.CounterVec
 	// Retired counts EphemeralRunner deletions after an unregister, by result.
 	Retired *prometheus.CounterVec
+	// ScopesOpen is 1 when no scope binding limits what runner pods may name.
+	ScopesOpen prometheus.Gauge
 }
 
 // NewMetrics creates unregistered metrics.
@@ -21,12 +23,16 @@ func NewMetrics() *Metrics {
 			Name: "runner_guard_ephemeralrunners_retired_total",
 			Help: "EphemeralRunners deleted after runner-guard unregistered their runner, by result (ok|error).",
 		}, []string{"result"}),
+		ScopesOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "runner_guard_scope_bindings_open",
+			Help: "1 when no scopeBindings are configured, so a runner pod in any namespace may name any GitHub scope; 0 when bindings limit them.",
+		}),
 	}
 }
 
 // Collectors lists the metrics for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Decisions, m.Retired}
+	return []prometheus.Collector{m.Decisions, m.Retired, m.ScopesOpen}
 }
 
 func (m *Metrics) observe(op Operation, d Decision) {

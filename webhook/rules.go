@@ -32,32 +32,35 @@ const (
 type Reason string
 
 const (
-	ReasonExemptNamespace  Reason = "exempt-namespace"
-	ReasonPodLookupFailed  Reason = "pod-lookup-failed"
-	ReasonNotRunnerPod     Reason = "not-runner-pod"
-	ReasonPodNotFound      Reason = "pod-not-found"
-	ReasonTerminating      Reason = "already-terminating"
-	ReasonContainerMissing Reason = "runner-container-missing"
-	ReasonRunnerNotRunning Reason = "runner-not-running"
-	ReasonForceAnnotation  Reason = "force-annotation"
-	ReasonPodNotLive       Reason = "pod-not-live"
-	ReasonRemovedByARC     Reason = "runner-removed-by-arc"
-	ReasonScopeUnknown     Reason = "scope-unknown"
-	ReasonCredentials      Reason = "credentials-unusable"
-	ReasonRecentlyAdmitted Reason = "recently-admitted"
-	ReasonRecentlyBusy     Reason = "recently-busy"
-	ReasonPDBBlocks        Reason = "disruption-budget"
-	ReasonBypassUser       Reason = "bypass-user"
-	ReasonDisrupted        Reason = "disrupted-pod"
-	ReasonBypassBusy       Reason = "bypass-runner-busy"
-	ReasonDryRunBusy       Reason = "dry-run-runner-busy"
-	ReasonDryRunIdle       Reason = "dry-run-runner-idle"
-	ReasonDryRunNotFound   Reason = "dry-run-runner-not-found"
-	ReasonUnregistered     Reason = "unregistered"
-	ReasonRunnerNotFound   Reason = "runner-not-found"
-	ReasonRunnerBusy       Reason = "runner-busy"
-	ReasonRateLimited      Reason = "rate-limited"
-	ReasonGitHubError      Reason = "github-error"
+	ReasonExemptNamespace    Reason = "exempt-namespace"
+	ReasonPodLookupFailed    Reason = "pod-lookup-failed"
+	ReasonNotRunnerPod       Reason = "not-runner-pod"
+	ReasonPodNotFound        Reason = "pod-not-found"
+	ReasonTerminating        Reason = "already-terminating"
+	ReasonContainerMissing   Reason = "runner-container-missing"
+	ReasonRunnerNotRunning   Reason = "runner-not-running"
+	ReasonForceAnnotation    Reason = "force-annotation"
+	ReasonPodNotLive         Reason = "pod-not-live"
+	ReasonNotOwner           Reason = "runner-owner-mismatch"
+	ReasonRunnerLookupFailed Reason = "runner-lookup-failed"
+	ReasonRemovedByARC       Reason = "runner-removed-by-arc"
+	ReasonScopeUnknown       Reason = "scope-unknown"
+	ReasonScopeNotBound      Reason = "scope-not-bound"
+	ReasonCredentials        Reason = "credentials-unusable"
+	ReasonRecentlyAdmitted   Reason = "recently-admitted"
+	ReasonRecentlyBusy       Reason = "recently-busy"
+	ReasonPDBBlocks          Reason = "disruption-budget"
+	ReasonBypassUser         Reason = "bypass-user"
+	ReasonDisrupted          Reason = "disrupted-pod"
+	ReasonBypassBusy         Reason = "bypass-runner-busy"
+	ReasonDryRunBusy         Reason = "dry-run-runner-busy"
+	ReasonDryRunIdle         Reason = "dry-run-runner-idle"
+	ReasonDryRunNotFound     Reason = "dry-run-runner-not-found"
+	ReasonUnregistered       Reason = "unregistered"
+	ReasonRunnerNotFound     Reason = "runner-not-found"
+	ReasonRunnerBusy         Reason = "runner-busy"
+	ReasonRateLimited        Reason = "rate-limited"
+	ReasonGitHubError        Reason = "github-error"
 )
 
 // Event reasons (events.k8s.io reason field, CamelCase by convention).
@@ -73,6 +76,9 @@ const (
 	EventBypassRefused      = "GuardBypassRefused"
 	EventCredentials        = "GitHubCredentialsUnusable"
 	EventFallbackToLabels   = "EphemeralRunnerUnreadable"
+	EventNotOwner           = "RunnerOwnerMismatch"
+	EventRunnerLookupFailed = "RunnerLookupFailed"
+	EventScopeNotBound      = "RunnerScopeNotBound"
 )
 
 // Decision is the outcome of one review.
@@ -114,22 +120,12 @@ type review struct {
 
 	// Spec is the matched runner pod spec, nil for a pod that is not a runner.
 	Spec *RunnerPodSpec
-	// Target and ScopeErr: the runner behind the pod (stageRunner).
-	Target   Target
-	ScopeErr error
-	// ARC is what ARC's EphemeralRunner says about the runner, nil when it is
-	// not a scale-set pod or the object could not be read (stageRunner).
-	ARC *arc.Runner
-	// Fallback, when set, says once per pod why labels were read instead of
-	// the EphemeralRunner; the handler records it as an Event.
-	Fallback string
-	// CredsErr: the runner's own credentials are missing or malformed (stageRunner).
-	CredsErr error
-	// LiveErr is the error reading the live pod of a DELETE (or another object
-	// the decision needs, such as its EphemeralRunner); LiveGone says
+	// LiveErr is the error reading the live pod of a DELETE; LiveGone says
 	// the pod does not exist or has another UID (stageRunner).
 	LiveErr  error
 	LiveGone string
+	// resolution is the runner behind the pod and how it is known (stageRunner).
+	resolution
 	// RecentlyAdmitted: this pod's deletion was admitted moments ago after
 	// GitHub removed its runner (stageRunner).
 	RecentlyAdmitted bool
@@ -194,24 +190,22 @@ type decider struct {
 	pods   client.Reader
 	memory *admittedMemory
 	busy   *busyMemory
-	// githubBase is the flags' API base (--github-url); a runner registered
-	// elsewhere cannot be asked with the flags' credentials. "" skips the check.
-	githubBase string
-	// runners reads ARC's EphemeralRunners; nil reads labels only.
-	runners RunnerResolver
+	// statuses remembers read-only look-ups, so forged dry runs cannot
+	// spend the rate limit.
+	statuses *statusMemory
+	// resolver answers which runner a pod runs.
+	resolver resolver
 	// retire deletes the EphemeralRunner of a runner runner-guard unregistered.
 	retire  bool
 	metrics *Metrics
-	// fallbacks remembers which fallbacks to labels were reported, so each
-	// cause is logged once and each pod gets one Event.
-	fallbacks *fallbackMemory
 }
 
 func newDecider(cfg Config, gh GitHub, pods client.Reader, now func() time.Time) *decider {
 	pol := cfg.policy()
 	return &decider{
 		retire:        cfg.retireEphemeralRunners(),
-		fallbacks:     newFallbackMemory(),
+		resolver:      resolver{bindings: compileBindings(cfg.ScopeBindings), fallbacks: newFallbackMemory()},
+		statuses:      newStatusMemory(cfg.ReadOnlyMemoryTTL.Duration, now),
 		policy:        pol,
 		specs:         cfg.RunnerPods,
 		table:         decisionTable(),
@@ -270,8 +264,8 @@ func (d *decider) resolve(ctx context.Context, r *review, s stage) {
 				return
 			}
 		}
-		d.resolveRunner(ctx, r)
-		if r.ScopeErr == nil && r.LiveErr == nil && r.CredsErr == nil {
+		r.resolution = d.resolver.resolve(ctx, r.Pod, r.Spec)
+		if r.askable() {
 			r.RecentlyAdmitted = d.memory.admitted(r.Pod.UID, r.Target)
 			r.Busy.Wait = d.busy.recall(r.Target)
 		}
@@ -279,7 +273,7 @@ func (d *decider) resolve(ctx context.Context, r *review, s stage) {
 			r.PDBBlocks = d.blockingPDB(ctx, r.Pod)
 		}
 	case stageGitHub:
-		if r.ScopeErr != nil || r.CredsErr != nil {
+		if !r.askable() {
 			return // only bypass users and disrupted pods get here: nothing to ask
 		}
 		r.GitHub = d.askGitHub(ctx, r)
@@ -294,6 +288,12 @@ func (d *decider) resolve(ctx context.Context, r *review, s stage) {
 	}
 }
 
+// askable reports whether the resolver found a runner GitHub may be asked about.
+func (r *review) askable() bool {
+	res := r.resolution
+	return res.NotOwner == nil && res.ObjectErr == nil && res.ScopeErr == nil && res.CredsErr == nil && res.HostErr == nil && res.NotBound == ""
+}
+
 // askGitHub makes the one GitHub call of a decision, bounded by the GitHub timeout.
 func (d *decider) askGitHub(ctx context.Context, r *review) githubResult {
 	ctx, cancel := context.WithTimeout(ctx, d.githubTimeout)
@@ -302,12 +302,20 @@ func (d *decider) askGitHub(ctx context.Context, r *review) githubResult {
 	log := logr.FromContextOrDiscard(ctx).WithValues("runner", t.Name, "scope", t.Scope.String(), "runnerIDHint", t.IDHint)
 	start := time.Now()
 	if r.readOnly(&d.policy) {
+		if res, ok := d.statuses.recall(t); ok {
+			log.V(1).Info("answered a read-only look-up from memory", "state", res.Status, "error", errString(res.Err))
+			return res
+		}
 		st, err := d.github.Status(ctx, t.runner())
 		log.V(1).Info("asked GitHub for runner status (read-only)", "state", st.State, "error", errString(err), "took", time.Since(start))
-		if err != nil {
-			return githubResult{Err: err}
+		res := githubResult{Err: err}
+		if err == nil {
+			res = githubResult{Status: &st}
 		}
-		return githubResult{Status: &st}
+		if ctx.Err() == nil {
+			d.statuses.remember(t, res)
+		}
+		return res
 	}
 	out, err := d.github.Unregister(ctx, t.runner())
 	log.V(1).Info("asked GitHub to unregister runner", "outcome", out.String(), "error", errString(err), "took", time.Since(start))
@@ -358,8 +366,11 @@ func decisionTable() []rule {
 		{[]Reason{ReasonRunnerNotRunning}, stageRequest, ruleRunnerNotRunning},
 		{[]Reason{ReasonForceAnnotation}, stageRequest, ruleForceAnnotation},
 		{[]Reason{ReasonPodNotLive}, stageRunner, rulePodNotLive},
+		{[]Reason{ReasonNotOwner}, stageRunner, ruleNotOwner},
+		{[]Reason{ReasonRunnerLookupFailed}, stageRunner, ruleRunnerLookupFailed},
 		{[]Reason{ReasonRemovedByARC}, stageRunner, ruleRemovedByARC},
 		{[]Reason{ReasonScopeUnknown}, stageRunner, ruleScopeUnknown},
+		{[]Reason{ReasonScopeNotBound}, stageRunner, ruleScopeNotBound},
 		{[]Reason{ReasonCredentials}, stageRunner, ruleCredentialsUnusable},
 		{[]Reason{ReasonRecentlyAdmitted}, stageRunner, ruleRecentlyAdmitted},
 		{[]Reason{ReasonRecentlyBusy}, stageRunner, ruleRecentlyBusy},
@@ -510,11 +521,38 @@ func (r *review) readOnly(p *policy) bool {
 func rulePodNotLive(r *review, p *policy) (Decision, bool) {
 	switch {
 	case r.LiveErr != nil:
-		return podLookupFailed(r, p, fmt.Sprintf("cannot read what the decision on pod %s needs from the API server: %v", r.podRef(), r.LiveErr)), true
+		return podLookupFailed(r, p, fmt.Sprintf("cannot read the live pod %s from the API server: %v", r.podRef(), r.LiveErr)), true
 	case r.LiveGone != "":
 		return allow(ReasonPodNotLive, fmt.Sprintf("pod %s: %s; nothing to protect, GitHub not asked", r.podRef(), r.LiveGone)), true
 	}
 	return Decision{}, false
+}
+
+// Rule 4d: a pod whose controller reference names an ARC object it does not
+// match (another name, another UID, no such object) is not that object's
+// runner: the reference was copied from a sibling or is stale. Nothing is
+// asked or changed on GitHub for it, and the pod goes, loudly.
+func ruleNotOwner(r *review, _ *policy) (Decision, bool) {
+	if r.NotOwner == nil {
+		return Decision{}, false
+	}
+	d := allow(ReasonNotOwner, fmt.Sprintf("pod %s is not the runner it claims: %v; runner-guard asked GitHub nothing and lets the pod go", r.podRef(), r.NotOwner))
+	d.Warning = d.Message
+	d.EventType, d.EventReason = corev1.EventTypeWarning, EventNotOwner
+	return d, true
+}
+
+// Rule 4e: ARC's object could not be read (a transient API error), so
+// runner-guard cannot tell which runner the pod is.
+func ruleRunnerLookupFailed(r *review, p *policy) (Decision, bool) {
+	if r.ObjectErr == nil {
+		return Decision{}, false
+	}
+	msg := fmt.Sprintf("cannot read the ARC object behind pod %s from the API server: %v", r.podRef(), r.ObjectErr)
+	d := onError(p, ReasonRunnerLookupFailed, msg, http.StatusServiceUnavailable)
+	refusedEviction(r, p, &d, p.BusyRetryAfter)
+	d.EventType, d.EventReason = corev1.EventTypeWarning, EventRunnerLookupFailed
+	return d, true
 }
 
 // Rule 4c: ARC removed the runner itself (its EphemeralRunner is being
@@ -528,9 +566,28 @@ func ruleRemovedByARC(r *review, _ *policy) (Decision, bool) {
 }
 
 // Rule 5a: the runner's own credentials (ARC's githubConfigSecret) are
-// missing or malformed; the message names the Secret and the key.
+// missing or malformed (the message names the Secret and the key), or the
+// flags' credentials would ask another GitHub than the runner's.
 func ruleCredentialsUnusable(r *review, p *policy) (Decision, bool) {
-	return cannotAskGitHub(r, p, r.CredsErr, ReasonCredentials, EventCredentials, "cannot ask GitHub about the runner of pod %s: %v")
+	err := r.CredsErr
+	if err == nil {
+		err = r.HostErr
+	}
+	return cannotAskGitHub(r, p, err, ReasonCredentials, EventCredentials, "cannot ask GitHub about the runner of pod %s: %v")
+}
+
+// Rule 5e: the runner pod names a scope outside what its namespace may reach
+// (scopeBindings). runner-guard's credentials are not pointed there: the pod
+// goes without any GitHub request, loudly, and the message names the binding.
+func ruleScopeNotBound(r *review, _ *policy) (Decision, bool) {
+	if r.NotBound == "" {
+		return Decision{}, false
+	}
+	d := allow(ReasonScopeNotBound, fmt.Sprintf("runner %q of pod %s: %s; runner-guard asked GitHub nothing and does not guard this pod: bind the scope to the namespace in scopeBindings to guard it",
+		r.Target.Name, r.podRef(), r.NotBound))
+	d.Warning = d.Message
+	d.EventType, d.EventReason = corev1.EventTypeWarning, EventScopeNotBound
+	return d, true
 }
 
 // Rule 5: without a scope runner-guard cannot ask GitHub.
@@ -612,6 +669,8 @@ func ruleBypass(r *review, p *policy) (Decision, bool) {
 		why += fmt.Sprintf("; GitHub not asked: %v", r.ScopeErr)
 	case r.CredsErr != nil:
 		why += fmt.Sprintf("; GitHub not asked: %v", r.CredsErr)
+	case r.HostErr != nil:
+		why += fmt.Sprintf("; GitHub not asked: %v", r.HostErr)
 	case r.GitHub.Err != nil:
 		why += fmt.Sprintf("; GitHub could not be asked: %v", r.GitHub.Err)
 	default:

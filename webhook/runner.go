@@ -2,10 +2,8 @@ package webhook
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
-	"strconv"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -17,28 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
-
-// trimSuffix is what ARC appends to a label value it truncated at 63 characters.
-const trimSuffix = "-trim"
-
-// Target is the GitHub runner behind a runner pod.
-type Target struct {
-	Scope ghclient.Scope
-	Name  string
-	// IDHint is the runner ID recorded on the pod, 0 when unknown.
-	IDHint int64
-	// Creds are the runner's own credentials (ARC's githubConfigSecret); nil
-	// uses the flags' credentials.
-	Creds *ghclient.Credentials
-}
-
-// runner is the GitHub client's name for the target.
-func (t Target) runner() ghclient.Runner {
-	return ghclient.Runner{Scope: t.Scope, Name: t.Name, ID: t.IDHint, Creds: t.Creds}
-}
 
 // matchRunnerPod returns the first runner pod spec whose selector matches the
 // pod's labels, or nil for a pod that is not a runner pod.
@@ -83,181 +61,12 @@ func runnerContainerRunning(pod *corev1.Pod, container string) bool {
 	return false
 }
 
-// resolveTarget reads the runner's name, scope and ID hint from the pod.
-func resolveTarget(pod *corev1.Pod, spec *RunnerPodSpec) (Target, error) {
-	env := literalEnv(pod, spec.Container)
-	name := pod.Name
-	if spec.RunnerNameEnv != "" && env[spec.RunnerNameEnv] != "" {
-		name = env[spec.RunnerNameEnv]
-	}
-	t := Target{Name: name, IDHint: runnerIDHint(pod, spec.RunnerIDAnnotation)}
-
-	var tried []string
-	if spec.ScopeEnv != nil {
-		s, ok, err := scopeFrom(spec.ScopeEnv, env, "")
-		if err != nil {
-			return t, fmt.Errorf("container %q env: %w", spec.Container, err)
-		}
-		if ok {
-			t.Scope = s
-			return t, nil
-		}
-		tried = append(tried, fmt.Sprintf("env %s in container %q", keyList(spec.ScopeEnv), spec.Container))
-	}
-	if spec.ScopeLabels != nil {
-		s, ok, err := scopeFrom(spec.ScopeLabels, pod.Labels, spec.ScopeLabels.Organization)
-		if err != nil {
-			return t, fmt.Errorf("pod labels: %w", err)
-		}
-		if ok {
-			t.Scope = s
-			return t, nil
-		}
-		tried = append(tried, "labels "+keyList(spec.ScopeLabels))
-	}
-	return t, fmt.Errorf("no runner scope found: pod sets none of %s", strings.Join(tried, ", nor "))
-}
-
-// scopeFrom picks the scope with precedence repository > organization >
-// enterprise. ownerKey, when set, supplies the owner of a bare repository name
-// (ARC scale sets label the repository without its owner).
-func scopeFrom(keys *ScopeKeys, values map[string]string, ownerKey string) (ghclient.Scope, bool, error) {
-	get := func(key string) (string, error) {
-		if key == "" {
-			return "", nil
-		}
-		v := strings.TrimSpace(values[key])
-		if truncated(v) {
-			return "", fmt.Errorf("%s=%q was truncated by the runner controller; the full name is unknown", key, v)
-		}
-		return v, nil
-	}
-	repo, err := get(keys.Repository)
-	if err != nil {
-		return ghclient.Scope{}, false, err
-	}
-	if repo != "" {
-		if !strings.Contains(repo, "/") && ownerKey != "" {
-			owner, err := get(ownerKey)
-			if err != nil {
-				return ghclient.Scope{}, false, err
-			}
-			if owner == "" {
-				return ghclient.Scope{}, false, fmt.Errorf("%s=%q names no owner and %s is not set", keys.Repository, repo, ownerKey)
-			}
-			repo = owner + "/" + repo
-		}
-		s, err := ghclient.RepoScope(repo)
-		return s, err == nil, err
-	}
-	org, err := get(keys.Organization)
-	if err != nil {
-		return ghclient.Scope{}, false, err
-	}
-	if org != "" {
-		s, err := ghclient.OrgScope(org)
-		return s, err == nil, err
-	}
-	ent, err := get(keys.Enterprise)
-	if err != nil {
-		return ghclient.Scope{}, false, err
-	}
-	if ent != "" {
-		s, err := ghclient.EnterpriseScope(ent)
-		return s, err == nil, err
-	}
-	return ghclient.Scope{}, false, nil
-}
-
-// truncated reports whether ARC cut a label value to fit 63 characters.
-func truncated(v string) bool {
-	return len(v) == 63 && strings.HasSuffix(v, trimSuffix)
-}
-
-// literalEnv returns the container's env vars that have literal values; values
-// from ConfigMaps or Secrets are unknown to an admission webhook.
-func literalEnv(pod *corev1.Pod, container string) map[string]string {
-	env := map[string]string{}
-	for _, c := range pod.Spec.Containers {
-		if c.Name != container {
-			continue
-		}
-		for _, e := range c.Env {
-			if e.ValueFrom == nil {
-				env[e.Name] = e.Value
-			}
-		}
-	}
-	return env
-}
-
-// runnerIDHint parses the runner ID annotation; anything unparsable is no hint.
-func runnerIDHint(pod *corev1.Pod, annotation string) int64 {
-	if annotation == "" {
-		return 0
-	}
-	id, err := strconv.ParseInt(strings.TrimSpace(pod.Annotations[annotation]), 10, 64)
-	if err != nil || id <= 0 {
-		return 0
-	}
-	return id
-}
-
-func keyList(k *ScopeKeys) string {
-	var keys []string
-	for _, key := range []string{k.Repository, k.Organization, k.Enterprise} {
-		if key != "" {
-			keys = append(keys, key)
-		}
-	}
-	return strings.Join(keys, ", ")
-}
-
-// resolveRunner finds the runner behind the pod: from its runner
-// controller's own objects where they can be read (ARC's EphemeralRunner),
-// else from the pod's labels and env as its runner pod spec says.
-func (d *decider) resolveRunner(ctx context.Context, r *review) {
-	if d.runners != nil {
-		run, err := d.runners.Resolve(ctx, r.Pod)
-		var unavailable *arc.UnavailableError
-		var creds *arc.CredentialsError
-		var invalid *arc.InvalidError
-		switch {
-		case err == nil && run != nil:
-			r.ARC = run
-			r.Target = Target{Scope: run.Scope, Name: run.Name, IDHint: run.ID, Creds: run.Creds}
-			if run.Creds == nil && run.Removed == "" && d.githubBase != "" &&
-				!sameAPIBase(run.BaseURL, ghclient.DefaultBaseURL) && !sameAPIBase(run.BaseURL, d.githubBase) {
-				// The flags' credentials would ask another GitHub, whose
-				// "not found" would let the pod go unguarded. (A github.com
-				// runner is asked at --github-url: it may be a proxy for it.)
-				r.CredsErr = fmt.Errorf("EphemeralRunner %s is registered at %s (its githubConfigUrl), but runner-guard asks %s (--github-url): "+
-					"point --github-url there or use --credentials-mode=arc", run.EphemeralRunner, ghclient.RedactURL(run.BaseURL), ghclient.RedactURL(d.githubBase))
-			}
-			return
-		case errors.As(err, &unavailable):
-			r.Fallback = d.fallbacks.report(ctx, r.Pod, unavailable)
-		case errors.As(err, &creds):
-			r.Target, _ = resolveTarget(r.Pod, r.Spec)
-			r.CredsErr = err
-			return
-		case errors.As(err, &invalid):
-			r.ScopeErr = err
-			return
-		case err != nil:
-			r.LiveErr = err
-			return
-		}
-	}
-	r.Target, r.ScopeErr = resolveTarget(r.Pod, r.Spec)
-}
-
 // retireEphemeralRunner deletes the EphemeralRunner of a runner runner-guard
 // just unregistered, so ARC's EphemeralRunnerSet creates a fresh runner
 // instead of restarting the pod with a dead registration. A failure does not
 // change the answer: the runner is already gone from GitHub.
 func (d *decider) retireEphemeralRunner(ctx context.Context, run *arc.Runner, dec Decision) Decision {
-	err := d.runners.Retire(ctx, run)
+	err := d.resolver.runners.Retire(ctx, run)
 	d.metrics.retired(err)
 	if err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "cannot retire the EphemeralRunner; ARC replaces it after its runner fails to start", "ephemeralRunner", run.EphemeralRunner.String())

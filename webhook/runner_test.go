@@ -33,9 +33,10 @@ func TestMatchRunnerPod(t *testing.T) {
 	}
 }
 
-func TestResolveTarget(t *testing.T) {
+func TestPodTarget(t *testing.T) {
 	specs := DefaultConfig().RunnerPods
 	legacy, scaleSet := &specs[0], &specs[1]
+	named := &RunnerPodSpec{Name: "named", Container: "runner", RunnerNameEnv: "RUNNER_NAME", ScopeEnv: legacy.ScopeEnv}
 	long := strings.Repeat("a", 58) + "-trim" // ARC's truncation of a 63+ character value
 	repo := func(s string) ghclient.Scope { sc, _ := ghclient.RepoScope(s); return sc }
 	org := func(s string) ghclient.Scope { sc, _ := ghclient.OrgScope(s); return sc }
@@ -58,12 +59,16 @@ func TestResolveTarget(t *testing.T) {
 			pod: fixture.MakeLegacyRunnerPod("ci", "pod-a").Enterprise("big").Obj(), spec: legacy,
 			want: Target{Scope: ent("big"), Name: "pod-a"},
 		},
-		"legacy RUNNER_NAME differs from pod name": {
+		"legacy RUNNER_NAME naming another runner is ignored: ARC names runners after pods": {
 			pod: fixture.MakeLegacyRunnerPod("ci", "pod-a").Env("RUNNER_NAME", "custom").Org("acme").Obj(), spec: legacy,
+			want: Target{Scope: org("acme"), Name: "pod-a"},
+		},
+		"a spec that names runnerNameEnv reads it": {
+			pod: fixture.MakeLegacyRunnerPod("ci", "pod-a").Env("RUNNER_NAME", "custom").Org("acme").Obj(), spec: named,
 			want: Target{Scope: org("acme"), Name: "custom"},
 		},
-		"legacy empty RUNNER_NAME falls back to pod name": {
-			pod: fixture.MakeLegacyRunnerPod("ci", "pod-a").Env("RUNNER_NAME", "").Org("acme").Obj(), spec: legacy,
+		"a spec that names runnerNameEnv falls back to the pod name when it is empty": {
+			pod: fixture.MakeLegacyRunnerPod("ci", "pod-a").Env("RUNNER_NAME", "").Org("acme").Obj(), spec: named,
 			want: Target{Scope: org("acme"), Name: "pod-a"},
 		},
 		"legacy bad ID annotation is no hint": {
@@ -119,7 +124,7 @@ func TestResolveTarget(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, err := resolveTarget(tc.pod, tc.spec)
+			got, err := podTarget(tc.pod, tc.spec)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
@@ -129,8 +134,12 @@ func TestResolveTarget(t *testing.T) {
 			if err != nil {
 				t.Fatalf("unexpected error: %v", err)
 			}
-			if got != tc.want {
+			if got.Scope != tc.want.Scope || got.Name != tc.want.Name || got.IDHint != tc.want.IDHint {
 				t.Fatalf("target = %+v, want %+v", got, tc.want)
+			}
+			// Everything read from the pod is untrusted but the flags' credentials.
+			if got.From.Name.Trusted || got.From.Scope.Trusted || got.From.ID.Trusted || !got.From.Creds.Trusted {
+				t.Errorf("provenance %+v: facts from the pod must be untrusted", got.From)
 			}
 		})
 	}

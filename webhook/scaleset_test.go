@@ -59,7 +59,7 @@ func TestScaleSetRunnerOnAnotherHost(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			gh := &countingGitHub{}
 			d := newDecider(DefaultConfig(), gh, fake.NewClientBuilder().WithObjects(pod.DeepCopy()).Build(), time.Now)
-			d.runners, d.githubBase = oneRunner{run(tc.base)}, "https://api.github.com"
+			d.resolver.runners, d.resolver.githubBase = oneRunner{run(tc.base)}, "https://api.github.com"
 			dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Namespace: "ci", Name: "set-1", Pod: pod})
 			if dec.Reason != tc.want || dec.Allowed || gh.calls != tc.wantCalls {
 				t.Fatalf("decision %s (allowed %v), %d GitHub calls; want %s, refused, %d calls: %s", dec.Reason, dec.Allowed, gh.calls, tc.want, tc.wantCalls, dec.Message)
@@ -77,9 +77,9 @@ func TestScaleSetGitHubComRunnerAskedAtGitHubURL(t *testing.T) {
 	pod := fixture.MakeScaleSetRunnerPod("ci", "set-1").Running().Obj()
 	gh := &countingGitHub{}
 	d := newDecider(DefaultConfig(), gh, fake.NewClientBuilder().WithObjects(pod.DeepCopy()).Build(), time.Now)
-	d.runners = oneRunner{&arc.Runner{Runner: ghclient.Runner{Scope: fixture.Org("acme"), Name: "set-1", ID: 7},
+	d.resolver.runners = oneRunner{&arc.Runner{Runner: ghclient.Runner{Scope: fixture.Org("acme"), Name: "set-1", ID: 7},
 		BaseURL: ghclient.DefaultBaseURL, EphemeralRunner: types.NamespacedName{Namespace: "ci", Name: "set-1"}}}
-	d.githubBase = "http://127.0.0.1:8080/"
+	d.resolver.githubBase = "http://127.0.0.1:8080/"
 	dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Namespace: "ci", Name: "set-1", Pod: pod})
 	if dec.Reason != ReasonRunnerBusy || gh.calls != 1 {
 		t.Fatalf("decision %s after %d GitHub calls; want runner-busy after 1: %s", dec.Reason, gh.calls, dec.Message)

@@ -180,6 +180,9 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		return fmt.Errorf("readyz: %w", err)
 	}
 
+	if handler.ScopesOpen() {
+		log.Info("WARNING: no scopeBindings in --config: a runner pod in any guarded namespace may name any GitHub scope, and runner-guard unregisters runners there with its credentials; bind namespaces to scopes to stop that (metric runner_guard_scope_bindings_open=1)")
+	}
 	log.Info("starting runner-guard", "version", version, "githubURL", opts.githubURL,
 		"onError", hcfg.OnError, "githubTimeout", hcfg.GitHubTimeout.Duration, "webhookPort", opts.webhookPort)
 	if err := mgr.Start(ctx); err != nil {

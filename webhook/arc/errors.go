@@ -13,7 +13,23 @@ var (
 	_ error = &UnavailableError{}
 	_ error = &InvalidError{}
 	_ error = &CredentialsError{}
+	_ error = &NotOwnerError{}
 )
+
+// NotOwnerError: the pod's controller reference names an ARC object the pod
+// does not match (another name, another UID, or no such object). ARC names a
+// pod after its object and references that object's UID, so such a pod is not
+// that object's runner: the reference was copied or is stale.
+type NotOwnerError struct {
+	// Kind and Object name what the pod claims.
+	Kind   string
+	Object types.NamespacedName
+	Why    string
+}
+
+func (e *NotOwnerError) Error() string {
+	return fmt.Sprintf("pod claims %s %s as its controller, but %s", e.Kind, e.Object, e.Why)
+}
 
 // UnavailableReason says why an EphemeralRunner could not be read. The caller
 // falls back to the pod's labels and can report each reason once.
@@ -25,20 +41,24 @@ const (
 	UnavailableNoKind UnavailableReason = "NoKind"
 	// UnavailableForbidden: runner-guard may not get ephemeralrunners.actions.github.com.
 	UnavailableForbidden UnavailableReason = "Forbidden"
-	// UnavailableNotFound: the pod's owner does not exist (any more), or a
-	// different object now has its name.
-	UnavailableNotFound UnavailableReason = "NotFound"
 )
 
-// UnavailableError: the pod is owned by an EphemeralRunner that cannot be read.
+// UnavailableError: the pod is owned by an ARC object (an EphemeralRunner or a
+// legacy Runner) that cannot be read.
 type UnavailableError struct {
+	// Kind is the object's kind; EphemeralRunner names it.
+	Kind            string
 	EphemeralRunner types.NamespacedName
 	Reason          UnavailableReason
 	Err             error
 }
 
 func (e *UnavailableError) Error() string {
-	return fmt.Sprintf("cannot read EphemeralRunner %s (%s): %v", e.EphemeralRunner, e.Reason, e.Err)
+	kind := e.Kind
+	if kind == "" {
+		kind = Kind
+	}
+	return fmt.Sprintf("cannot read %s %s (%s): %v", kind, e.EphemeralRunner, e.Reason, e.Err)
 }
 
 func (e *UnavailableError) Unwrap() error { return e.Err }

@@ -52,17 +52,26 @@ func NewResolver(opts Options) *Resolver {
 	return &Resolver{reader: opts.Reader, writer: opts.Writer, arcCreds: opts.CredentialsFromARC, checker: checker}
 }
 
-// Runner is what ARC's objects say about the runner of one pod.
+// Runner is what ARC's objects say about the runner of one pod. Every field
+// comes from ARC's own object, verified to control the pod: its name is the
+// pod's and its UID the one the pod references.
 type Runner struct {
-	// Scope and API host from spec.githubConfigUrl; Name from status.runnerName
-	// (the pod name when empty); ID from status.runnerId (0: not yet known);
-	// Creds in ARC credentials mode only, and nil when Removed is set.
+	// Scope from spec.githubConfigUrl (EphemeralRunner) or spec.repository,
+	// organization, enterprise (legacy Runner); Name from status.runnerName
+	// (the pod name when empty; always the pod name for a legacy Runner); ID
+	// from status.runnerId (0: not yet known; legacy Runners keep it on the
+	// pod); Creds in ARC credentials mode only, and nil when Removed is set.
 	ghclient.Runner
+	// Kind is EphemeralRunner or (legacy) Runner.
+	Kind string
 	// BaseURL is the API base spec.githubConfigUrl points at (see
-	// ghclient.APIBaseForConfigURL), set in every mode: with static
-	// credentials the caller can tell a runner on another host, which its
-	// client would look up in vain.
-	BaseURL         string
+	// ghclient.APIBaseForConfigURL), set in every mode for EphemeralRunners:
+	// with static credentials the caller can tell a runner on another host,
+	// which its client would look up in vain. Empty for legacy Runners,
+	// whose GitHub is the controller's.
+	BaseURL string
+	// EphemeralRunner names the object (an EphemeralRunner or a legacy
+	// Runner); Retire deletes only EphemeralRunners.
 	EphemeralRunner types.NamespacedName
 	UID             types.UID
 	// Removed is non-empty when ARC has already removed the runner from
@@ -73,10 +82,13 @@ type Runner struct {
 	Removed string
 }
 
-// Resolve reads the EphemeralRunner that controls pod. It returns
-//   - (nil, nil) when the pod's controller is not an EphemeralRunner (or it has none);
-//   - (nil, *UnavailableError) when the EphemeralRunner cannot be read: CRD
-//     absent, RBAC forbidden, not found; the caller falls back to labels;
+// Resolve reads the ARC object that controls pod: an EphemeralRunner
+// (scale-set mode) or a legacy Runner. It returns
+//   - (nil, nil) when the pod's controller is neither (or it has none);
+//   - (nil, *NotOwnerError) when the pod claims an object it does not match:
+//     another name, another UID, or no such object;
+//   - (nil, *UnavailableError) when the object cannot be read: CRD absent or
+//     RBAC forbidden; the caller falls back to the pod's own labels and env;
 //   - (nil, *InvalidError) when it holds an unusable value (a bad githubConfigUrl);
 //   - (nil, *CredentialsError) in ARC credentials mode when the Secret is
 //     missing, unreadable or malformed;
@@ -86,27 +98,48 @@ func (r *Resolver) Resolve(ctx context.Context, pod *corev1.Pod) (*Runner, error
 		return nil, nil
 	}
 	owner := metav1.GetControllerOf(pod)
-	if owner == nil || owner.Kind != Kind {
+	if owner == nil {
 		return nil, nil
 	}
 	gv, err := schema.ParseGroupVersion(owner.APIVersion)
-	if err != nil || gv.Group != Group {
+	if err != nil {
+		return nil, nil
+	}
+	var want schema.GroupVersionKind
+	switch {
+	case gv.Group == Group && owner.Kind == Kind:
+		want = GroupVersionKind()
+	case gv.Group == LegacyGroup && owner.Kind == LegacyKind:
+		want = LegacyGroupVersionKind()
+	default:
 		return nil, nil
 	}
 	key := types.NamespacedName{Namespace: pod.Namespace, Name: owner.Name}
-	if owner.Name == "" {
-		return nil, &UnavailableError{EphemeralRunner: key, Reason: UnavailableNotFound, Err: errors.New("the pod's owner reference names no EphemeralRunner")}
+	if owner.Name != pod.Name {
+		// ARC names the pod after its object; a pod of another name borrowed the reference.
+		return nil, &NotOwnerError{Kind: want.Kind, Object: key,
+			Why: fmt.Sprintf("ARC names a runner pod after its %s and this pod is named %q", want.Kind, pod.Name)}
 	}
-	if gv.Version != Version {
+	if gv.Version != want.Version {
 		// ARC's object in a version this code does not know: fall back, and say so.
-		return nil, &UnavailableError{EphemeralRunner: key, Reason: UnavailableNoKind,
-			Err: fmt.Errorf("pod is owned by %s %s; runner-guard reads %s/%s", owner.APIVersion, Kind, Group, Version)}
+		return nil, &UnavailableError{Kind: want.Kind, EphemeralRunner: key, Reason: UnavailableNoKind,
+			Err: fmt.Errorf("pod is owned by %s %s; runner-guard reads %s", owner.APIVersion, want.Kind, want.GroupVersion())}
 	}
-
 	if r.reader == nil {
 		return nil, errors.New("arc: Resolver has no Reader")
 	}
-	er, err := r.get(ctx, key, owner.UID)
+	u, err := r.get(ctx, want, key, owner.UID)
+	if err != nil {
+		return nil, err
+	}
+	if want.Kind == LegacyKind {
+		scope, field, err := legacyScope(u)
+		if err != nil {
+			return nil, &InvalidError{EphemeralRunner: key, Field: field, Err: err}
+		}
+		return &Runner{Runner: ghclient.Runner{Scope: scope, Name: pod.Name}, Kind: LegacyKind, EphemeralRunner: key, UID: u.GetUID()}, nil
+	}
+	er, err := parseEphemeralRunner(u)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +148,8 @@ func (r *Resolver) Resolve(ctx context.Context, pod *corev1.Pod) (*Runner, error
 		return nil, &InvalidError{EphemeralRunner: key, Field: fieldConfigURL, Err: err}
 	}
 	run := &Runner{
-		Runner:          ghclient.Runner{Scope: scope, Name: er.runnerName, ID: er.runnerID},
+		Runner:          ghclient.Runner{Scope: scope, Name: er.runnerName, ID: er.runnerID, IDTrusted: er.runnerID > 0},
+		Kind:            Kind,
 		BaseURL:         base,
 		EphemeralRunner: key,
 		UID:             er.uid,
@@ -135,37 +169,37 @@ func (r *Resolver) Resolve(ctx context.Context, pod *corev1.Pod) (*Runner, error
 	return run, nil
 }
 
-// get reads and validates the EphemeralRunner; uid, when set, must match.
-func (r *Resolver) get(ctx context.Context, key types.NamespacedName, uid types.UID) (*ephemeralRunner, error) {
+// get reads the object the pod references; it must exist and carry uid.
+func (r *Resolver) get(ctx context.Context, gvk schema.GroupVersionKind, key types.NamespacedName, uid types.UID) (*unstructured.Unstructured, error) {
 	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(GroupVersionKind())
+	u.SetGroupVersionKind(gvk)
 	if err := r.reader.Get(ctx, key, u); err != nil {
-		return nil, classifyGetError(key, err)
+		if apierrors.IsNotFound(err) && !notFoundIsResource(err) {
+			return nil, &NotOwnerError{Kind: gvk.Kind, Object: key, Why: "no such object exists"}
+		}
+		return nil, classifyGetError(gvk.Kind, key, err)
 	}
-	if uid != "" && u.GetUID() != uid {
-		// The owner is gone and another EphemeralRunner took its name.
-		return nil, &UnavailableError{EphemeralRunner: key, Reason: UnavailableNotFound,
-			Err: fmt.Errorf("it has UID %s, the pod's owner had UID %s", u.GetUID(), uid)}
+	if u.GetUID() != uid {
+		return nil, &NotOwnerError{Kind: gvk.Kind, Object: key,
+			Why: fmt.Sprintf("it has UID %q and the pod references UID %q (a copied or stale reference)", u.GetUID(), uid)}
 	}
-	return parseEphemeralRunner(u)
+	return u, nil
 }
 
-func classifyGetError(key types.NamespacedName, err error) error {
+func classifyGetError(kind string, key types.NamespacedName, err error) error {
 	unavailable := func(reason UnavailableReason) error {
-		return &UnavailableError{EphemeralRunner: key, Reason: reason, Err: err}
+		return &UnavailableError{Kind: kind, EphemeralRunner: key, Reason: reason, Err: err}
 	}
 	switch {
 	case meta.IsNoMatchError(err):
 		return unavailable(UnavailableNoKind)
-	case apierrors.IsNotFound(err) && notFoundIsResource(err):
+	case apierrors.IsNotFound(err):
 		// The CRD was removed after discovery: the API server answers 404 for the resource.
 		return unavailable(UnavailableNoKind)
-	case apierrors.IsNotFound(err):
-		return unavailable(UnavailableNotFound)
 	case apierrors.IsForbidden(err):
 		return unavailable(UnavailableForbidden)
 	}
-	return fmt.Errorf("reading EphemeralRunner %s: %w", key, err)
+	return fmt.Errorf("reading %s %s: %w", kind, key, err)
 }
 
 // notFoundIsResource tells a 404 for the whole resource (no such API) from a
@@ -188,7 +222,7 @@ func (r *Resolver) Retire(ctx context.Context, run *Runner) error {
 	if r.writer == nil {
 		return ErrRetireDisabled
 	}
-	if run == nil || run.EphemeralRunner.Name == "" {
+	if run == nil || run.EphemeralRunner.Name == "" || run.Kind != Kind {
 		return errors.New("retire: no EphemeralRunner named")
 	}
 	u := &unstructured.Unstructured{}

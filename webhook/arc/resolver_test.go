@@ -187,8 +187,10 @@ func TestResolveNotAScaleSetPod(t *testing.T) {
 			APIVersion: fixture.EphemeralRunnerAPIVersion, Kind: "EphemeralRunner", Name: "a", UID: er.GetUID()}).Obj(),
 		"EphemeralRunner of another group": fixture.MakePod(ns, "a").Owner(metav1.OwnerReference{
 			APIVersion: "example.com/v1", Kind: "EphemeralRunner", Name: "a", UID: "u", Controller: ptr.To(true)}).Obj(),
-		"legacy runner pod": fixture.MakeLegacyRunnerPod(ns, "a").Owner(metav1.OwnerReference{
-			APIVersion: "actions.summerwind.dev/v1alpha1", Kind: "Runner", Name: "a", UID: "u", Controller: ptr.To(true)}).Obj(),
+		"legacy pod of a StatefulSet (RunnerSet)": fixture.MakeLegacyRunnerPod(ns, "a").Owner(metav1.OwnerReference{
+			APIVersion: "apps/v1", Kind: "StatefulSet", Name: "set", UID: "u", Controller: ptr.To(true)}).Obj(),
+		"Runner of another group": fixture.MakeLegacyRunnerPod(ns, "a").Owner(metav1.OwnerReference{
+			APIVersion: "example.com/v1", Kind: "Runner", Name: "a", UID: "u", Controller: ptr.To(true)}).Obj(),
 	}
 	for name, pod := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -232,16 +234,6 @@ func TestResolveUnavailable(t *testing.T) {
 			funcs:      failGet(apierrors.NewForbidden(arc.GroupResource(), "a", errors.New(`cannot get resource "ephemeralrunners"`))),
 			wantReason: arc.UnavailableForbidden,
 		},
-		"EphemeralRunner not found": {wantReason: arc.UnavailableNotFound},
-		"another EphemeralRunner took the owner's name": {
-			objs:       []client.Object{fixture.MakeEphemeralRunner(ns, "a").UID("newer").Obj()},
-			wantReason: arc.UnavailableNotFound,
-		},
-		"owner reference without a name": {
-			pod: fixture.MakeScaleSetRunnerPod(ns, "a").Owner(metav1.OwnerReference{
-				APIVersion: fixture.EphemeralRunnerAPIVersion, Kind: "EphemeralRunner", UID: "u", Controller: ptr.To(true)}).Obj(),
-			wantReason: arc.UnavailableNotFound, wantName: "",
-		},
 		"owner in a version runner-guard does not know": {
 			pod: fixture.MakeScaleSetRunnerPod(ns, "a").Owner(metav1.OwnerReference{
 				APIVersion: "actions.github.com/v1beta1", Kind: "EphemeralRunner", Name: "a", UID: "u", Controller: ptr.To(true)}).Obj(),
@@ -272,6 +264,118 @@ func TestResolveUnavailable(t *testing.T) {
 			}
 			if ue.Reason != tc.wantReason || ue.EphemeralRunner != want {
 				t.Errorf("got reason %s for %s, want %s for %s (%v)", ue.Reason, ue.EphemeralRunner, tc.wantReason, want, err)
+			}
+		})
+	}
+}
+
+// A pod that claims an ARC object it does not match is not that object's
+// runner: a sibling's name and UID are readable by anyone who can list them.
+func TestResolveNotOwner(t *testing.T) {
+	er := fixture.MakeEphemeralRunner(ns, "a")
+	sibling := fixture.MakeEphemeralRunner(ns, "sibling").Obj()
+	cases := map[string]struct {
+		objs    []client.Object
+		pod     *corev1.Pod
+		wantWhy string
+	}{
+		"EphemeralRunner not found": {pod: scaleSetPod(er), wantWhy: "no such object"},
+		"another EphemeralRunner took the owner's name": {
+			objs: []client.Object{fixture.MakeEphemeralRunner(ns, "a").UID("newer").Obj()},
+			pod:  scaleSetPod(er), wantWhy: `UID "newer"`,
+		},
+		"a borrowed controller: the sibling's name and UID on another pod": {
+			objs: []client.Object{sibling},
+			pod: fixture.MakeScaleSetRunnerPod(ns, "attacker").Owner(metav1.OwnerReference{
+				APIVersion: fixture.EphemeralRunnerAPIVersion, Kind: "EphemeralRunner", Name: "sibling", UID: sibling.GetUID(), Controller: ptr.To(true)}).Obj(),
+			wantWhy: `this pod is named "attacker"`,
+		},
+		"owner reference without a name": {
+			pod: fixture.MakeScaleSetRunnerPod(ns, "a").Owner(metav1.OwnerReference{
+				APIVersion: fixture.EphemeralRunnerAPIVersion, Kind: "EphemeralRunner", UID: "u", Controller: ptr.To(true)}).Obj(),
+			wantWhy: "names a runner pod after",
+		},
+		"a borrowed legacy Runner": {
+			objs: []client.Object{legacyRunner("victim", "uid-victim", "acme")},
+			pod: fixture.MakeLegacyRunnerPod(ns, "attacker").Owner(metav1.OwnerReference{
+				APIVersion: arc.LegacyGroup + "/" + arc.LegacyVersion, Kind: arc.LegacyKind, Name: "victim", UID: "uid-victim", Controller: ptr.To(true)}).Obj(),
+			wantWhy: `this pod is named "attacker"`,
+		},
+		"a legacy Runner with another UID": {
+			objs: []client.Object{legacyRunner("r1", "uid-new", "acme")},
+			pod: fixture.MakeLegacyRunnerPod(ns, "r1").Owner(metav1.OwnerReference{
+				APIVersion: arc.LegacyGroup + "/" + arc.LegacyVersion, Kind: arc.LegacyKind, Name: "r1", UID: "uid-old", Controller: ptr.To(true)}).Obj(),
+			wantWhy: `UID "uid-new"`,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			run, err := arc.NewResolver(arc.Options{Reader: newFakeClient(nil, tc.objs...)}).Resolve(context.Background(), tc.pod)
+			var no *arc.NotOwnerError
+			if !errors.As(err, &no) || run != nil {
+				t.Fatalf("Resolve = %+v, %v; want a *NotOwnerError", run, err)
+			}
+			if !strings.Contains(err.Error(), tc.wantWhy) {
+				t.Errorf("error %q does not say %q", err, tc.wantWhy)
+			}
+		})
+	}
+}
+
+// legacyRunner is an ARC legacy Runner object in ns.
+func legacyRunner(name string, uid types.UID, org string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(arc.LegacyGroupVersionKind())
+	u.SetNamespace(ns)
+	u.SetName(name)
+	u.SetUID(uid)
+	_ = unstructured.SetNestedField(u.Object, org, "spec", "organization")
+	return u
+}
+
+func TestResolveLegacyRunner(t *testing.T) {
+	owner := func(name string, uid types.UID) metav1.OwnerReference {
+		return metav1.OwnerReference{APIVersion: arc.LegacyGroup + "/" + arc.LegacyVersion, Kind: arc.LegacyKind, Name: name, UID: uid, Controller: ptr.To(true)}
+	}
+	withRepo := legacyRunner("r2", "uid-2", "acme")
+	_ = unstructured.SetNestedField(withRepo.Object, "acme/app", "spec", "repository")
+	empty := legacyRunner("r3", "uid-3", "")
+	unstructured.RemoveNestedField(empty.Object, "spec")
+	cases := map[string]struct {
+		obj       *unstructured.Unstructured
+		pod       *corev1.Pod
+		wantScope ghclient.Scope
+		wantErr   string
+	}{
+		// The pod's env names another organisation: ARC's object wins.
+		"scope from the Runner, not the pod's env": {
+			obj: legacyRunner("r1", "uid-1", "acme"), pod: fixture.MakeLegacyRunnerPod(ns, "r1").Org("other-org").Owner(owner("r1", "uid-1")).Obj(),
+			wantScope: fixture.Org("acme"),
+		},
+		"repository beats organization": {
+			obj: withRepo, pod: fixture.MakeLegacyRunnerPod(ns, "r2").Owner(owner("r2", "uid-2")).Obj(),
+			wantScope: mustScope(ghclient.RepoScope("acme/app")),
+		},
+		"no scope in the Runner": {
+			obj: empty, pod: fixture.MakeLegacyRunnerPod(ns, "r3").Owner(owner("r3", "uid-3")).Obj(),
+			wantErr: "none of spec.repository",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			run, err := arc.NewResolver(arc.Options{Reader: newFakeClient(nil, tc.obj)}).Resolve(context.Background(), tc.pod)
+			if tc.wantErr != "" {
+				var inv *arc.InvalidError
+				if !errors.As(err, &inv) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Resolve error = %v; want an *InvalidError saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || run == nil {
+				t.Fatalf("Resolve = %+v, %v", run, err)
+			}
+			if run.Scope != tc.wantScope || run.Name != tc.pod.Name || run.Kind != arc.LegacyKind || run.UID != tc.obj.GetUID() {
+				t.Errorf("runner %+v; want scope %s, name %s, kind Runner", run, tc.wantScope, tc.pod.Name)
 			}
 		})
 	}
@@ -337,7 +441,7 @@ func TestResolveInvalid(t *testing.T) {
 
 func TestRetire(t *testing.T) {
 	er := fixture.MakeEphemeralRunner(ns, "a")
-	run := &arc.Runner{EphemeralRunner: types.NamespacedName{Namespace: ns, Name: "a"}, UID: er.GetUID()}
+	run := &arc.Runner{Kind: arc.Kind, EphemeralRunner: types.NamespacedName{Namespace: ns, Name: "a"}, UID: er.GetUID()}
 	cases := map[string]struct {
 		objs    []client.Object
 		err     error // returned by Delete instead of deleting
