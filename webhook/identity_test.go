@@ -1,0 +1,236 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/test/fixture"
+	"github.com/runner-guard/runner-guard/webhook/arc"
+)
+
+// TestResolverProvenance: which facts the resolver takes from where, and
+// which of them it trusts.
+func TestResolverProvenance(t *testing.T) {
+	specs := DefaultConfig().RunnerPods
+	legacy, scaleSet := &specs[0], &specs[1]
+	er := fixture.MakeEphemeralRunner("ci", "set-1").ConfigURL("https://github.com/acme").RunnerID(7)
+	sibling := fixture.MakeEphemeralRunner("ci", "sibling").ConfigURL("https://github.com/acme").RunnerID(8)
+	lr := fixture.MakeLegacyRunner("ci", "legacy-1").Org("acme")
+	objs := []client.Object{er.Obj(), sibling.Obj(), lr.Obj()}
+	forbidden := &interceptor.Funcs{Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
+		return apierrors.NewForbidden(arc.GroupResource(), "x", errors.New("no"))
+	}}
+	trusted := func(kind SourceKind) Source { return Source{Kind: kind, Trusted: true} }
+	untrusted := func(kind SourceKind) Source { return Source{Kind: kind} }
+	tests := map[string]struct {
+		pod       *corev1.Pod
+		spec      *RunnerPodSpec
+		funcs     *interceptor.Funcs
+		bindings  []ScopeBinding
+		wantName  string
+		wantScope ghclient.Scope
+		wantID    int64
+		wantFrom  Provenance // Detail is not compared
+		want      func(resolution) string
+	}{
+		"an EphemeralRunner's pod: every fact from ARC's object": {
+			pod:  fixture.MakeScaleSetRunnerPod("ci", "set-1").Label("actions.github.com/organization", "other-org").OwnedByEphemeralRunner(er).Running().Obj(),
+			spec: scaleSet, wantName: "set-1", wantScope: fixture.Org("acme"), wantID: 7,
+			wantFrom: Provenance{Name: trusted(SourceARCObject), Scope: trusted(SourceARCObject), ID: trusted(SourceARCObject), Creds: trusted(SourceFlags)},
+		},
+		"a legacy Runner's pod: scope from the Runner, its ID annotation trusted, env ignored": {
+			pod:  fixture.MakeLegacyRunnerPod("ci", "legacy-1").Org("other-org").Env("RUNNER_NAME", "victim").RunnerID(42).OwnedByLegacyRunner(lr).Running().Obj(),
+			spec: legacy, wantName: "legacy-1", wantScope: fixture.Org("acme"), wantID: 42,
+			wantFrom: Provenance{Name: trusted(SourceARCObject), Scope: trusted(SourceARCObject), ID: trusted(SourcePodAnnotation), Creds: trusted(SourceFlags)},
+		},
+		"a pod no ARC object controls: the pod's facts, none trusted": {
+			pod:  fixture.MakeLegacyRunnerPod("ci", "vm-copy").Org("acme").Env("RUNNER_NAME", "victim").RunnerID(42).Running().Obj(),
+			spec: legacy, wantName: "vm-copy", wantScope: fixture.Org("acme"), wantID: 42,
+			wantFrom: Provenance{Name: untrusted(SourcePodName), Scope: untrusted(SourcePodEnv), ID: untrusted(SourcePodAnnotation), Creds: trusted(SourceFlags)},
+		},
+		"a borrowed controller: not the sibling's runner": {
+			pod: fixture.MakeScaleSetRunnerPod("ci", "attacker").Owner(metav1.OwnerReference{
+				APIVersion: fixture.EphemeralRunnerAPIVersion, Kind: fixture.EphemeralRunnerKind, Name: "sibling", UID: sibling.GetUID(), Controller: ptr.To(true)}).Running().Obj(),
+			spec: scaleSet,
+			want: func(r resolution) string {
+				if r.NotOwner == nil || r.ARC != nil || r.Target.Name == "sibling" {
+					return "want NotOwner and no runner"
+				}
+				return ""
+			},
+		},
+		"ARC's objects unreadable (RBAC): labels, untrusted, and a fallback note": {
+			pod:  fixture.MakeScaleSetRunnerPod("ci", "set-1").Label("actions.github.com/organization", "acme").OwnedByEphemeralRunner(er).Running().Obj(),
+			spec: scaleSet, funcs: forbidden, wantName: "set-1", wantScope: fixture.Org("acme"),
+			wantFrom: Provenance{Name: untrusted(SourcePodName), Scope: untrusted(SourcePodLabels), ID: untrusted(SourcePodAnnotation), Creds: trusted(SourceFlags)},
+			want: func(r resolution) string {
+				if !strings.Contains(r.Fallback, "Forbidden") {
+					return "want a fallback note naming the cause, got " + r.Fallback
+				}
+				return ""
+			},
+		},
+		"a scope outside the namespace's binding": {
+			pod:  fixture.MakeLegacyRunnerPod("ci", "r").Org("other-org").Running().Obj(),
+			spec: legacy, bindings: []ScopeBinding{{Name: "ci", Namespaces: []string{"ci"}, Scopes: []string{"org:acme"}}},
+			wantName: "r", wantScope: fixture.Org("other-org"),
+			wantFrom: Provenance{Name: untrusted(SourcePodName), Scope: untrusted(SourcePodEnv), ID: untrusted(SourcePodAnnotation), Creds: trusted(SourceFlags)},
+			want: func(r resolution) string {
+				if !strings.Contains(r.NotBound, `scope binding "ci"`) {
+					return "want NotBound naming the binding, got " + r.NotBound
+				}
+				return ""
+			},
+		},
+		"ARC's own object bound too: a tenant's EphemeralRunner cannot name another organisation": {
+			pod:  fixture.MakeScaleSetRunnerPod("ci", "set-1").OwnedByEphemeralRunner(er).Running().Obj(),
+			spec: scaleSet, bindings: []ScopeBinding{{Namespaces: []string{"ci"}, Scopes: []string{"org:team-org"}}},
+			wantName: "set-1", wantScope: fixture.Org("acme"), wantID: 7,
+			wantFrom: Provenance{Name: trusted(SourceARCObject), Scope: trusted(SourceARCObject), ID: trusted(SourceARCObject), Creds: trusted(SourceFlags)},
+			want: func(r resolution) string {
+				if r.NotBound == "" {
+					return "want NotBound"
+				}
+				return ""
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			b := fake.NewClientBuilder().WithObjects(objs...)
+			if tc.funcs != nil {
+				b = b.WithInterceptorFuncs(*tc.funcs)
+			}
+			cfg := Config{ScopeBindings: tc.bindings}
+			if err := cfg.Complete(); err != nil {
+				t.Fatal(err)
+			}
+			rs := resolver{runners: arc.NewResolver(arc.Options{Reader: b.Build()}), bindings: compileBindings(cfg.ScopeBindings), fallbacks: newFallbackMemory()}
+			got := rs.resolve(context.Background(), tc.pod, tc.spec)
+			if tc.want != nil {
+				if msg := tc.want(got); msg != "" {
+					t.Fatalf("%s: %+v", msg, got)
+				}
+			}
+			if tc.wantName == "" {
+				return
+			}
+			tg := got.Target
+			if tg.Name != tc.wantName || tg.Scope != tc.wantScope || tg.IDHint != tc.wantID {
+				t.Fatalf("runner %q in %s, ID %d; want %q in %s, ID %d", tg.Name, tg.Scope, tg.IDHint, tc.wantName, tc.wantScope, tc.wantID)
+			}
+			for _, f := range []struct {
+				what      string
+				got, want Source
+			}{{"name", tg.From.Name, tc.wantFrom.Name}, {"scope", tg.From.Scope, tc.wantFrom.Scope}, {"ID", tg.From.ID, tc.wantFrom.ID}, {"credentials", tg.From.Creds, tc.wantFrom.Creds}} {
+				if f.got.Kind != f.want.Kind || f.got.Trusted != f.want.Trusted {
+					t.Errorf("%s from %s, want %s", f.what, f.got, f.want)
+				}
+			}
+			if r := tg.runner(); r.IDTrusted != (tg.IDHint > 0 && tc.wantFrom.ID.Trusted) {
+				t.Errorf("ghclient.Runner.IDTrusted = %v for an ID from %s", r.IDTrusted, tg.From.ID)
+			}
+		})
+	}
+}
+
+// statusGitHub answers every look-up "idle" and counts them.
+type statusGitHub struct{ unregisters, statuses int }
+
+func (s *statusGitHub) Unregister(context.Context, ghclient.Runner) (ghclient.Outcome, error) {
+	s.unregisters++
+	return ghclient.Removed, nil
+}
+
+func (s *statusGitHub) Status(context.Context, ghclient.Runner) (ghclient.RunnerStatus, error) {
+	s.statuses++
+	return ghclient.RunnerStatus{State: ghclient.StateIdle, ID: 1, Online: true}, nil
+}
+
+// A loop of forged dry-run reviews for one live runner pod costs GitHub one
+// look-up per memory window, and never an unregister.
+func TestForgedDryRunsCostOneLookUpPerWindow(t *testing.T) {
+	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
+	clock := fixture.NewClock(time.Now())
+	gh := &statusGitHub{}
+	d := newDecider(DefaultConfig(), gh, fake.NewClientBuilder().WithObjects(pod.DeepCopy()).Build(), clock.Now)
+	dryRun := func() Decision {
+		dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Namespace: "ci", Name: "runner-1", Pod: pod.DeepCopy(), DryRun: true})
+		return dec
+	}
+	for i := range 200 {
+		if dec := dryRun(); dec.Reason != ReasonDryRunIdle {
+			t.Fatalf("review %d: %s: %s", i, dec.Reason, dec.Message)
+		}
+	}
+	if gh.statuses != 1 || gh.unregisters != 0 {
+		t.Fatalf("200 dry runs cost %d look-ups and %d unregisters; want 1 and 0", gh.statuses, gh.unregisters)
+	}
+	clock.Advance(DefaultReadOnlyMemoryTTL)
+	dryRun()
+	if gh.statuses != 2 {
+		t.Errorf("after the memory window: %d look-ups, want 2", gh.statuses)
+	}
+	// A real delete is never answered from the read-only memory.
+	if dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Namespace: "ci", Name: "runner-1", Pod: pod.DeepCopy()}); dec.Reason != ReasonUnregistered || gh.unregisters != 1 {
+		t.Errorf("delete after dry runs: %s with %d unregisters; want unregistered with 1", dec.Reason, gh.unregisters)
+	}
+}
+
+// The decisions for pods the resolver will not ask GitHub about make no
+// request at all.
+func TestUnaskableRunnersCostNoRequest(t *testing.T) {
+	sibling := fixture.MakeEphemeralRunner("ci", "sibling").ConfigURL("https://github.com/acme").RunnerID(8)
+	tests := map[string]struct {
+		pod      *corev1.Pod
+		bindings []ScopeBinding
+		want     Reason
+		event    string
+	}{
+		"borrowed controller": {
+			pod: fixture.MakeScaleSetRunnerPod("ci", "attacker").Owner(metav1.OwnerReference{
+				APIVersion: fixture.EphemeralRunnerAPIVersion, Kind: fixture.EphemeralRunnerKind, Name: "sibling", UID: sibling.GetUID(), Controller: ptr.To(true)}).Running().Obj(),
+			want: ReasonNotOwner, event: EventNotOwner,
+		},
+		"scope outside the binding": {
+			pod:      fixture.MakeLegacyRunnerPod("ci", "r").Org("other-org").Running().Obj(),
+			bindings: []ScopeBinding{{Namespaces: []string{"ci"}, Scopes: []string{"org:acme"}}},
+			want:     ReasonScopeNotBound, event: EventScopeNotBound,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			for _, op := range []Operation{OperationDelete, OperationEvict} {
+				for _, dry := range []bool{false, true} {
+					cfg := Config{ScopeBindings: tc.bindings}
+					if err := cfg.Complete(); err != nil {
+						t.Fatal(err)
+					}
+					gh := &statusGitHub{}
+					reader := fake.NewClientBuilder().WithObjects(tc.pod.DeepCopy(), sibling.Obj()).Build()
+					d := newDecider(cfg, gh, reader, time.Now)
+					d.resolver.runners = arc.NewResolver(arc.Options{Reader: reader})
+					dec, _ := d.decide(context.Background(), review{Operation: op, Namespace: "ci", Name: tc.pod.Name, Pod: tc.pod.DeepCopy(), DryRun: dry})
+					if dec.Reason != tc.want || !dec.Allowed || dec.Warning == "" || dec.EventReason != tc.event {
+						t.Errorf("%s (dry run %v): %s allowed=%v event %q; want %s, allowed with a warning and Event %s: %s", op, dry, dec.Reason, dec.Allowed, dec.EventReason, tc.want, tc.event, dec.Message)
+					}
+					if gh.statuses+gh.unregisters != 0 {
+						t.Errorf("%s (dry run %v): %d GitHub requests, want 0", op, dry, gh.statuses+gh.unregisters)
+					}
+				}
+			}
+		})
+	}
+}
