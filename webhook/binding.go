@@ -144,12 +144,13 @@ func compileBindings(bs []ScopeBinding) scopeBindings {
 func (bs scopeBindings) open() bool { return len(bs) == 0 }
 
 // scopeNotBound says why a pod of namespace and runner pod spec may not name
-// scope, naming the bindings that apply; "" when it may.
+// scope, naming the binding that decided; "" when it may. The first binding
+// that covers the namespace and spec decides, as the first matching runner
+// pod spec does, so a catch-all entry can close the list.
 func (bs scopeBindings) scopeNotBound(namespace, spec string, scope ghclient.Scope) string {
 	if bs.open() {
 		return ""
 	}
-	var names []string
 	for _, b := range bs {
 		if !b.appliesTo(namespace, spec) {
 			continue
@@ -159,10 +160,7 @@ func (bs scopeBindings) scopeNotBound(namespace, spec string, scope ghclient.Sco
 				return ""
 			}
 		}
-		names = append(names, fmt.Sprintf("%s (%s)", b.name, strings.Join(b.Scopes, ", ")))
+		return fmt.Sprintf("%s is outside what namespace %q may name: %s allows %s", scope, namespace, b.name, strings.Join(b.Scopes, ", "))
 	}
-	if len(names) == 0 {
-		return fmt.Sprintf("no scopeBindings entry covers namespace %q (runner pod spec %q), so its pods may name no GitHub scope", namespace, spec)
-	}
-	return fmt.Sprintf("%s is outside what namespace %q may name: %s", scope, namespace, strings.Join(names, "; "))
+	return fmt.Sprintf("no scopeBindings entry covers namespace %q (runner pod spec %q), so its pods may name no GitHub scope", namespace, spec)
 }

@@ -14,6 +14,8 @@ func TestScopeBindings(t *testing.T) {
 	bindings := compileBindings([]ScopeBinding{
 		{Name: "team-a", Namespaces: []string{"team-a", "team-a-*"}, Scopes: []string{"org:acme", "repo:other/app-*"}},
 		{Namespaces: []string{"platform"}, RunnerPods: []string{"legacy"}, Scopes: []string{"enterprise:big"}},
+		{Name: "catch-all", Namespaces: []string{"shared-*"}, Scopes: []string{"org:*"}},
+		{Name: "shadowed", Namespaces: []string{"shared-x"}, Scopes: []string{"enterprise:*"}},
 	})
 	tests := map[string]struct {
 		namespace, spec string
@@ -25,14 +27,16 @@ func TestScopeBindings(t *testing.T) {
 		"namespace glob":                        {"team-a-ci", "scale-set", fixture.Org("acme"), nil},
 		"org covers its repositories":           {"team-a", "legacy", repo("acme/web"), nil},
 		"repository glob":                       {"team-a", "legacy", repo("other/app-1"), nil},
-		"another organisation":                  {"team-a", "legacy", fixture.Org("other-org"), []string{`org "other-org" is outside`, `scope binding "team-a" (org:acme, repo:other/app-*)`}},
+		"another organisation":                  {"team-a", "legacy", fixture.Org("other-org"), []string{`org "other-org" is outside`, `scope binding "team-a" allows org:acme, repo:other/app-*`}},
 		"a repository outside the glob":         {"team-a", "legacy", repo("other/web"), []string{"outside"}},
 		"a repo binding does not cover its org": {"team-a", "legacy", fixture.Org("other"), []string{"outside"}},
 		"an org does not cover the enterprise":  {"team-a", "legacy", ent("acme"), []string{"outside"}},
 		"an unbound namespace":                  {"team-b", "legacy", fixture.Org("acme"), []string{`no scopeBindings entry covers namespace "team-b"`}},
 		"runner pod spec limits the binding":    {"platform", "scale-set", ent("big"), []string{"no scopeBindings entry"}},
 		"runner pod spec of the binding":        {"platform", "legacy", ent("big"), nil},
-		"unnamed binding named by its index":    {"platform", "legacy", ent("small"), []string{"scopeBindings[1] (enterprise:big)"}},
+		"a later binding is a default":          {"shared-y", "legacy", fixture.Org("anything"), nil},
+		"the first binding that covers decides": {"shared-x", "legacy", ent("big"), []string{`"catch-all" allows org:*`}},
+		"unnamed binding named by its index":    {"platform", "legacy", ent("small"), []string{"scopeBindings[1] allows enterprise:big"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

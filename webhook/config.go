@@ -140,8 +140,9 @@ type RunnerPodSpec struct {
 }
 
 // ScopeBinding says which GitHub scopes the runner pods of some namespaces
-// may name. A pod is bound by every binding whose namespaces (and runnerPods,
-// when set) match it; its runner's scope must match one of their scopes.
+// may name. The first binding whose namespaces (and runnerPods, when set)
+// match a pod decides: its runner's scope must match one of its scopes. A pod
+// no binding covers may name no scope.
 type ScopeBinding struct {
 	// Name names the binding in messages; default "scopeBindings[i]".
 	Name string `json:"name,omitempty"`
