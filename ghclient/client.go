@@ -83,6 +83,7 @@ type Client struct {
 	cloud    bool // github.com or GHE.com: a bare 403 is a rate limit
 	ttl      time.Duration
 	now      func() time.Time
+	metrics  *Metrics // nil: none
 
 	mu    sync.Mutex
 	cache map[lookupKey]cacheEntry
@@ -183,12 +184,13 @@ func newClient(a auth, o clientOptions) (*Client, error) {
 		rt = &instrumentedTransport{next: rt, metrics: o.metrics}
 	}
 	c := &Client{
-		isApp: a.app != nil,
-		cloud: a.cloud,
-		ttl:   o.ttl,
-		now:   o.now,
-		cache: map[lookupKey]cacheEntry{},
-		calls: map[lookupKey]*lookupCall{},
+		isApp:   a.app != nil,
+		cloud:   a.cloud,
+		ttl:     o.ttl,
+		now:     o.now,
+		metrics: o.metrics,
+		cache:   map[lookupKey]cacheEntry{},
+		calls:   map[lookupKey]*lookupCall{},
 	}
 	if c.ttl == 0 {
 		c.ttl = DefaultCacheTTL
@@ -258,21 +260,44 @@ func newGitHub(base, userAgent string, rt http.RoundTripper, extra ...github.Cli
 	return gh, nil
 }
 
+// IDHint is a runner ID the caller already knows; the zero value is none.
+type IDHint struct {
+	// ID is the runner's ID on GitHub, 0 if unknown.
+	ID int64
+	// Trusted says ID comes from a source that cannot name another runner
+	// (ARC's own object). An untrusted ID, e.g. from a pod annotation a tenant
+	// can write, is used only once GitHub's record for it carries the runner's
+	// name.
+	Trusted bool
+}
+
 // Unregister removes the runner from GitHub unless it is running a job. It makes
-// one DELETE in steady state: the ID comes from idHint (>0), else the cache, else
-// a list by name. A 404 on a known ID means the runner is gone or re-registered
-// under a new ID, so the name is looked up once more.
+// one DELETE in steady state: the ID comes from a trusted hint, else the cache,
+// else a list by name. An untrusted hint is verified first: by the cache when it
+// maps the name to that ID, else by a GET of the ID (one more request); when
+// GitHub's record names another runner or does not exist, the hint is ignored
+// and Unregister proceeds as without one. A 404 on a known ID means the runner
+// is gone or re-registered under a new ID, so the name is looked up once more.
 //
 // Errors: *RateLimited (use errors.As) for rate limits, else a wrapped error
 // naming the operation, scope, runner and HTTP status. It never retries or
 // sleeps; ctx bounds it.
-func (c *Client) Unregister(ctx context.Context, scope Scope, runnerName string, idHint int64) (Outcome, error) {
+func (c *Client) Unregister(ctx context.Context, scope Scope, runnerName string, hint IDHint) (Outcome, error) {
 	if err := c.checkArgs(scope, runnerName); err != nil {
 		return 0, err
 	}
 	key := lookupKey{scope: scope, name: runnerName}
-	id := idHint
-	if id <= 0 {
+	id := max(hint.ID, 0)
+	if id > 0 && !hint.Trusted {
+		ok, err := c.verifyHint(ctx, key, id)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			id = 0
+		}
+	}
+	if id == 0 {
 		id = c.cached(key)
 	}
 	if id > 0 {
@@ -344,6 +369,61 @@ func (c *Client) checkArgs(scope Scope, runnerName string) error {
 		return errors.New("empty runner name")
 	}
 	return nil
+}
+
+// verifyHint reports whether GitHub's record for the untrusted ID id carries
+// k's name: the cache mapping k to id answers without a request, else a GET of
+// the ID does (and fills the cache). A record naming another runner, or none
+// (404), is not an error: the hint is not to be used.
+func (c *Client) verifyHint(ctx context.Context, k lookupKey, id int64) (bool, error) {
+	if c.cached(k) == id {
+		return true, nil
+	}
+	r, err := c.getRunner(ctx, k.scope, k.name, id)
+	switch {
+	case err != nil:
+		return false, err
+	case r == nil:
+		c.metrics.hintRejected(hintNotFound)
+		return false, nil
+	case r.GetName() != k.name:
+		c.metrics.hintRejected(hintOtherRunner)
+		return false, nil
+	}
+	c.remember(k, id)
+	return true, nil
+}
+
+// getRunner gets the runner with ID id in scope: nil, nil on a 404.
+func (c *Client) getRunner(ctx context.Context, scope Scope, name string, id int64) (*github.Runner, error) {
+	op := fmt.Sprintf("verify runner %q (id %d) in %s", name, id, scope)
+	gh, err := c.api(ctx, scope)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	var r *github.Runner
+	var resp *github.Response
+	switch scope.Kind {
+	case ScopeRepo:
+		owner, repo, _ := strings.Cut(scope.Name, "/")
+		r, resp, err = gh.Actions.GetRunner(ctx, owner, repo, id)
+	case ScopeOrg:
+		r, resp, err = gh.Actions.GetOrganizationRunner(ctx, scope.Name, id)
+	default:
+		r, resp, err = gh.Enterprise.GetRunner(ctx, scope.Name, id)
+	}
+	switch {
+	case err == nil && r != nil:
+		return r, nil
+	case err == nil:
+		// 200 without a body: nothing names the runner.
+		return nil, fmt.Errorf("%s: GitHub answered without a runner", op)
+	case statusOf(err) == http.StatusNotFound:
+		// Unregister lists next; a lost installation shows there.
+		return nil, nil
+	}
+	c.forgetInstallation(scope, err)
+	return nil, c.wrap(op, resp, err)
 }
 
 // deleteRunner answers Removed (2xx), NotFound (404) or Busy (422 saying the

@@ -107,6 +107,12 @@ func assertCalls(t *testing.T, f *ghfake.Fake, want []string) {
 	}
 }
 
+// trusted is an ID hint from a source that cannot name another runner.
+func trusted(id int64) ghclient.IDHint { return ghclient.IDHint{ID: id, Trusted: true} }
+
+// untrusted is an ID hint that must be verified before use (a pod annotation).
+func untrusted(id int64) ghclient.IDHint { return ghclient.IDHint{ID: id} }
+
 func listCall(path, name string) string {
 	return fmt.Sprintf("GET %s?name=%s&page=1&per_page=100", path, name)
 }
@@ -154,7 +160,7 @@ func wantErrContaining(parts ...string) func(*testing.T, error) {
 func TestUnregister(t *testing.T) {
 	tests := map[string]struct {
 		scope ghclient.Scope
-		// setup prepares the fake and returns the ID hint to pass.
+		// setup prepares the fake and returns the (trusted) ID hint to pass.
 		setup     func(f *ghfake.Fake) int64
 		token     string // client token; default testToken
 		want      ghclient.Outcome
@@ -364,7 +370,7 @@ func TestUnregister(t *testing.T) {
 			}
 			hint := tc.setup(e.fake)
 
-			got, err := e.client.Unregister(context.Background(), scope, "r1", hint)
+			got, err := e.client.Unregister(context.Background(), scope, "r1", trusted(hint))
 
 			if tc.checkErr != nil {
 				tc.checkErr(t, err)
@@ -396,7 +402,7 @@ func TestUnregisterInvalidArguments(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t)
-			_, err := e.client.Unregister(context.Background(), tc.scope, tc.name, 0)
+			_, err := e.client.Unregister(context.Background(), tc.scope, tc.name, ghclient.IDHint{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Unregister error = %v, want one containing %q", err, tc.want)
 			}
@@ -433,7 +439,7 @@ func TestUnregisterCachesIDNotBusyness(t *testing.T) {
 			s.before()
 		}
 		e.fake.ResetLog()
-		got, err := e.client.Unregister(ctx, org, "r1", 0)
+		got, err := e.client.Unregister(ctx, org, "r1", ghclient.IDHint{})
 		if err != nil || got != s.want {
 			t.Fatalf("step %d: Unregister = %v, %v; want %v", i, got, err, s.want)
 		}
@@ -452,7 +458,7 @@ func TestUnregisterStaleCachedID(t *testing.T) {
 	e.fake.ReRegister(org, "r1")
 	e.fake.ResetLog()
 
-	got, err := e.client.Unregister(ctx, org, "r1", 0)
+	got, err := e.client.Unregister(ctx, org, "r1", ghclient.IDHint{})
 	if err != nil || got != ghclient.Removed {
 		t.Fatalf("Unregister = %v, %v; want removed", got, err)
 	}
@@ -478,7 +484,7 @@ func TestUnregisterCacheExpires(t *testing.T) {
 	mu.Unlock()
 	e.fake.ResetLog()
 
-	if got, err := e.client.Unregister(ctx, org, "r1", 0); err != nil || got != ghclient.Removed {
+	if got, err := e.client.Unregister(ctx, org, "r1", ghclient.IDHint{}); err != nil || got != ghclient.Removed {
 		t.Fatalf("Unregister = %v, %v", got, err)
 	}
 	assertCalls(t, e.fake, []string{listCall(orgRunners, "r1"), "DELETE " + orgRunners + "/1001"})
@@ -567,7 +573,7 @@ func TestRateLimitRememberedClientSide(t *testing.T) {
 			id := e.fake.AddRunner(org, "r1")
 			e.fake.SetBusy(org, "r1", true)
 
-			_, err := e.client.Unregister(ctx, org, "r1", id)
+			_, err := e.client.Unregister(ctx, org, "r1", trusted(id))
 			if tc.firstErr {
 				wantRateLimited(tc.wantPrimary, tc.wantWait)(t, err)
 			} else if err != nil {
@@ -575,8 +581,8 @@ func TestRateLimitRememberedClientSide(t *testing.T) {
 			}
 
 			for _, call := range []func() error{
-				func() error { _, err := e.client.Unregister(ctx, org, "r1", id); return err },
-				func() error { _, err := e.client.Unregister(ctx, org, "r1", 0); return err },
+				func() error { _, err := e.client.Unregister(ctx, org, "r1", trusted(id)); return err },
+				func() error { _, err := e.client.Unregister(ctx, org, "r1", ghclient.IDHint{}); return err },
 				func() error { _, err := e.client.Status(ctx, org, "r1"); return err },
 			} {
 				wantRateLimited(tc.wantPrimary, tc.wantWait)(t, call())
@@ -605,7 +611,7 @@ func TestDeadline(t *testing.T) {
 			defer cancel()
 
 			start := time.Now()
-			_, err := e.client.Unregister(ctx, org, "r1", id)
+			_, err := e.client.Unregister(ctx, org, "r1", trusted(id))
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("want context.DeadlineExceeded, got %v", err)
 			}
@@ -622,7 +628,7 @@ func TestDeadline(t *testing.T) {
 func TestConnectionRefused(t *testing.T) {
 	e := newEnv(t)
 	e.srv.Close()
-	_, err := e.client.Unregister(context.Background(), org, "r1", 1001)
+	_, err := e.client.Unregister(context.Background(), org, "r1", trusted(1001))
 	wantErrContaining(`remove runner "r1" (id 1001) from org "acme"`)(t, err)
 }
 
@@ -638,7 +644,7 @@ func TestConcurrentLookupsShareOneList(t *testing.T) {
 	errs := make([]error, n)
 	for i := range n {
 		wg.Go(func() {
-			outcomes[i], errs[i] = e.client.Unregister(context.Background(), org, "r1", 0)
+			outcomes[i], errs[i] = e.client.Unregister(context.Background(), org, "r1", ghclient.IDHint{})
 		})
 	}
 	wg.Wait()
@@ -762,7 +768,7 @@ func TestPagingErrorNamesPage(t *testing.T) {
 func TestHeaders(t *testing.T) {
 	e := newEnv(t)
 	id := e.fake.AddRunner(org, "r1")
-	if _, err := e.client.Unregister(context.Background(), org, "r1", id); err != nil {
+	if _, err := e.client.Unregister(context.Background(), org, "r1", trusted(id)); err != nil {
 		t.Fatal(err)
 	}
 	reqs := e.fake.Requests()
@@ -790,7 +796,7 @@ func TestGHESBaseURL(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t, func(c *ghclient.Config) { c.BaseURL = "http://ghe.example.com" + suffix })
 			e.fake.AddRunner(org, "r1")
-			if got, err := e.client.Unregister(context.Background(), org, "r1", 0); err != nil || got != ghclient.Removed {
+			if got, err := e.client.Unregister(context.Background(), org, "r1", ghclient.IDHint{}); err != nil || got != ghclient.Removed {
 				t.Fatalf("Unregister = %v, %v", got, err)
 			}
 			assertCalls(t, e.fake, []string{listCall("/api/v3"+orgRunners, "r1"), "DELETE /api/v3" + orgRunners + "/1001"})
@@ -834,7 +840,7 @@ func TestGitHubAppAuth(t *testing.T) {
 			id1 := e.fake.AddRunner(org, "r1")
 			id2 := e.fake.AddRunner(org, "r2")
 
-			_, err := e.client.Unregister(ctx, org, "r1", id1)
+			_, err := e.client.Unregister(ctx, org, "r1", trusted(id1))
 			if tc.checkErr != nil {
 				tc.checkErr(t, err)
 				return
@@ -842,7 +848,7 @@ func TestGitHubAppAuth(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Unregister r1: %v", err)
 			}
-			if _, err := e.client.Unregister(ctx, org, "r2", id2); err != nil {
+			if _, err := e.client.Unregister(ctx, org, "r2", trusted(id2)); err != nil {
 				t.Fatalf("Unregister r2: %v", err)
 			}
 			// One token exchange, then the installation token on every request.
@@ -921,12 +927,12 @@ func TestMetrics(t *testing.T) {
 	id := e.fake.AddRunner(org, "r1")
 	e.fake.SetBusy(org, "r1", true)
 	ctx := context.Background()
-	_, _ = e.client.Unregister(ctx, org, "r1", id)   // 422
-	_, _ = e.client.Unregister(ctx, org, "r1", id)   // 422
-	_, _ = e.client.Status(ctx, org, "r1")           // 200
-	_, _ = e.client.Unregister(ctx, org, "gone", 99) // 404, then list 200
+	_, _ = e.client.Unregister(ctx, org, "r1", trusted(id))   // 422
+	_, _ = e.client.Unregister(ctx, org, "r1", trusted(id))   // 422
+	_, _ = e.client.Status(ctx, org, "r1")                    // 200
+	_, _ = e.client.Unregister(ctx, org, "gone", trusted(99)) // 404, then list 200
 	e.srv.Close()
-	_, _ = e.client.Unregister(ctx, org, "r1", id) // transport error
+	_, _ = e.client.Unregister(ctx, org, "r1", trusted(id)) // transport error
 
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 type Runner struct {
 	Scope Scope
 	Name  string
-	// ID is the known runner ID, 0 if unknown (a hint, as Unregister's idHint).
+	// ID is the known runner ID, 0 if unknown (a hint: IDHint.ID).
 	ID int64
 	// IDTrusted says ID comes from a source that cannot name another runner
 	// (ARC's own object). An untrusted ID is used only once GitHub's record

@@ -51,6 +51,8 @@ func FuzzResponses(f *testing.F) {
 	f.Add(429, "X-RateLimit-Remaining: 0\nX-RateLimit-Reset: 99999999999", []byte(`{}`), uint8(1))
 	f.Add(200, "", []byte(`{"total_count": 1, "runners": [{"id": `), uint8(0))
 	f.Add(404, "X-RateLimit-Remaining: -1", []byte(`null`), uint8(2))
+	f.Add(200, "Content-Type: application/json", []byte(`{"id":5,"name":"r","os":"linux","status":"online","busy":false,"labels":[]}`), uint8(9))
+	f.Add(200, "", []byte(`null`), uint8(9))
 
 	f.Fuzz(func(t *testing.T, status int, headers string, body []byte, op uint8) {
 		if status < 0 {
@@ -89,7 +91,9 @@ func FuzzResponses(f *testing.F) {
 		defer cancel()
 		switch op % 3 {
 		case 0, 1:
-			out, err := c.Unregister(ctx, scope, "r", int64(op%2)*5)
+			// Bit 3 of op makes the hint untrusted: verified by a GET first.
+			hint := ghclient.IDHint{ID: int64(op%2) * 5, Trusted: op&8 == 0}
+			out, err := c.Unregister(ctx, scope, "r", hint)
 			checkResult(t, err, out == ghclient.Removed || out == ghclient.NotFound || out == ghclient.Busy, out == 0, out)
 		default:
 			st, err := c.Status(ctx, scope, "r")

@@ -15,11 +15,21 @@ type Metrics struct {
 	requests           *prometheus.CounterVec
 	duration           *prometheus.HistogramVec
 	rateLimitRemaining prometheus.Gauge
+	hintsRejected      *prometheus.CounterVec
 }
+
+// Reasons an untrusted runner ID hint was not used (hintsRejected's label).
+const (
+	// hintOtherRunner: GitHub's record for the ID names another runner, as a
+	// copied or forged ID would.
+	hintOtherRunner = "other_runner"
+	// hintNotFound: GitHub knows no runner with that ID in the scope.
+	hintNotFound = "not_found"
+)
 
 // NewMetrics creates unregistered collectors.
 func NewMetrics() *Metrics {
-	return &Metrics{
+	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runner_guard_github_requests_total",
 			Help: "HTTP requests sent to the GitHub API, by method and status code (\"error\" when no response arrived).",
@@ -34,12 +44,27 @@ func NewMetrics() *Metrics {
 			Name: "runner_guard_github_rate_limit_remaining",
 			Help: "x-ratelimit-remaining from the most recent GitHub API response.",
 		}),
+		hintsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runner_guard_github_id_hints_rejected_total",
+			Help: "Untrusted runner ID hints not used because GitHub's record for the ID names another runner (\"other_runner\") or does not exist (\"not_found\"); the runner was looked up by name instead.",
+		}, []string{"reason"}),
 	}
+	for _, reason := range []string{hintOtherRunner, hintNotFound} {
+		m.hintsRejected.WithLabelValues(reason)
+	}
+	return m
 }
 
 // Collectors returns the collectors to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.duration, m.rateLimitRemaining}
+	return []prometheus.Collector{m.requests, m.duration, m.rateLimitRemaining, m.hintsRejected}
+}
+
+// hintRejected counts an untrusted ID hint that was not used; m may be nil.
+func (m *Metrics) hintRejected(reason string) {
+	if m != nil {
+		m.hintsRejected.WithLabelValues(reason).Inc()
+	}
 }
 
 // instrumentedTransport records every request that reaches the network; it sits

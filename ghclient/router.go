@@ -79,13 +79,14 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	return r, nil
 }
 
-// Unregister is Client.Unregister with the runner's client.
+// Unregister is Client.Unregister with the runner's client; rn.ID and
+// rn.IDTrusted are its IDHint.
 func (r *Router) Unregister(ctx context.Context, rn Runner) (Outcome, error) {
 	c, err := r.ClientFor(rn.Creds)
 	if err != nil {
 		return 0, err
 	}
-	return c.Unregister(ctx, rn.Scope, rn.Name, rn.ID)
+	return c.Unregister(ctx, rn.Scope, rn.Name, IDHint{ID: rn.ID, Trusted: rn.IDTrusted})
 }
 
 // Status is Client.Status with the runner's client.

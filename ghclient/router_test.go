@@ -245,7 +245,7 @@ func TestInstallationDiscoveryTwoOrgs(t *testing.T) {
 		name  string
 		id    int64
 	}{{org, "a1", a1}, {beta, "b1", b1}, {org, "a2", a2}, {repo, "r1", r1}} {
-		if out, err := c.Unregister(ctx, rn.scope, rn.name, rn.id); err != nil || out != ghclient.Removed {
+		if out, err := c.Unregister(ctx, rn.scope, rn.name, trusted(rn.id)); err != nil || out != ghclient.Removed {
 			t.Fatalf("Unregister %s: %v, %v", rn.name, out, err)
 		}
 	}
@@ -279,7 +279,7 @@ func TestInstallationNotInstalled(t *testing.T) {
 	f.AddRunner(org, "r1")
 	ctx := context.Background()
 	for range 2 {
-		_, err := c.Unregister(ctx, org, "r1", 0)
+		_, err := c.Unregister(ctx, org, "r1", ghclient.IDHint{})
 		if !errors.Is(err, ghclient.ErrAppNotInstalled) {
 			t.Fatalf("err = %v, want ErrAppNotInstalled", err)
 		}
@@ -389,7 +389,7 @@ func TestGHESRateLimitAndUnprocessable(t *testing.T) {
 				tc.fault.Method = "DELETE"
 				e.fake.InjectFault(tc.fault)
 			}
-			out, err := e.client.Unregister(context.Background(), org, "r1", id)
+			out, err := e.client.Unregister(context.Background(), org, "r1", trusted(id))
 			var rl *ghclient.RateLimited
 			if errors.As(err, &rl) != tc.limited {
 				t.Fatalf("err = %v, want rate limited %v", err, tc.limited)
@@ -431,7 +431,7 @@ func TestTokenFileRotation(t *testing.T) {
 			id1 := e.fake.AddRunner(org, "r1")
 			id2 := e.fake.AddRunner(org, "r2")
 			ctx := context.Background()
-			if _, err := e.client.Unregister(ctx, org, "r1", id1); err != nil {
+			if _, err := e.client.Unregister(ctx, org, "r1", trusted(id1)); err != nil {
 				t.Fatalf("before rotation: %v", err)
 			}
 
@@ -443,7 +443,7 @@ func TestTokenFileRotation(t *testing.T) {
 			now = now.Add(tc.advance)
 			mu.Unlock()
 			e.fake.ResetLog()
-			_, err := e.client.Unregister(ctx, org, "r2", id2)
+			_, err := e.client.Unregister(ctx, org, "r2", trusted(id2))
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("after rotation: err = %v, want error %v", err, tc.wantErr)
 			}

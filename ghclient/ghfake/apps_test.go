@@ -121,6 +121,8 @@ func TestInstallationTokensAreScoped(t *testing.T) {
 		"other org":            {path: "/orgs/beta/actions/runners", want: 403},
 		"other owner's repo":   {path: "/repos/beta/app/actions/runners", want: 404},
 		"enterprise":           {path: "/enterprises/bigcorp/actions/runners", want: 403},
+		"other org's runner":   {path: "/orgs/beta/actions/runners/1001", want: 403},
+		"other owner's runner": {path: "/repos/beta/app/actions/runners/1001", want: 404},
 		"unknown installation": {path: "", want: 404},
 	}
 	for name, tc := range tests {

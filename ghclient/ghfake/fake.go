@@ -1,9 +1,10 @@
 // Package ghfake is an in-memory GitHub self-hosted runners API for tests and
-// demos. It follows GitHub's REST API documentation for self-hosted runners: the list and remove endpoints for
-// repositories, organizations and enterprises (also under /api/v3/ as GitHub
-// Enterprise Server serves them; SetStyle restricts to one layout), Link-header
-// paging, token and GitHub App authentication (installations per owner with
-// scoped tokens, installation look-up by the App's JWT), JIT registration
+// demos. It follows GitHub's REST API documentation for self-hosted runners:
+// the list, get (one runner by ID) and remove endpoints for repositories,
+// organizations and enterprises (also under /api/v3/ as GitHub Enterprise
+// Server serves them; SetStyle restricts to one layout), Link-header paging,
+// token and GitHub App authentication (installations per owner with scoped
+// tokens, installation look-up by the App's JWT), JIT registration
 // (generate-jitconfig), rate-limit headers, and fault injection. *Fake is an
 // http.Handler; every control method is safe for concurrent use.
 package ghfake
@@ -53,7 +54,8 @@ type Label struct {
 	Type string `json:"type"`
 }
 
-// Runner is a self-hosted runner as GitHub renders it in a list.
+// Runner is a self-hosted runner as GitHub renders it in a list and when
+// getting one runner by ID.
 type Runner struct {
 	ID     int64   `json:"id"`
 	Name   string  `json:"name"`
@@ -483,7 +485,9 @@ func (f *Fake) ResetLog() {
 	f.log = nil
 }
 
-// Count returns how many logged requests used method ("" counts all).
+// Count returns how many logged requests used method ("" counts all),
+// whatever the route: Count("GET") adds up lists, GETs of one runner by ID and
+// installation look-ups. Requests tells them apart by Path.
 func (f *Fake) Count(method string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -678,10 +682,13 @@ func (f *Fake) answerLocked(r *http.Request) response {
 		return f.listResponseLocked(r, h, scope)
 	case len(rest) == 1 && rest[0] == "generate-jitconfig" && r.Method == http.MethodPost:
 		return f.jitConfigLocked(r, h, scope)
-	case len(rest) == 1 && r.Method == http.MethodDelete:
+	case len(rest) == 1 && (r.Method == http.MethodGet || r.Method == http.MethodDelete):
 		id, err := strconv.ParseInt(rest[0], 10, 64)
 		if err != nil {
 			return notFound(h)
+		}
+		if r.Method == http.MethodGet {
+			return f.getLocked(h, scope, id)
 		}
 		return f.removeLocked(h, scope, id)
 	default:
@@ -1095,6 +1102,16 @@ func linkHeader(r *http.Request, page, perPage, total int) string {
 		add(1, "first")
 	}
 	return strings.Join(links, ", ")
+}
+
+// getLocked answers GET .../actions/runners/{runner_id}: 200 with the runner
+// as one element of the list renders it, 404 for an ID unknown in the scope.
+func (f *Fake) getLocked(h http.Header, k scopeKey, id int64) response {
+	r, ok := f.runners[id]
+	if !ok || r.scope != k {
+		return notFound(h)
+	}
+	return jsonResponse(http.StatusOK, h, copyRunner(r.Runner))
 }
 
 func (f *Fake) removeLocked(h http.Header, k scopeKey, id int64) response {

@@ -203,6 +203,108 @@ func TestRemoveAndErrorBodies(t *testing.T) {
 	}
 }
 
+// GET .../actions/runners/{runner_id} answers one runner as an element of the
+// list renders it, or 404; it is authenticated, rate limited and logged like
+// the other routes.
+func TestGetRunnerByID(t *testing.T) {
+	tests := map[string]struct {
+		style      ghfake.Style
+		token      string // fake's token; the request carries "Bearer good"
+		fault      *ghfake.Fault
+		path       string // {orgID} and {repoID} stand for the runners' IDs
+		wantStatus int
+		wantBody   string
+	}{
+		"org runner: 200 with the list element's shape": {
+			path: "/orgs/acme/actions/runners/{orgID}", wantStatus: 200,
+			wantBody: `{"id":1001,"name":"r1","os":"linux","status":"offline","busy":true,"labels":[{"id":1,"name":"self-hosted","type":"read-only"},{"id":2,"name":"linux","type":"read-only"}]}`,
+		},
+		"owner name is case-insensitive": {path: "/orgs/ACME/actions/runners/{orgID}", wantStatus: 200},
+		"repo runner": {
+			path: "/repos/acme/app/actions/runners/{repoID}", wantStatus: 200,
+			wantBody: `{"id":1002,"name":"other","os":"linux","status":"online","busy":false,"labels":[{"id":1,"name":"self-hosted","type":"read-only"},{"id":2,"name":"linux","type":"read-only"}]}`,
+		},
+		"unknown ID: 404": {
+			path: "/orgs/acme/actions/runners/99", wantStatus: 404,
+			wantBody: `{"message":"Not Found","documentation_url":"https://docs.github.com/rest","status":"404"}`,
+		},
+		"ID of another scope: 404": {path: "/orgs/acme/actions/runners/{repoID}", wantStatus: 404},
+		"not a number: 404":        {path: "/orgs/acme/actions/runners/r1", wantStatus: 404},
+		"enterprise, unknown: 404": {path: "/enterprises/bigcorp/actions/runners/{orgID}", wantStatus: 404},
+		"GHES prefix":              {path: "/api/v3/orgs/acme/actions/runners/{orgID}", wantStatus: 200},
+		"GHES style: only under /api/v3": {
+			style: ghfake.StyleGHES, path: "/orgs/acme/actions/runners/{orgID}", wantStatus: 404,
+		},
+		"GHES style under /api/v3": {
+			style: ghfake.StyleGHES, path: "/api/v3/orgs/acme/actions/runners/{orgID}", wantStatus: 200,
+		},
+		"dotcom style: no /api/v3": {
+			style: ghfake.StyleDotCom, path: "/api/v3/orgs/acme/actions/runners/{orgID}", wantStatus: 404,
+		},
+		"wrong token: 401": {token: "other", path: "/orgs/acme/actions/runners/{orgID}", wantStatus: 401},
+		"injected fault": {
+			fault: &ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 429, RetryAfterSeconds: 5, Method: "GET", PathContains: "/runners/"},
+			path:  "/orgs/acme/actions/runners/{orgID}", wantStatus: 429,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			f, srv := serve(t)
+			f.SetStyle(tc.style)
+			f.SetToken(orString(tc.token, "good"))
+			id := f.AddRunner(org, "r1")
+			f.SetBusy(org, "r1", true)
+			f.SetOnline(org, "r1", false)
+			other := f.AddRunner(repo, "other")
+			if tc.fault != nil {
+				f.InjectFault(*tc.fault)
+			}
+			path := strings.NewReplacer("{orgID}", strconv.FormatInt(id, 10), "{repoID}", strconv.FormatInt(other, 10)).Replace(tc.path)
+
+			a := do(t, http.MethodGet, srv.URL+path, map[string]string{"Authorization": "Bearer good"})
+
+			if a.status != tc.wantStatus {
+				t.Errorf("status %d, want %d (%s)", a.status, tc.wantStatus, a.body)
+			}
+			if tc.wantBody != "" && a.body != tc.wantBody {
+				t.Errorf("body %s\nwant %s", a.body, tc.wantBody)
+			}
+			if tc.wantStatus == 200 {
+				var r ghfake.Runner
+				if err := json.Unmarshal([]byte(a.body), &r); err != nil || r.Name == "" {
+					t.Errorf("body %s is not a runner: %v", a.body, err)
+				}
+				if ct := a.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+					t.Errorf("Content-Type %q", ct)
+				}
+				// GHES has rate limiting off by default.
+				wantRate := tc.style != ghfake.StyleGHES
+				if got := a.header.Get("X-RateLimit-Remaining") != ""; got != wantRate {
+					t.Errorf("rate-limit header present = %v, want %v", got, wantRate)
+				}
+			}
+			reqs := f.Requests()
+			if len(reqs) != 1 || reqs[0].Method != "GET" || reqs[0].Path != path || reqs[0].Status != tc.wantStatus {
+				t.Errorf("log %+v, want one GET %s answered %d", reqs, path, tc.wantStatus)
+			}
+			if f.Count("GET") != 1 || f.Count("DELETE") != 0 {
+				t.Errorf("counts GET %d DELETE %d", f.Count("GET"), f.Count("DELETE"))
+			}
+			// A GET never changes anything.
+			if _, ok := f.Runner(org, "r1"); !ok {
+				t.Error("GET removed the runner")
+			}
+		})
+	}
+}
+
+func orString(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
 func TestRateLimitHeaders(t *testing.T) {
 	tests := map[string]struct{ status int }{
 		"403 by default": {status: 0},

@@ -1,0 +1,409 @@
+package ghclient_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/ghclient/ghfake"
+)
+
+// rejectedHints reads runner_guard_github_id_hints_rejected_total by reason.
+func rejectedHints(t *testing.T, m *ghclient.Metrics) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	for _, c := range m.Collectors() {
+		reg.MustRegister(c)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "runner_guard_github_id_hints_rejected_total" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			for _, l := range mt.GetLabel() {
+				if l.GetName() == "reason" {
+					out[l.GetValue()] = mt.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// An untrusted ID (a pod annotation a tenant can write) is used only once
+// GitHub's record for it carries the runner's name; else it is ignored and the
+// runner is found by name, so a copied ID cannot remove another runner.
+func TestUnregisterIDHintTrust(t *testing.T) {
+	type rejected = map[string]float64
+	tests := map[string]struct {
+		scope ghclient.Scope
+		base  string // default: github.com
+		// setup prepares the fake and returns the hint to pass for "r1".
+		setup     func(f *ghfake.Fake) ghclient.IDHint
+		want      ghclient.Outcome
+		checkErr  func(*testing.T, error)
+		wantCalls []string
+		wantGone  bool     // r1 must be gone from the fake afterwards
+		wantKept  []string // runners that must still be registered (org scope unless qualified in setup)
+		keptScope ghclient.Scope
+		// wantRejected is the hints-rejected counter by reason.
+		wantRejected rejected
+	}{
+		"trusted hint: one DELETE": {
+			setup:        func(f *ghfake.Fake) ghclient.IDHint { return trusted(f.AddRunner(org, "r1")) },
+			want:         ghclient.Removed,
+			wantCalls:    []string{"DELETE " + orgRunners + "/1001"},
+			wantGone:     true,
+			wantRejected: rejected{"not_found": 0, "other_runner": 0},
+		},
+		"trusted hint naming another runner is used as given": {
+			// Trust is the caller's promise; this pins that no GET is made.
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
+				f.AddRunner(org, "r1")
+				return trusted(f.AddRunner(org, "other"))
+			},
+			want:         ghclient.Removed,
+			wantCalls:    []string{"DELETE " + orgRunners + "/1002"},
+			wantRejected: rejected{"not_found": 0, "other_runner": 0},
+		},
+		"untrusted hint whose record names the runner: GET, then DELETE": {
+			setup:        func(f *ghfake.Fake) ghclient.IDHint { return untrusted(f.AddRunner(org, "r1")) },
+			want:         ghclient.Removed,
+			wantCalls:    []string{"GET " + orgRunners + "/1001", "DELETE " + orgRunners + "/1001"},
+			wantGone:     true,
+			wantRejected: rejected{"not_found": 0, "other_runner": 0},
+		},
+		"untrusted hint naming another runner: that runner stays, r1 found by name": {
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
+				victim := f.AddRunner(org, "victim")
+				f.AddRunner(org, "r1")
+				return untrusted(victim)
+			},
+			want: ghclient.Removed,
+			wantCalls: []string{
+				"GET " + orgRunners + "/1001",
+				listCall(orgRunners, "r1"),
+				"DELETE " + orgRunners + "/1002",
+			},
+			wantGone:     true,
+			wantKept:     []string{"victim"},
+			wantRejected: rejected{"not_found": 0, "other_runner": 1},
+		},
+		"untrusted hint naming another runner, r1 not registered: nothing removed": {
+			setup:        func(f *ghfake.Fake) ghclient.IDHint { return untrusted(f.AddRunner(org, "victim")) },
+			want:         ghclient.NotFound,
+			wantCalls:    []string{"GET " + orgRunners + "/1001", listCall(orgRunners, "r1")},
+			wantKept:     []string{"victim"},
+			wantRejected: rejected{"not_found": 0, "other_runner": 1},
+		},
+		"untrusted hint naming a busy other runner: no DELETE of it": {
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
+				victim := f.AddRunner(org, "victim")
+				f.SetBusy(org, "victim", true)
+				f.AddRunner(org, "r1")
+				return untrusted(victim)
+			},
+			want:         ghclient.Removed,
+			wantCalls:    []string{"GET " + orgRunners + "/1001", listCall(orgRunners, "r1"), "DELETE " + orgRunners + "/1002"},
+			wantGone:     true,
+			wantKept:     []string{"victim"},
+			wantRejected: rejected{"not_found": 0, "other_runner": 1},
+		},
+		"untrusted hint of a runner in another scope: 404, name look-up": {
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
+				victim := f.AddRunner(repo, "r1") // same name, other scope
+				f.AddRunner(org, "r1")
+				return untrusted(victim)
+			},
+			want: ghclient.Removed,
+			wantCalls: []string{
+				"GET " + orgRunners + "/1001",
+				listCall(orgRunners, "r1"),
+				"DELETE " + orgRunners + "/1002",
+			},
+			wantGone:     true,
+			wantKept:     []string{"r1"},
+			keptScope:    repo,
+			wantRejected: rejected{"not_found": 1, "other_runner": 0},
+		},
+		"untrusted hint unknown: 404, name look-up finds nothing": {
+			setup:        func(*ghfake.Fake) ghclient.IDHint { return untrusted(99) },
+			want:         ghclient.NotFound,
+			wantCalls:    []string{"GET " + orgRunners + "/99", listCall(orgRunners, "r1")},
+			wantRejected: rejected{"not_found": 1, "other_runner": 0},
+		},
+		"untrusted hint on a busy runner: GET, then 422": {
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
+				id := f.AddRunner(org, "r1")
+				f.SetBusy(org, "r1", true)
+				return untrusted(id)
+			},
+			want:         ghclient.Busy,
+			wantCalls:    []string{"GET " + orgRunners + "/1001", "DELETE " + orgRunners + "/1001"},
+			wantRejected: rejected{"not_found": 0, "other_runner": 0},
+		},
+		"negative untrusted hint: as no hint": {
+			setup:        func(f *ghfake.Fake) ghclient.IDHint { f.AddRunner(org, "r1"); return untrusted(-1) },
+			want:         ghclient.Removed,
+			wantCalls:    []string{listCall(orgRunners, "r1"), "DELETE " + orgRunners + "/1001"},
+			wantGone:     true,
+			wantRejected: rejected{"not_found": 0, "other_runner": 0},
+		},
+		"repo scope": {
+			scope:     repo,
+			setup:     func(f *ghfake.Fake) ghclient.IDHint { return untrusted(f.AddRunner(repo, "r1")) },
+			want:      ghclient.Removed,
+			wantCalls: []string{"GET " + repoRunners + "/1001", "DELETE " + repoRunners + "/1001"},
+			wantGone:  true,
+		},
+		"enterprise scope": {
+			scope:     ent,
+			setup:     func(f *ghfake.Fake) ghclient.IDHint { return untrusted(f.AddRunner(ent, "r1")) },
+			want:      ghclient.Removed,
+			wantCalls: []string{"GET " + entRunners + "/1001", "DELETE " + entRunners + "/1001"},
+			wantGone:  true,
+		},
+		"GHES under /api/v3": {
+			base: "http://ghe.example.com/api/v3/",
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
+				f.SetStyle(ghfake.StyleGHES)
+				victim := f.AddRunner(org, "victim")
+				f.AddRunner(org, "r1")
+				return untrusted(victim)
+			},
+			want: ghclient.Removed,
+			wantCalls: []string{
+				"GET /api/v3" + orgRunners + "/1001",
+				listCall("/api/v3"+orgRunners, "r1"),
+				"DELETE /api/v3" + orgRunners + "/1002",
+			},
+			wantGone:     true,
+			wantKept:     []string{"victim"},
+			wantRejected: rejected{"not_found": 0, "other_runner": 1},
+		},
+		"secondary rate limit on the GET: *RateLimited, nothing removed": {
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
+				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 429, RetryAfterSeconds: 30, Method: "GET"})
+				return untrusted(f.AddRunner(org, "r1"))
+			},
+			checkErr:     wantRateLimited(false, 30*time.Second),
+			wantCalls:    []string{"GET " + orgRunners + "/1001"},
+			wantKept:     []string{"r1"},
+			wantRejected: rejected{"not_found": 0, "other_runner": 0},
+		},
+		"primary rate limit on the GET: *RateLimited": {
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
+				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultPrimaryRateLimit, ResetAfterSeconds: 120, Method: "GET"})
+				return untrusted(f.AddRunner(org, "r1"))
+			},
+			checkErr:  wantRateLimited(true, 120*time.Second),
+			wantCalls: []string{"GET " + orgRunners + "/1001"},
+			wantKept:  []string{"r1"},
+		},
+		"500 on the GET: wrapped error, nothing removed": {
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
+				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 500, Method: "GET"})
+				return untrusted(f.AddRunner(org, "r1"))
+			},
+			checkErr:  wantErrContaining(`verify runner "r1" (id 1001) in org "acme"`, "GET", ": 500"),
+			wantCalls: []string{"GET " + orgRunners + "/1001"},
+			wantKept:  []string{"r1"},
+		},
+		"malformed JSON on the GET: error naming the status": {
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
+				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultMalformedJSON, Method: "GET"})
+				return untrusted(f.AddRunner(org, "r1"))
+			},
+			checkErr:  wantErrContaining(`verify runner "r1" (id 1001) in org "acme"`, "HTTP 200"),
+			wantCalls: []string{"GET " + orgRunners + "/1001"},
+			wantKept:  []string{"r1"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, func(c *ghclient.Config) {
+				if tc.base != "" {
+					c.BaseURL = tc.base
+				}
+			})
+			scope := tc.scope
+			if scope == (ghclient.Scope{}) {
+				scope = org
+			}
+			hint := tc.setup(e.fake)
+
+			got, err := e.client.Unregister(context.Background(), scope, "r1", hint)
+
+			if tc.checkErr != nil {
+				tc.checkErr(t, err)
+			} else if err != nil {
+				t.Fatalf("Unregister: %v", err)
+			}
+			if got != tc.want {
+				t.Errorf("outcome = %v, want %v", got, tc.want)
+			}
+			assertCalls(t, e.fake, tc.wantCalls)
+			if _, present := e.fake.Runner(scope, "r1"); tc.wantGone && present {
+				t.Errorf("r1 still registered on the fake")
+			}
+			kept := tc.keptScope
+			if kept == (ghclient.Scope{}) {
+				kept = scope
+			}
+			for _, n := range tc.wantKept {
+				if _, present := e.fake.Runner(kept, n); !present {
+					t.Errorf("runner %q in %s was removed", n, kept)
+				}
+			}
+			if tc.wantRejected != nil {
+				if got := rejectedHints(t, e.metrics); fmt.Sprint(got) != fmt.Sprint(tc.wantRejected) {
+					t.Errorf("hints rejected = %v, want %v", got, tc.wantRejected)
+				}
+			}
+		})
+	}
+}
+
+// A verified (scope, name, ID) is cached: verifying it again costs no GET.
+// The cache filled by a name look-up verifies a hint too.
+func TestUnregisterUntrustedHintCached(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	id := e.fake.AddRunner(org, "r1")
+	e.fake.SetBusy(org, "r1", true)
+	id2 := e.fake.AddRunner(org, "r2")
+	victim := e.fake.AddRunner(org, "victim")
+
+	steps := []struct {
+		name      string
+		before    func()
+		runner    string
+		hint      ghclient.IDHint
+		want      ghclient.Outcome
+		wantCalls []string
+	}{
+		{
+			name:   "first verification: GET, then DELETE (busy)",
+			runner: "r1", hint: untrusted(id), want: ghclient.Busy,
+			wantCalls: []string{fmt.Sprintf("GET %s/%d", orgRunners, id), fmt.Sprintf("DELETE %s/%d", orgRunners, id)},
+		},
+		{
+			name:   "same runner and ID again: from the cache, no GET",
+			runner: "r1", hint: untrusted(id), want: ghclient.Busy,
+			wantCalls: []string{fmt.Sprintf("DELETE %s/%d", orgRunners, id)},
+		},
+		{
+			name:   "a cached ID does not verify another ID for the name",
+			runner: "r1", hint: untrusted(victim), want: ghclient.Busy,
+			wantCalls: []string{fmt.Sprintf("GET %s/%d", orgRunners, victim), fmt.Sprintf("DELETE %s/%d", orgRunners, id)},
+		},
+		{
+			name:   "idle now: removed from the cached ID",
+			before: func() { e.fake.SetBusy(org, "r1", false) },
+			runner: "r1", hint: untrusted(id), want: ghclient.Removed,
+			wantCalls: []string{fmt.Sprintf("DELETE %s/%d", orgRunners, id)},
+		},
+		{
+			name: "cache filled by a name look-up verifies the hint",
+			before: func() {
+				if _, err := e.client.Status(ctx, org, "r2"); err != nil {
+					t.Fatal(err)
+				}
+			},
+			runner: "r2", hint: untrusted(id2), want: ghclient.Removed,
+			wantCalls: []string{fmt.Sprintf("DELETE %s/%d", orgRunners, id2)},
+		},
+	}
+	for _, s := range steps {
+		if s.before != nil {
+			s.before()
+		}
+		e.fake.ResetLog()
+		got, err := e.client.Unregister(ctx, org, s.runner, s.hint)
+		if err != nil || got != s.want {
+			t.Fatalf("%s: Unregister = %v, %v; want %v", s.name, got, err, s.want)
+		}
+		if c := calls(e.fake); fmt.Sprint(c) != fmt.Sprint(s.wantCalls) {
+			t.Errorf("%s: requests\n got %q\nwant %q", s.name, c, s.wantCalls)
+		}
+	}
+	if _, ok := e.fake.Runner(org, "victim"); !ok {
+		t.Error("victim runner was removed")
+	}
+}
+
+// Router.Unregister passes Runner.IDTrusted on, with per-Secret and App clients.
+func TestRouterUnregisterIDTrust(t *testing.T) {
+	tests := map[string]struct {
+		trusted   bool
+		app       bool
+		wantCalls func(f *ghfake.Fake, victim, r1 int64) []string
+	}{
+		"trusted ID: DELETE by that ID": {
+			trusted: true,
+			wantCalls: func(_ *ghfake.Fake, victim, _ int64) []string {
+				return []string{fmt.Sprintf("DELETE %s/%d", orgRunners, victim)}
+			},
+		},
+		"untrusted ID naming another runner: verified, rejected, found by name": {
+			wantCalls: func(_ *ghfake.Fake, victim, r1 int64) []string {
+				return []string{
+					fmt.Sprintf("GET %s/%d", orgRunners, victim),
+					listCall(orgRunners, "r1"),
+					fmt.Sprintf("DELETE %s/%d", orgRunners, r1),
+				}
+			},
+		},
+		"App with discovered installation: the GET uses the installation token": {
+			app: true,
+			wantCalls: func(f *ghfake.Fake, victim, r1 int64) []string {
+				return []string{
+					"GET /orgs/acme/installation",
+					fmt.Sprintf("POST /app/installations/%d/access_tokens", f.Installations()[0].ID),
+					fmt.Sprintf("GET %s/%d", orgRunners, victim),
+					listCall(orgRunners, "r1"),
+					fmt.Sprintf("DELETE %s/%d", orgRunners, r1),
+				}
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			f, srv := appFake(t)
+			m := ghclient.NewMetrics()
+			r := newRouter(t, srv, func(c *ghclient.RouterConfig) { c.Metrics = m })
+			victim := f.AddRunner(org, "victim")
+			r1 := f.AddRunner(org, "r1")
+			creds := tokenCreds("ns/tok", "1", testToken)
+			if tc.app {
+				f.AddInstallation(appID, "acme")
+				creds = appCreds("ns/app", 0)
+			}
+			rn := ghclient.Runner{Scope: org, Name: "r1", ID: victim, IDTrusted: tc.trusted, Creds: creds}
+			if out, err := r.Unregister(context.Background(), rn); err != nil || out != ghclient.Removed {
+				t.Fatalf("Unregister = %v, %v; want removed", out, err)
+			}
+			assertCalls(t, f, tc.wantCalls(f, victim, r1))
+			_, victimKept := f.Runner(org, "victim")
+			if victimKept == tc.trusted {
+				t.Errorf("victim registered = %v, want %v", victimKept, !tc.trusted)
+			}
+			wantRejected := 1.0
+			if tc.trusted {
+				wantRejected = 0
+			}
+			if got := rejectedHints(t, m)["other_runner"]; got != wantRejected {
+				t.Errorf("other_runner rejections = %v, want %v", got, wantRejected)
+			}
+		})
+	}
+}
