@@ -249,6 +249,7 @@ func (e *env) newHandler() error {
 	h, err := webhook.NewHandler(webhook.Options{
 		Config:  webhook.DefaultConfig(),
 		GitHub:  router,
+		Runners: arc.NewResolver(arc.Options{Reader: e.pods}),
 		Pods:    e.pods,
 		Metrics: webhook.NewMetrics(),
 	})
@@ -327,6 +328,17 @@ func (e *env) body(pod *corev1.Pod) []byte {
 	return b
 }
 
+// arcLegacyPod is the running pod ARC's legacy controller makes for a runner
+// of org: controlled by a Runner of the same name (created here), with the
+// runner's ID in actions-runner/id, which runner-guard then trusts.
+func (e *env) arcLegacyPod(ns, name, orgName string, id int64) *corev1.Pod {
+	r := fixture.MakeLegacyRunner(ns, name).Org(orgName)
+	if err := e.pods.Create(context.Background(), r.Obj()); err != nil && !apierrors.IsAlreadyExists(err) {
+		panic(err)
+	}
+	return fixture.MakeLegacyRunnerPod(ns, name).Org(orgName).OwnedByLegacyRunner(r).RunnerID(id).Running().Obj()
+}
+
 // decide sends one DELETE review to path and returns whether it was allowed.
 func (e *env) decide(path string, b []byte) (bool, error) {
 	resp, err := process.Send(context.Background(), e.client, e.url+path, b)
@@ -359,7 +371,7 @@ func (e *env) steady() error {
 	for i := range idle {
 		name := fmt.Sprintf("idle-%03d", i)
 		id := e.gh.AddRunner(scope, name)
-		idle[i] = fixture.MakeLegacyRunnerPod("ci", name).Org("steady").RunnerID(id).Running().Obj()
+		idle[i] = e.arcLegacyPod("ci", name, "steady", id)
 	}
 	e.gh.ResetLog()
 	decisions := 0
@@ -376,7 +388,25 @@ func (e *env) steady() error {
 	calls := float64(e.gh.Count(""))
 	v := calls / float64(decisions)
 	progress("steady: %d decisions (busy retries with cached ID, idle runners with ID annotation), %.0f GitHub requests", decisions, calls)
-	e.record("calls_per_decision_steady", v, "req/decision", "<= 1.0", v <= 1.0, "")
+	e.record("calls_per_decision_steady", v, "req/decision", "<= 1.0", v <= 1.0, "ARC's pods: busy retries with cached ID, idle runners with their Runner's ID")
+
+	// The others: an ID the pod carries without ARC's Runner behind it is
+	// checked against GitHub's record (GET by ID) before the DELETE.
+	untrusted := make([]*corev1.Pod, n)
+	for i := range untrusted {
+		name := fmt.Sprintf("untrusted-%03d", i)
+		id := e.gh.AddRunner(scope, name)
+		untrusted[i] = fixture.MakeLegacyRunnerPod("ci", name).Org("steady").RunnerID(id).Running().Obj()
+	}
+	e.gh.ResetLog()
+	for _, p := range untrusted {
+		if ok, err := e.decide(webhook.Path, e.body(p)); err != nil || !ok {
+			return fmt.Errorf("idle runner with an untrusted ID: allowed=%v err=%v", ok, err)
+		}
+	}
+	u := float64(e.gh.Count("")) / float64(n)
+	progress("steady: %d idle runners whose pods carry an ID no Runner vouches for: %d GitHub requests", n, e.gh.Count(""))
+	e.record("calls_per_decision_untrusted_id", u, "req/decision", "(info)", true, "pods no ARC object controls: GET by ID to check the name, then DELETE")
 	return nil
 }
 
@@ -475,7 +505,7 @@ func (e *env) burst() error {
 	}
 
 	withID, err := runBurst("legacy pods with actions-runner/id", func(n string) *corev1.Pod {
-		return fixture.MakeLegacyRunnerPod("ci", n).Org("burst").RunnerID(ids[n]).Running().Obj()
+		return e.arcLegacyPod("ci", n, "burst", ids[n])
 	})
 	if err != nil {
 		return err
@@ -498,7 +528,7 @@ func (e *env) burst() error {
 		return err
 	}
 	progress("burst: seed algorithm (list all runners page by page, check busy, DELETE by ID): %d requests", seedCalls)
-	e.record("calls_burst_100", float64(withID), "requests", "<= 101", withID <= 101, "legacy pods carrying actions-runner/id")
+	e.record("calls_burst_100", float64(withID), "requests", "<= 101", withID <= 101, "ARC's legacy pods: Runner-controlled, carrying actions-runner/id")
 	e.record("calls_burst_100_noid", float64(noID), "requests", "(info)", true, "scale-set pods: list by name + DELETE each")
 	e.record("calls_burst_100_seed", float64(seedCalls), "requests", "(baseline)", true, "ARC's old way, same burst")
 	return nil
@@ -821,7 +851,7 @@ func (e *env) latency() error {
 	for i := range bodies {
 		name := fmt.Sprintf("lat-%04d", i)
 		ids[i] = e.gh.AddRunner(scope, name)
-		bodies[i] = e.body(fixture.MakeLegacyRunnerPod("ci", name).Org("latency").RunnerID(ids[i]).Running().Obj())
+		bodies[i] = e.body(e.arcLegacyPod("ci", name, "latency", ids[i]))
 	}
 	e.gh.SetLatency(githubLatency)
 	defer e.gh.SetLatency(0)
@@ -829,7 +859,7 @@ func (e *env) latency() error {
 	for i := range concurrency * 2 {
 		warm := fmt.Sprintf("lat-warm-%d", i)
 		id := e.gh.AddRunner(scope, warm)
-		if _, err := e.decide(webhook.Path, e.body(fixture.MakeLegacyRunnerPod("ci", warm).Org("latency").RunnerID(id).Running().Obj())); err != nil {
+		if _, err := e.decide(webhook.Path, e.body(e.arcLegacyPod("ci", warm, "latency", id))); err != nil {
 			return err
 		}
 	}

@@ -68,11 +68,11 @@ func TestFakeGitHubCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := client.Unregister(context.Background(), org, "r1", id); err != nil || out != ghclient.Removed {
+	if out, err := client.Unregister(context.Background(), org, "r1", ghclient.IDHint{ID: id, Trusted: true}); err != nil || out != ghclient.Removed {
 		t.Fatalf("Unregister with the right token = %v, %v; want removed", out, err)
 	}
 	wrong, _ := ghclient.New(ghclient.Config{BaseURL: base + "/", AllowHTTP: true, Token: "ghp_wrong"})
-	if _, err := wrong.Unregister(context.Background(), org, "r2", 0); err == nil || !strings.Contains(err.Error(), "401") {
+	if _, err := wrong.Unregister(context.Background(), org, "r2", ghclient.IDHint{}); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Errorf("Unregister with a wrong token: %v, want a 401", err)
 	}
 	if got := control.Requests(); len(got) != 2 || got[0].Status != 204 || got[1].Status != 401 {
