@@ -22,23 +22,11 @@ func TestRunnerPodCacheHoldsOnlyRunnerPods(t *testing.T) {
 	scaleSet := fixture.MakeScaleSetRunnerPod("ci", "set-1").Running().Obj()
 	web := fixture.MakePod("ci", "web").Running().Obj()
 	cs := kubefake.NewClientset(legacy, scaleSet, web)
-	c, err := NewRunnerPodCache(cs, DefaultRunnerPods())
+	c, err := NewRunnerPodCache(cs, DefaultRunnerPods(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go func() { _ = c.Start(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, _, synced := c.Get("ci", "web"); synced {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("cache never synced")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	startPodCache(t, c, "ci")
 	tests := map[string]struct {
 		ns, name string
 		found    bool
@@ -56,6 +44,79 @@ func TestRunnerPodCacheHoldsOnlyRunnerPods(t *testing.T) {
 				t.Errorf("Get(%s/%s) = %v, found %v, synced %v; want found %v", tc.ns, tc.name, pod, found, synced, tc.found)
 			}
 		})
+	}
+}
+
+// With runner namespaces the cache lists and watches in those namespaces only
+// (a Role there is enough), one informer per spec and namespace, and answers
+// a pod elsewhere as not a runner pod, synced, whatever the cluster holds.
+func TestRunnerPodCacheWatchesOnlyRunnerNamespaces(t *testing.T) {
+	cs := kubefake.NewClientset(
+		fixture.MakeLegacyRunnerPod("team-a", "legacy-a").Org("acme").Running().Obj(),
+		fixture.MakeScaleSetRunnerPod("team-b", "set-b").Running().Obj(),
+		fixture.MakeLegacyRunnerPod("elsewhere", "legacy-x").Org("acme").Running().Obj(),
+		fixture.MakePod("team-a", "web").Running().Obj(),
+	)
+	// A listed namespace given twice is watched once.
+	c, err := NewRunnerPodCache(cs, DefaultRunnerPods(), []string{"team-a", "team-b", "team-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(c.informers), len(DefaultRunnerPods())*2; got != want {
+		t.Errorf("%d informers, want %d (one per runner pod spec and namespace)", got, want)
+	}
+	startPodCache(t, c, "team-a", "team-b")
+	tests := map[string]struct {
+		ns, name string
+		found    bool
+	}{
+		"legacy runner pod in a runner namespace":    {"team-a", "legacy-a", true},
+		"scale-set runner pod in a runner namespace": {"team-b", "set-b", true},
+		"runner pod of another runner namespace":     {"team-b", "legacy-a", false},
+		"ordinary pod":                               {"team-a", "web", false},
+		"runner pod outside the runner namespaces":   {"elsewhere", "legacy-x", false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			pod, found, synced := c.Get(tc.ns, tc.name)
+			if !synced || found != tc.found || (found && pod.Name != tc.name) {
+				t.Errorf("Get(%s/%s) = %v, found %v, synced %v; want found %v, synced", tc.ns, tc.name, pod, found, synced, tc.found)
+			}
+		})
+	}
+	watched := map[string]bool{}
+	for _, a := range cs.Actions() {
+		if a.GetResource().Resource != "pods" || (a.GetVerb() != "list" && a.GetVerb() != "watch") {
+			continue
+		}
+		watched[a.GetNamespace()] = true
+		if ns := a.GetNamespace(); ns != "team-a" && ns != "team-b" {
+			t.Errorf("%s pods in namespace %q, want only the runner namespaces", a.GetVerb(), ns)
+		}
+	}
+	if !watched["team-a"] || !watched["team-b"] {
+		t.Errorf("listed or watched pods in %v, want team-a and team-b", watched)
+	}
+}
+
+// startPodCache runs the cache until the test ends and waits until it
+// answers for the pods of namespaces.
+func startPodCache(t *testing.T, c *RunnerPodCache, namespaces ...string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = c.Start(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, ns := range namespaces {
+		for {
+			if _, _, synced := c.Get(ns, "any"); synced {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cache never synced for namespace %s", ns)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }
 

@@ -148,7 +148,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	if err != nil {
 		return fmt.Errorf("API client: %w", err)
 	}
-	podCache, err := webhook.NewRunnerPodCache(kubernetes.NewForConfigOrDie(restCfg), hcfg.RunnerPods)
+	podCache, err := webhook.NewRunnerPodCache(kubernetes.NewForConfigOrDie(restCfg), hcfg.RunnerPods, hcfg.RunnerNamespaces)
 	if err != nil {
 		return fmt.Errorf("--config: %w", err)
 	}
