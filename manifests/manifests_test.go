@@ -34,6 +34,7 @@ import (
 const (
 	namespace   = "runner-guard-system"
 	webhookPath = "/validate-runner-pods"
+	configDir   = "/etc/runner-guard/config"
 )
 
 var overlays = []string{"base", "certmanager", "default", "local", "e2e-kind"}
@@ -137,7 +138,7 @@ func TestOverlaysRender(t *testing.T) {
 	want := map[string][]string{
 		"base": {
 			"ClusterRole/runner-guard", "ClusterRole/runner-guard-metrics-auth", "ClusterRole/runner-guard-metrics-reader",
-			"ClusterRoleBinding/runner-guard", "ClusterRoleBinding/runner-guard-metrics-auth", "Deployment/runner-guard-webhook",
+			"ClusterRoleBinding/runner-guard", "ClusterRoleBinding/runner-guard-metrics-auth", "ConfigMap/runner-guard-config", "Deployment/runner-guard-webhook",
 			"Namespace/runner-guard-system", "NetworkPolicy/runner-guard-webhook", "PodDisruptionBudget/runner-guard-webhook",
 			"ResourceQuota/runner-guard-critical-pods", "Service/runner-guard-webhook",
 			"ServiceAccount/runner-guard", "ValidatingWebhookConfiguration/runner-guard",
@@ -373,6 +374,7 @@ func TestRBACIsMinimal(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{"actions.github.com"}, Resources: []string{"ephemeralrunners"}, Verbs: []string{"get", "delete"}},
+		{APIGroups: []string{"actions.summerwind.dev"}, Resources: []string{"runners"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"policy"}, Resources: []string{"poddisruptionbudgets"}, Verbs: []string{"list"}},
 	}
 	if !reflect.DeepEqual(role.Rules, want) {
@@ -467,6 +469,7 @@ func TestDeployment(t *testing.T) {
 		"--github-token-file=/etc/runner-guard/github/token",
 		"--metrics-bind-address=:8443",
 		"--health-probe-bind-address=:8081",
+		"--config=" + configDir + "/config.yaml",
 	}
 	if !reflect.DeepEqual(c.Args, wantArgs) {
 		t.Errorf("args = %q\nwant %q", c.Args, wantArgs)
@@ -530,6 +533,9 @@ func TestDeployment(t *testing.T) {
 		t.Errorf("the GitHub Secret volume must say optional: false explicitly")
 	}
 	check("runner-guard-webhook-cert", "/tmp/k8s-webhook-server/serving-certs", false)
+	if v, m := vols["config"], mounts["config"]; v.ConfigMap == nil || v.ConfigMap.Name != "runner-guard-config" || m.MountPath != configDir || !m.ReadOnly {
+		t.Errorf("config volume %+v mounted as %+v, want ConfigMap runner-guard-config read-only at %s (--config)", v.VolumeSource, m, configDir)
+	}
 
 	svc := get[corev1.Service](t, objs, "Service", "runner-guard-webhook")
 	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(podLabels) {
@@ -555,6 +561,57 @@ func TestDeployment(t *testing.T) {
 	if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 || !mustSelector(t, pdb.Spec.Selector).Matches(podLabels) {
 		t.Errorf("PDB spec = %+v", pdb.Spec)
 	}
+}
+
+// TestConfigFile: the --config file of the install parses with the binary's
+// own strict parser and binds the runner namespace to a placeholder scope the
+// user must replace (never an open config); the kind e2e overlay, whose
+// suites register runners of many scopes, allows any scope.
+func TestConfigFile(t *testing.T) {
+	parseConfig := func(overlay string) webhook.Config {
+		t.Helper()
+		cm := get[corev1.ConfigMap](t, parse(t, render(t, overlay)), "ConfigMap", "runner-guard-config")
+		cfg, err := webhook.ParseConfig([]byte(cm.Data["config.yaml"]))
+		if err != nil {
+			t.Fatalf("%s: the webhook rejects its config.yaml: %v\n%s", overlay, err, cm.Data["config.yaml"])
+		}
+		return cfg
+	}
+	cfg := parseConfig("default")
+	if len(cfg.ScopeBindings) != 1 {
+		t.Fatalf("scopeBindings = %+v, want the one binding to fill in", cfg.ScopeBindings)
+	}
+	b := cfg.ScopeBindings[0]
+	if !reflect.DeepEqual(b.Namespaces, []string{"arc-runners"}) || !reflect.DeepEqual(b.Scopes, []string{"org:REPLACE-WITH-YOUR-ORG"}) {
+		t.Errorf("binding = %+v, want arc-runners bound to the placeholder org:REPLACE-WITH-YOUR-ORG", b)
+	}
+	if len(cfg.RunnerNamespaces) != 0 {
+		t.Errorf("runnerNamespaces = %v: the install's ClusterRole watches runner pods cluster-wide", cfg.RunnerNamespaces)
+	}
+	// The rest is the binary's defaults: only the binding is the user's to set.
+	def := webhook.DefaultConfig()
+	cfg.ScopeBindings = nil
+	if !reflect.DeepEqual(toJSON(t, cfg), toJSON(t, def)) {
+		t.Errorf("config beyond scopeBindings differs from the binary's defaults:\n got %s\nwant %s", toJSON(t, cfg), toJSON(t, def))
+	}
+	text := string(mustRead(t, "base/config.yaml"))
+	for _, w := range []string{"REPLACE", "rollout restart"} {
+		if !strings.Contains(text, w) {
+			t.Errorf("base/config.yaml does not say %q", w)
+		}
+	}
+	if kind := parseConfig("e2e-kind"); len(kind.ScopeBindings) != 0 {
+		t.Errorf("e2e-kind scopeBindings = %+v, want none (every scope open for the suites)", kind.ScopeBindings)
+	}
+}
+
+func toJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func TestCertManagerWiring(t *testing.T) {
