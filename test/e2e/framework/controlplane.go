@@ -58,17 +58,24 @@ func (c *ControlPlane) KubectlPath() string {
 // StartControlPlane starts the three components and waits until the API server
 // is healthy and the controller manager has created the default ServiceAccount.
 func StartControlPlane(ctx context.Context, dir, assets string, logf func(string, ...any)) (*ControlPlane, error) {
+	return startControlPlane(ctx, dir, assets, logf, &process.Ports{}, nil)
+}
+
+// startControlPlane is StartControlPlane with the port allocator (ports a
+// caller took before, e.g. the webhook's, are never given out again) and extra
+// kube-apiserver flags.
+func startControlPlane(ctx context.Context, dir, assets string, logf func(string, ...any), ports *process.Ports, apiserverArgs []string) (*ControlPlane, error) {
 	for _, bin := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kubectl"} {
 		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
 			return nil, fmt.Errorf("control-plane binary missing: %w (run `make k8s`, or set KUBEBUILDER_ASSETS)", err)
 		}
 	}
-	c := &ControlPlane{Dir: dir, Assets: assets, tokens: map[string]string{}, ports: &process.Ports{}}
+	c := &ControlPlane{Dir: dir, Assets: assets, tokens: map[string]string{}, ports: ports}
 	if err := c.startEtcd(ctx, logf); err != nil {
 		c.Stop()
 		return nil, err
 	}
-	if err := c.startAPIServer(ctx, logf); err != nil {
+	if err := c.startAPIServer(ctx, logf, apiserverArgs); err != nil {
 		c.Stop()
 		return nil, err
 	}
@@ -107,7 +114,7 @@ func (c *ControlPlane) startEtcd(ctx context.Context, logf func(string, ...any))
 	})
 }
 
-func (c *ControlPlane) startAPIServer(ctx context.Context, logf func(string, ...any)) error {
+func (c *ControlPlane) startAPIServer(ctx context.Context, logf func(string, ...any), extraArgs []string) error {
 	etcdURL := c.URL
 	port, err := c.ports.Free()
 	if err != nil {
@@ -142,7 +149,7 @@ func (c *ControlPlane) startAPIServer(ctx context.Context, logf func(string, ...
 		return err
 	}
 	c.URL = fmt.Sprintf("https://127.0.0.1:%d", port)
-	c.apiserver, err = startProcess(c.Dir, "kube-apiserver", filepath.Join(c.Assets, "kube-apiserver"), []string{
+	c.apiserver, err = startProcess(c.Dir, "kube-apiserver", filepath.Join(c.Assets, "kube-apiserver"), append([]string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", port),
@@ -158,7 +165,7 @@ func (c *ControlPlane) startAPIServer(ctx context.Context, logf func(string, ...
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
 		"--cert-dir=" + certDir,
-	}, nil)
+	}, extraArgs...), nil)
 	if err != nil {
 		return err
 	}

@@ -54,7 +54,13 @@ type Options struct {
 	// ControlOverHTTP drives the in-process fake GitHub through its /_fake/
 	// API, the way runs against a kind cluster do (E2E_GITHUB_CONTROL=http).
 	ControlOverHTTP bool
-	Logf            func(format string, args ...any)
+	// ClientCertAuth turns on mutual TLS between the API server and the
+	// webhook: the webhook runs with --client-ca-file, and kube-apiserver's
+	// --admission-control-config-file presents a certificate that CA signed
+	// when it calls the webhook (see clientcert.go). Start's registration
+	// probe goes through the API server, so Start fails unless mutual TLS works.
+	ClientCertAuth bool
+	Logf           func(format string, args ...any)
 }
 
 // Env is a running control plane with runner-guard registered in it.
@@ -74,7 +80,8 @@ type Env struct {
 	webhook     *component
 	webhookPort int
 	certDir     string
-	kubeconfig  string // the webhook's own (ServiceAccount) kubeconfig
+	kubeconfig  string          // the webhook's own (ServiceAccount) kubeconfig
+	clientAuth  *clientCertAuth // nil unless Options.ClientCertAuth
 	mu          sync.Mutex
 }
 
@@ -130,7 +137,20 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 			err = fmt.Errorf("%w (logs in %s)", err, o.Dir)
 		}
 	}()
-	if e.ControlPlane, err = StartControlPlane(ctx, o.Dir, o.Assets, o.Logf); err != nil {
+	ports := &process.Ports{}
+	var apiserverArgs []string
+	if o.ClientCertAuth {
+		// The API server's admission kubeconfig names the webhook by its
+		// host:port, so the port is chosen before the API server starts.
+		if e.webhookPort, err = ports.Free(); err != nil {
+			return e, err
+		}
+		if e.clientAuth, err = writeClientCertAuth(o.Dir, e.webhookAddr()); err != nil {
+			return e, err
+		}
+		apiserverArgs = e.clientAuth.apiserverArgs()
+	}
+	if e.ControlPlane, err = startControlPlane(ctx, o.Dir, o.Assets, o.Logf, ports, apiserverArgs); err != nil {
 		return e, err
 	}
 	e.fake.SetToken(githubToken)
@@ -153,8 +173,10 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 	if err = e.writeWebhookCerts(); err != nil {
 		return e, err
 	}
-	if e.webhookPort, err = e.ports.Free(); err != nil {
-		return e, err
+	if e.webhookPort == 0 {
+		if e.webhookPort, err = e.ports.Free(); err != nil {
+			return e, err
+		}
 	}
 	if err = e.StartWebhook(ctx, o.WebhookArgs...); err != nil {
 		return e, err
@@ -228,7 +250,13 @@ func (e *Env) writeWebhookCerts() error {
 		return err
 	}
 	e.certDir = filepath.Join(e.Dir, "webhook-certs")
-	return b.WriteDir(e.certDir)
+	if err := b.WriteDir(e.certDir); err != nil {
+		return err
+	}
+	if e.clientAuth != nil {
+		return e.clientAuth.writeCA(e.certDir)
+	}
+	return nil
 }
 
 // WebhookCA is the CA that signed the webhook's serving certificate.
@@ -248,7 +276,7 @@ func (e *Env) StartWebhook(ctx context.Context, extraArgs ...string) error {
 	if err != nil {
 		return err
 	}
-	args := append([]string{
+	args := []string{
 		"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", e.webhookPort),
 		"--cert-dir=" + e.certDir,
 		"--github-url=" + e.GitHubURL, "--github-allow-http",
@@ -257,7 +285,11 @@ func (e *Env) StartWebhook(ctx context.Context, extraArgs ...string) error {
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metricsPort), "--metrics-secure=false",
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", healthPort),
 		"--zap-log-level=debug",
-	}, extraArgs...)
+	}
+	if e.clientAuth != nil {
+		args = append(args, "--client-ca-file="+e.clientAuth.caFile(e.certDir))
+	}
+	args = append(args, extraArgs...)
 	// Keep one log per start so a restart never hides the earlier run's log.
 	name := fmt.Sprintf("webhook-%d", time.Now().UnixNano())
 	e.webhook, err = startProcess(e.Dir, name, e.opts.WebhookBin, args, nil)
