@@ -2,43 +2,48 @@ package chart
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/runner-guard/runner-guard/webhook"
 )
 
-// The objects only one side has, and why:
-//   - the Namespace with its Pod Security labels: Helm installs into a namespace
-//     the user creates (helm install --create-namespace);
-//   - the chart's ConfigMap: the chart writes its policy values into the
-//     webhook's --config file, the kustomize install runs on the binary's defaults.
+// The objects only one side has, and why: the Namespace with its Pod Security
+// labels. Helm installs into a namespace the user creates (helm install
+// --create-namespace).
 var (
 	kustomizeOnly = []string{"Namespace/" + namespace}
-	chartOnly     = []string{"ConfigMap/runner-guard-config"}
+	chartOnly     = []string{}
 )
 
 // The only flags the chart adds to the default install, and the one flag whose
 // value differs: the chart's Secret uses ARC's key names (github_token), the
 // kustomize example Secret the key `token`.
 var (
-	chartOnlyFlags = []string{"--config"}
+	chartOnlyFlags = []string{}
 	tokenFileFlag  = "--github-token-file"
 )
 
 // TestChartAgreesWithKustomize renders the chart with values that mean what
-// manifests/default means and requires every object both have to be the same,
-// field for field, except for labels (Helm's own) and label selectors, which
-// must each select the webhook pods of their own render.
+// manifests/default means (its scope binding included) and requires every
+// object both have to be the same, field for field, except for labels (Helm's
+// own) and label selectors, which must each select the webhook pods of their
+// own render, and the --config files, which must mean the same to the binary.
 func TestChartAgreesWithKustomize(t *testing.T) {
 	kust := kustomize(t, "default")
-	chart := mustTemplate(t, "--values", "testdata/values/certmanager-token.yaml", "--set", "image.tag=latest")
+	chart := mustTemplate(t, "--values", "testdata/values/certmanager-token.yaml", "--values", bindingsOf(t, kust), "--set", "image.tag=latest")
 
 	kNames, cNames := kust.names(), chart.names()
 	for _, n := range kNames {
@@ -67,14 +72,63 @@ func TestChartAgreesWithKustomize(t *testing.T) {
 			compareAnnotations(t, k, c)
 			kn := comparable(t, k, kPods)
 			cn := comparable(t, c, cPods)
-			if k.GetKind() == "Deployment" {
+			switch k.GetKind() {
+			case "Deployment":
 				compareDeploymentArgs(t, kn, cn)
-				dropChartConfigVolume(t, cn)
+			case "ConfigMap":
+				compareConfigFiles(t, kn, cn)
 			}
 			if !reflect.DeepEqual(kn, cn) {
 				t.Errorf("kustomize and chart differ:\n%s", mapDiff("", kn, cn))
 			}
 		})
+	}
+}
+
+// bindingsOf writes a values file giving the chart the scope bindings of the
+// kustomize render's --config file.
+func bindingsOf(t *testing.T, kust objects) string {
+	t.Helper()
+	cm := get[corev1.ConfigMap](t, kust, "ConfigMap", "runner-guard-config")
+	cfg, err := webhook.ParseConfig([]byte(cm.Data["config.yaml"]))
+	if err != nil {
+		t.Fatalf("manifests/default's config.yaml: %v", err)
+	}
+	if len(cfg.ScopeBindings) == 0 {
+		t.Fatal("manifests/default's config.yaml binds no scope")
+	}
+	data, err := yaml.Marshal(map[string]any{"policy": map[string]any{"scopeBindings": cfg.ScopeBindings}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "kustomize-bindings.yaml")
+	if err := os.WriteFile(f, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// compareConfigFiles requires both --config files to mean the same to the
+// binary once it has filled in its defaults, then drops them. The chart spells
+// out its values' defaults and lists the release namespace among the exempt
+// ones, which the binary adds from POD_NAMESPACE anyway.
+func compareConfigFiles(t *testing.T, k, c map[string]any) {
+	t.Helper()
+	parsed := func(side string, obj map[string]any) string {
+		data, _ := obj["data"].(map[string]any)
+		text, _ := data["config.yaml"].(string)
+		delete(data, "config.yaml")
+		cfg, err := webhook.ParseConfig([]byte(text))
+		if err != nil {
+			t.Fatalf("%s config.yaml: %v\n%s", side, err, text)
+		}
+		if !slices.Contains(cfg.ExemptNamespaces, namespace) {
+			cfg.ExemptNamespaces = append(cfg.ExemptNamespaces, namespace)
+		}
+		return toJSON(t, cfg)
+	}
+	if kc, cc := parsed("kustomize", k), parsed("chart", c); kc != cc {
+		t.Errorf("the --config files mean different things:\nkustomize %s\nchart     %s", kc, cc)
 	}
 }
 
@@ -235,45 +289,6 @@ func webhookContainer(t *testing.T, d map[string]any) map[string]any {
 	// NestedSlice copies: write the container back through the original map.
 	c := d["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
 	return c
-}
-
-// dropChartConfigVolume removes the chart's --config ConfigMap volume and its
-// mount after checking they point at the chart's ConfigMap and the --config path.
-func dropChartConfigVolume(t *testing.T, d map[string]any) {
-	t.Helper()
-	podSpec := d["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
-	vols, _ := podSpec["volumes"].([]any)
-	var kept []any
-	found := false
-	for _, v := range vols {
-		vm := v.(map[string]any)
-		if vm["name"] == "config" {
-			cm, _, _ := unstructured.NestedString(vm, "configMap", "name")
-			if cm != "runner-guard-config" {
-				t.Errorf("config volume uses ConfigMap %q", cm)
-			}
-			found = true
-			continue
-		}
-		kept = append(kept, v)
-	}
-	podSpec["volumes"] = kept
-	c := webhookContainer(t, d)
-	mounts, _ := c["volumeMounts"].([]any)
-	var keptMounts []any
-	for _, m := range mounts {
-		if m.(map[string]any)["name"] == "config" {
-			if p := m.(map[string]any)["mountPath"]; p != "/etc/runner-guard/config" {
-				t.Errorf("config mounted at %v, want /etc/runner-guard/config (--config)", p)
-			}
-			continue
-		}
-		keptMounts = append(keptMounts, m)
-	}
-	c["volumeMounts"] = keptMounts
-	if !found {
-		t.Error("the chart's Deployment has no config volume")
-	}
 }
 
 // mapDiff lists the paths where two JSON-like values differ.

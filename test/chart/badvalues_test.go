@@ -1,13 +1,18 @@
 package chart
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
 
 // valid are the values every bad-values case starts from, so each case fails
-// for its own reason only.
-var valid = []string{"--set", "github.credentials.existingSecret=runner-guard-github"}
+// for its own reason only: credentials and a scope binding.
+var valid = []string{"--set", "github.credentials.existingSecret=runner-guard-github",
+	"--set", "policy.scopeBindings[0].namespaces={arc-runners}", "--set", "policy.scopeBindings[0].scopes={org:acme}"}
+
+// noBinding drops valid's scope binding (null deletes a value in Helm).
+var noBinding = []string{"--set", "policy.scopeBindings=null"}
 
 // TestBadValuesFail checks values the chart must refuse make `helm template`
 // fail with a message that names the value.
@@ -120,6 +125,42 @@ func TestBadValuesFail(t *testing.T) {
 			want: []string{"webhook.url", "https"},
 		},
 		{
+			name: "no scope binding",
+			args: noBinding,
+			want: []string{"policy.scopeBindings", "policy.allowAnyScope",
+				"--set 'policy.scopeBindings[0].namespaces={arc-runners}' --set 'policy.scopeBindings[0].scopes={org:acme}'"},
+		},
+		{
+			name: "any scope allowed and scope bindings",
+			args: []string{"--set", "policy.allowAnyScope=true"},
+			want: []string{"policy.allowAnyScope", "policy.scopeBindings"},
+		},
+		{
+			name: "scope binding without scopes",
+			args: []string{"--set", "policy.scopeBindings[0].scopes=null"},
+			want: []string{"scopeBindings", "scopes"},
+		},
+		{
+			name: "scope without a kind",
+			args: []string{"--set", "policy.scopeBindings[0].scopes={acme}"},
+			want: []string{"scopeBindings", "scopes"},
+		},
+		{
+			name: "unknown key in a scope binding",
+			args: []string{"--set", "policy.scopeBindings[0].namespace=ci"},
+			want: []string{"namespace", "scopeBindings"},
+		},
+		{
+			name: "scope binding naming an unknown runner pod spec",
+			args: []string{"--set", "policy.scopeBindings[0].runnerPods={scaleset}"},
+			want: []string{"policy.scopeBindings[0].runnerPods", "scaleset", "legacy, scale-set"},
+		},
+		{
+			name: "webhook source that is no NetworkPolicy peer",
+			args: []string{"--set", "networkPolicy.webhookSources[0].cidr=10.0.0.0/8"},
+			want: []string{"webhookSources", "cidr"},
+		},
+		{
 			name: "no Deployment and no URL",
 			args: []string{"--set", "deployment.enabled=false"},
 			want: []string{"deployment.enabled", "webhook.url"},
@@ -151,6 +192,13 @@ func TestBoundaryValuesPass(t *testing.T) {
 		"plain HTTP GitHub on a trusted network":             {"--set", "github.url=http://ghes.internal/api/v3/", "--set", "github.allowHTTP=true"},
 		"credentials only from ARC": {"--set", "github.credentials.existingSecret=", "--set", "github.credentials.fromARC.enabled=true",
 			"--set", "github.credentials.fromARC.namespaces={arc-runners}"},
+		"any scope allowed without scope bindings":           append(slices.Clone(noBinding), "--set", "policy.allowAnyScope=true"),
+		"scope binding limited to a default runner pod spec": {"--set", "policy.scopeBindings[0].runnerPods={scale-set}"},
+		"scope binding limited to a custom runner pod spec": {"--set", "policy.runnerPods[0].name=custom",
+			"--set", "policy.runnerPods[0].selector.matchLabels.runner=yes", "--set", "policy.runnerPods[0].container=runner",
+			"--set", "policy.runnerPods[0].scopeEnv.organization=ORG", "--set", "policy.scopeBindings[0].runnerPods={custom}"},
+		"scope globs and kinds": {"--set", "policy.scopeBindings[0].namespaces={team-a,team-a-*}",
+			"--set", "policy.scopeBindings[0].scopes={org:acme,repo:other/app-*,enterprise:big,organization:*,repository:a/b}"},
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -20,10 +20,12 @@ import (
 // policyValues is the part of a values file the config test reads.
 type policyValues struct {
 	Policy struct {
-		OnError           string   `json:"onError"`
-		TimeoutSeconds    int32    `json:"timeoutSeconds"`
-		GitHubTimeout     string   `json:"githubTimeout"`
-		GuardedNamespaces []string `json:"guardedNamespaces"`
+		OnError           string                 `json:"onError"`
+		TimeoutSeconds    int32                  `json:"timeoutSeconds"`
+		GitHubTimeout     string                 `json:"githubTimeout"`
+		GuardedNamespaces []string               `json:"guardedNamespaces"`
+		ScopeBindings     []webhook.ScopeBinding `json:"scopeBindings"`
+		AllowAnyScope     bool                   `json:"allowAnyScope"`
 	} `json:"policy"`
 }
 
@@ -44,8 +46,10 @@ func readPolicy(t *testing.T, valuesFile string) policyValues {
 }
 
 // TestConfigMatchesWebhooks parses each matrix case's --config file with the
-// webhook's own strict parser, and checks the webhook configuration sends the
-// API server's reviews for exactly the pods that config recognizes.
+// webhook's own strict parser, checks it carries the values' scope bindings
+// and, as runnerNamespaces, the guarded namespaces, and checks the webhook
+// configuration sends the API server's reviews for exactly the pods that
+// config recognizes.
 func TestConfigMatchesWebhooks(t *testing.T) {
 	for _, vf := range matrix(t) {
 		t.Run(caseName(vf), func(t *testing.T) {
@@ -61,6 +65,15 @@ func TestConfigMatchesWebhooks(t *testing.T) {
 			}
 			if d, _ := time.ParseDuration(want.Policy.GitHubTimeout); cfg.GitHubTimeout.Duration != d {
 				t.Errorf("githubTimeout %s, values say %s", cfg.GitHubTimeout.Duration, want.Policy.GitHubTimeout)
+			}
+			if len(want.Policy.ScopeBindings) == 0 && !want.Policy.AllowAnyScope {
+				t.Errorf("%s has neither policy.scopeBindings nor policy.allowAnyScope, yet renders", vf)
+			}
+			if !equalJSON(cfg.ScopeBindings, want.Policy.ScopeBindings) && len(cfg.ScopeBindings)+len(want.Policy.ScopeBindings) > 0 {
+				t.Errorf("scopeBindings %s, values say %s", toJSON(t, cfg.ScopeBindings), toJSON(t, want.Policy.ScopeBindings))
+			}
+			if !slices.Equal(cfg.RunnerNamespaces, want.Policy.GuardedNamespaces) {
+				t.Errorf("runnerNamespaces %v, values' guardedNamespaces %v", cfg.RunnerNamespaces, want.Policy.GuardedNamespaces)
 			}
 			if !slices.Contains(cfg.ExemptNamespaces, namespace) || !slices.Contains(cfg.ExemptNamespaces, "kube-system") {
 				t.Errorf("exemptNamespaces %v lack kube-system or the release namespace", cfg.ExemptNamespaces)

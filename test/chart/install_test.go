@@ -41,6 +41,7 @@ type installEnv struct {
 	port    int // the webhook's port, in webhook.url
 	webhook *exec.Cmd
 	waitErr chan error
+	starts  int // webhook starts, numbering their logs
 }
 
 // TestHelmInstallOnControlPlane installs the chart with generated certificates
@@ -59,6 +60,10 @@ func TestHelmInstallOnControlPlane(t *testing.T) {
 	if !strings.Contains(notes, "--dry-run=server") || !strings.Contains(notes, "kubectl delete validatingwebhookconfiguration runner-guard") {
 		t.Errorf("helm install NOTES do not show the dry-run check and the uninstall order:\n%s", notes)
 	}
+	if !strings.Contains(notes, "1 scope binding(s) (policy.scopeBindings)") {
+		t.Errorf("helm install NOTES do not count the scope bindings:\n%s", notes)
+	}
+	t.Run("NOTES say what the NetworkPolicy admits", e.notesNetworkPolicy)
 	caBefore, certBefore := e.caBundle(), e.servingCert()
 	e.startWebhook()
 	e.waitForWebhook()
@@ -82,7 +87,16 @@ func TestHelmInstallOnControlPlane(t *testing.T) {
 	}
 	t.Run("busy runner refused after upgrade", e.scenarioBusy)
 
+	t.Run("runner of an unbound scope let go without GitHub", e.scenarioUnboundScope)
+
 	t.Run("outage spares pods that are not running", e.scenarioOutage)
+
+	// Guarded namespaces: the webhook's grants become a Role in each and the
+	// binary watches runner pods there only; the scenarios pass with that.
+	e.guardNamespace(guardedNamespace)
+	t.Run("guarded namespace: busy runner refused", e.scenarioGuardedBusy)
+	t.Run("guarded namespace: busy runner eviction refused", e.scenarioGuardedEviction)
+	t.Run("guarded namespace: idle runner unregistered", e.scenarioGuardedIdle)
 
 	e.helm("uninstall", releaseName, "--namespace", namespace, "--wait", "--timeout", "2m")
 	t.Run("uninstall unblocks deletes", e.scenarioUninstalled)
@@ -166,6 +180,40 @@ func (e *installEnv) installRejectsBadValues() {
 	if !apierrors.IsNotFound(err) {
 		e.t.Fatalf("a refused install left the webhook configuration: %v", err)
 	}
+	// Without a scope binding (and without policy.allowAnyScope) nothing is installed.
+	_, err = e.helmErr("install", releaseName, chartDir(e.t), "--namespace", namespace, "--create-namespace",
+		"--values", "testdata/values/external-url.yaml", "--set", "webhook.url="+e.webhookURL(),
+		"--set", "policy.scopeBindings=null")
+	if err == nil || !strings.Contains(err.Error(), "policy.scopeBindings") || !strings.Contains(err.Error(), "policy.allowAnyScope") {
+		e.t.Fatalf("helm install without a scope binding: %v, want an error naming policy.scopeBindings and policy.allowAnyScope", err)
+	}
+	if _, err := e.env.Client.CoreV1().ConfigMaps(namespace).Get(e.ctx, "runner-guard-config", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		e.t.Fatalf("an install refused for its missing binding left the config: %v", err)
+	}
+}
+
+// notesNetworkPolicy renders the NOTES of an in-cluster install: with no
+// webhookSources they say the webhook port is open to all sources and point
+// at the value; with sources they say only those are admitted.
+func (e *installEnv) notesNetworkPolicy(t *testing.T) {
+	notes := func(args ...string) string {
+		out, err := e.helmErr(append([]string{"install", "rg-notes", chartDir(t), "--namespace", "chart-notes", "--dry-run=client",
+			"--values", "testdata/values/generate-app.yaml"}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if out := notes("--set", "networkPolicy.webhookSources=null"); !strings.Contains(out, "admits ALL sources") ||
+		!strings.Contains(out, "networkPolicy.webhookSources") || !strings.Contains(out, "webhook.clientCAConfigMap") {
+		t.Errorf("NOTES without webhookSources do not warn of an open webhook port:\n%s", out)
+	}
+	if out := notes(); !strings.Contains(out, "admits only networkPolicy.webhookSources") {
+		t.Errorf("NOTES with webhookSources:\n%s", out)
+	}
+	if out := notes("--set", "policy.scopeBindings=null", "--set", "policy.allowAnyScope=true"); !strings.Contains(out, "may name any GitHub scope (policy.allowAnyScope)") {
+		t.Errorf("NOTES with allowAnyScope do not say every scope is open:\n%s", out)
+	}
 }
 
 // dryRunMatrix applies each matrix case's render with a server-side dry run,
@@ -180,7 +228,7 @@ func (e *installEnv) dryRunMatrix(t *testing.T) {
 	}
 	// Runner namespaces the matrix grants Roles in, and the restricted profile
 	// the kustomize Namespace enforces.
-	for _, n := range []string{"arc-runners", "arc-runners-gpu"} {
+	for _, n := range []string{"arc-runners", "arc-runners-gpu", "ci-runners"} {
 		if err := e.env.CreateNamespace(e.ctx, n); err != nil {
 			t.Fatal(err)
 		}
@@ -280,7 +328,8 @@ func (e *installEnv) startWebhook() {
 	if help, _ := exec.Command(bin, "--help").CombinedOutput(); strings.Contains(string(help), "--github-allow-http") {
 		args = append(args, "--github-allow-http")
 	}
-	logFile, err := os.Create(filepath.Join(e.dir, "webhook.log"))
+	e.starts++
+	logFile, err := os.Create(filepath.Join(e.dir, fmt.Sprintf("webhook-%d.log", e.starts)))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -296,7 +345,7 @@ func (e *installEnv) startWebhook() {
 		select {
 		case err := <-e.waitErr:
 			e.waitErr <- err
-			return fmt.Errorf("webhook exited: %v (see %s/webhook.log)", err, e.dir)
+			return fmt.Errorf("webhook exited: %v (see %s/webhook-%d.log)", err, e.dir, e.starts)
 		default:
 		}
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]))
@@ -557,6 +606,126 @@ func (e *installEnv) scenarioUninstalled(t *testing.T) {
 	e.runnerPod(ns, scope, "runner-busy", true)
 	if out, err := e.kubectl("-n", ns, "delete", "pod", "runner-busy", "--wait=false"); err != nil {
 		t.Errorf("delete after uninstall: %v %s; want nothing blocking", err, out)
+	}
+}
+
+// scenarioUnboundScope: a runner pod in a bound namespace whose runner names
+// an organization outside the binding (chart-* may name org-* only) is let go
+// without any GitHub request, with a warning naming scopeBindings.
+func (e *installEnv) scenarioUnboundScope(t *testing.T) {
+	ns := "chart-unbound"
+	if err := e.env.CreateNamespace(e.ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	scope, err := ghclient.OrgScope("stranger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.runnerPod(ns, scope, "runner-stranger", true)
+	out, err := e.kubectl("-n", ns, "delete", "pod", "runner-stranger", "--wait=false")
+	if err != nil {
+		t.Fatalf("delete of a runner pod of an unbound scope: %v %s; want it let go", err, out)
+	}
+	if n := e.requests(scope); n != 0 {
+		t.Errorf("GitHub saw %d requests for the unbound organization, want 0", n)
+	}
+	if _, ok := e.fake.Runner(scope, "runner-stranger"); !ok {
+		t.Error("the runner of an unbound scope was unregistered")
+	}
+}
+
+// requests counts GitHub requests about one organization.
+func (e *installEnv) requests(scope ghclient.Scope) int {
+	n := 0
+	for _, r := range e.fake.Requests() {
+		if strings.Contains(r.Path, "/orgs/"+scope.Name+"/") {
+			n++
+		}
+	}
+	return n
+}
+
+// guardedNamespace is the namespace the last phase guards alone; the
+// external-url values bind it (chart-*) to its organization (org-guarded).
+const guardedNamespace = "chart-guarded"
+
+// guardNamespace upgrades the release to guard ns only, checks the webhook's
+// grants moved from the ClusterRole to a Role there, and restarts the webhook
+// with the new config (runnerNamespaces), as the Deployment's rollout would.
+func (e *installEnv) guardNamespace(ns string) {
+	e.t.Helper()
+	if err := e.env.CreateNamespace(e.ctx, ns); err != nil {
+		e.t.Fatal(err)
+	}
+	e.helm("upgrade", releaseName, chartDir(e.t), "--namespace", namespace, "--wait", "--timeout", "2m",
+		"--values", "testdata/values/external-url.yaml",
+		"--set", "webhook.url="+e.webhookURL(), "--set", "github.credentials.token="+githubToken,
+		"--set", "policy.guardedNamespaces={"+ns+"}")
+	if _, err := e.env.Client.RbacV1().ClusterRoles().Get(e.ctx, "runner-guard", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		e.t.Fatalf("ClusterRole runner-guard with guarded namespaces: %v, want not found", err)
+	}
+	if _, err := e.env.Client.RbacV1().Roles(ns).Get(e.ctx, "runner-guard", metav1.GetOptions{}); err != nil {
+		e.t.Fatalf("Role runner-guard in the guarded namespace: %v", err)
+	}
+	e.stopWebhook()
+	e.startWebhook()
+	scope := e.guardedScope()
+	e.runnerPod(ns, scope, "probe", true)
+	e.eventually("webhook guarding "+ns, 60*time.Second, func() error {
+		err := e.env.Client.CoreV1().Pods(ns).Delete(e.ctx, "probe", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil && strings.Contains(err.Error(), "runner busy") {
+			return nil
+		}
+		return fmt.Errorf("dry-run delete of a busy runner's pod: %v", err)
+	})
+}
+
+func (e *installEnv) guardedScope() ghclient.Scope {
+	e.t.Helper()
+	scope, err := ghclient.OrgScope("org-guarded")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return scope
+}
+
+func (e *installEnv) scenarioGuardedBusy(t *testing.T) {
+	scope := e.guardedScope()
+	e.runnerPod(guardedNamespace, scope, "runner-busy", true)
+	out, err := e.kubectl("-n", guardedNamespace, "delete", "pod", "runner-busy", "--wait=false")
+	if err == nil || !strings.Contains(out, "runner busy") {
+		t.Errorf("delete of a busy runner's pod: %v, output %q; want refused with runner busy", err, out)
+	}
+	e.requireAlive(guardedNamespace, "runner-busy")
+}
+
+// scenarioGuardedEviction: the eviction is decided with the runner pod cache,
+// which lists and watches with the Role alone.
+func (e *installEnv) scenarioGuardedEviction(t *testing.T) {
+	eviction, err := json.Marshal(&policyv1.Eviction{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "Eviction"},
+		ObjectMeta: metav1.ObjectMeta{Name: "runner-busy", Namespace: guardedNamespace},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = e.env.Client.CoreV1().RESTClient().Post().Namespace(guardedNamespace).Resource("pods").Name("runner-busy").
+		SubResource("eviction").MaxRetries(0).SetHeader("Content-Type", "application/json").
+		Body(eviction).Do(e.ctx).Error()
+	if !apierrors.IsTooManyRequests(err) {
+		t.Errorf("eviction of a busy runner's pod: %v, want 429 (drains retry)", err)
+	}
+	e.requireAlive(guardedNamespace, "runner-busy")
+}
+
+func (e *installEnv) scenarioGuardedIdle(t *testing.T) {
+	scope := e.guardedScope()
+	e.runnerPod(guardedNamespace, scope, "runner-idle", false)
+	if out, err := e.kubectl("-n", guardedNamespace, "delete", "pod", "runner-idle", "--wait=false"); err != nil {
+		t.Fatalf("delete of an idle runner's pod: %v %s", err, out)
+	}
+	if _, ok := e.fake.Runner(scope, "runner-idle"); ok {
+		t.Error("the idle runner is still registered")
 	}
 }
 

@@ -7,6 +7,7 @@ names the value to change.
 {{- include "runner-guard.validateCredentials" . }}
 {{- include "runner-guard.validateCertificates" . }}
 {{- include "runner-guard.validateNamespaces" . }}
+{{- include "runner-guard.validateScopeBindings" . }}
 {{- include "runner-guard.validateEndpoint" . }}
 {{- end }}
 
@@ -77,6 +78,33 @@ names the value to change.
 {{- range .Values.policy.guardedNamespaces }}
 {{- if has . $exempt }}
 {{- fail (printf "policy.guardedNamespaces: %q is exempt (policy.exemptNamespaces or the release namespace) and can never be guarded" .) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+runner-guard unregisters runners with its own credentials: a shared cluster
+must say which scopes each namespace's runner pods may name, or say
+explicitly that any scope is fine.
+*/}}
+{{- define "runner-guard.validateScopeBindings" -}}
+{{- $p := .Values.policy }}
+{{- if and (not $p.scopeBindings) (not $p.allowAnyScope) }}
+{{- fail "policy.scopeBindings: no scope binding, so a runner pod in any guarded namespace could make runner-guard unregister runners of any GitHub scope its credentials reach; bind your runner namespaces to their scopes, e.g. --set 'policy.scopeBindings[0].namespaces={arc-runners}' --set 'policy.scopeBindings[0].scopes={org:acme}', or set policy.allowAnyScope=true if one team owns the cluster" }}
+{{- end }}
+{{- if and $p.scopeBindings $p.allowAnyScope }}
+{{- fail "policy.allowAnyScope: true contradicts policy.scopeBindings (with bindings, a namespace no binding covers may name no scope); drop one of them" }}
+{{- end }}
+{{- $specs := list "legacy" "scale-set" }}
+{{- with $p.runnerPods }}
+{{- $specs = list }}
+{{- range . }}{{ $specs = append $specs .name }}{{ end }}
+{{- end }}
+{{- range $i, $b := $p.scopeBindings }}
+{{- range $b.runnerPods }}
+{{- if not (has . $specs) }}
+{{- fail (printf "policy.scopeBindings[%d].runnerPods: %q is not a runner pod spec (policy.runnerPods names %s)" $i . (join ", " $specs)) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end }}
