@@ -30,7 +30,8 @@ helm: $(HELM) ## Build the pinned Helm into bin/helm.
 
 .PHONY: chart
 chart: $(HELM) ## Lint and package the Helm chart into bin/runner-guard-<version>.tgz.
-	$(HELM) lint $(CHART_DIR) --strict --set github.credentials.existingSecret=runner-guard-github
+	$(HELM) lint $(CHART_DIR) --strict --set github.credentials.existingSecret=runner-guard-github \
+	  --set 'policy.scopeBindings[0].namespaces={arc-runners}' --set 'policy.scopeBindings[0].scopes={org:acme}'
 	$(HELM) package $(CHART_DIR) --destination $(BIN) --version $(CHART_VERSION) \
 	  $(if $(CHART_APP_VERSION),--app-version $(CHART_APP_VERSION))
 
