@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -43,6 +44,18 @@ func run() error {
 		}
 	}
 	opts.Logf = func(format string, args ...any) { step(format, args...) }
+	// As the quick start does: the demo's runner namespace may name only its organization.
+	cfgDir, err := os.MkdirTemp("", "runner-guard-demo-config-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(cfgDir)
+	cfgFile := filepath.Join(cfgDir, "config.yaml")
+	binding := "scopeBindings:\n- name: demo\n  namespaces: [" + ns + "]\n  scopes: [\"org:acme\"]\n"
+	if err := os.WriteFile(cfgFile, []byte(binding), 0o600); err != nil {
+		return err
+	}
+	opts.WebhookArgs = append(opts.WebhookArgs, "--config="+cfgFile)
 
 	say("runner-guard demo: a real kube-apiserver, a fake GitHub, and the webhook in between.")
 	start := time.Now()
@@ -143,7 +156,7 @@ func runnerPod(name string, id int64) *corev1.Pod {
 		},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
 			Name: "runner", Image: "actions-runner:demo",
-			Env: []corev1.EnvVar{{Name: "RUNNER_ORG", Value: "acme"}, {Name: "RUNNER_NAME", Value: name}},
+			Env: []corev1.EnvVar{{Name: "RUNNER_ORG", Value: "acme"}},
 		}}},
 	}
 }
