@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,9 +11,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
+	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
 // scenario is one test's namespace and GitHub scope.
@@ -40,7 +45,12 @@ func newScenario(t *testing.T, name string) *scenario {
 }
 
 // runnerPod registers a runner on the fake GitHub (busy or idle) and creates
-// its running pod, with the runner ID annotation when withID.
+// its running pod. withID plays ARC's legacy controller fully: a Runner named
+// like the pod (spec scope from s.scope) controls it and the pod carries the
+// runner ID annotation, which runner-guard trusts only on such a pod, so a
+// decision costs exactly one GitHub request. Where the cluster does not serve
+// the Runner kind (an external cluster without the test CRDs) the pod gets
+// the annotation alone, and runner-guard checks that ID with GitHub first.
 func (s *scenario) runnerPod(name string, busy, withID bool) *corev1.Pod {
 	s.t.Helper()
 	id := env.GitHub.AddRunner(s.scope, name)
@@ -48,8 +58,83 @@ func (s *scenario) runnerPod(name string, busy, withID bool) *corev1.Pod {
 	pod := legacyRunnerPod(s.ns, name, s.scope)
 	if withID {
 		pod.Annotations = map[string]string{"actions-runner/id": fmt.Sprint(id)}
+		if legacyRunnersServed(s.t) {
+			pod = ownedBy(pod, s.legacyRunner(name, s.scope))
+		} else {
+			s.t.Logf("the cluster serves no %s: pod %s carries the runner ID without a Runner", legacyRunners.GroupResource(), name)
+		}
 	}
 	return s.create(pod)
+}
+
+// legacyRunners is ARC's legacy Runner (the CRD in testdata/crds).
+var legacyRunners = schema.GroupVersionResource{Group: "actions.summerwind.dev", Version: "v1alpha1", Resource: "runners"}
+
+// legacyRunnersServed reports whether the API server serves legacyRunners:
+// the local harness installs testdata/crds; an external cluster may not.
+func legacyRunnersServed(t *testing.T) bool {
+	t.Helper()
+	list, err := env.Client.Discovery().ServerResourcesForGroupVersion(legacyRunners.GroupVersion().String())
+	if apierrors.IsNotFound(err) {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("discovery of %s: %v", legacyRunners.GroupVersion(), err)
+	}
+	for _, r := range list.APIResources {
+		if r.Name == legacyRunners.Resource {
+			return true
+		}
+	}
+	return false
+}
+
+// legacyRunner creates ARC's legacy Runner named name in the scenario's
+// namespace, registered (spec) in scope, as ARC's RunnerDeployment does.
+func (s *scenario) legacyRunner(name string, scope ghclient.Scope) *fixture.LegacyRunnerWrapper {
+	s.t.Helper()
+	w := fixture.MakeLegacyRunner(s.ns, name)
+	switch scope.Kind {
+	case ghclient.ScopeRepo:
+		w.Repo(scope.Name)
+	case ghclient.ScopeEnterprise:
+		w.Enterprise(scope.Name)
+	default:
+		w.Org(scope.Name)
+	}
+	want := w.Obj()
+	want.SetUID("") // the API server assigns it
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	created, err := dyn.Resource(legacyRunners).Namespace(s.ns).Create(s.ctx, want, metav1.CreateOptions{})
+	if err != nil {
+		s.t.Fatalf("create Runner %s/%s: %v", s.ns, name, err)
+	}
+	return &fixture.LegacyRunnerWrapper{Unstructured: *created}
+}
+
+// setLegacyRunnerFinalizers replaces the finalizers of the scenario's legacy
+// Runner name (none: nil). ARC's own finalizer keeps a Runner until ARC has
+// unregistered its runner; with no ARC here, the test plays it.
+func (s *scenario) setLegacyRunnerFinalizers(ctx context.Context, name string, fins ...string) error {
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": fins}})
+	if err != nil {
+		return err
+	}
+	_, err = dyn.Resource(legacyRunners).Namespace(s.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+// ownedBy makes the legacy Runner the pod's controller (its real UID), as
+// ARC's legacy runner controller does.
+func ownedBy(pod *corev1.Pod, r *fixture.LegacyRunnerWrapper) *corev1.Pod {
+	return (&fixture.PodWrapper{Pod: *pod}).OwnedByLegacyRunner(r).Obj()
 }
 
 func (s *scenario) create(pod *corev1.Pod) *corev1.Pod {
@@ -61,7 +146,9 @@ func (s *scenario) create(pod *corev1.Pod) *corev1.Pod {
 	return created
 }
 
-// legacyRunnerPod looks like a pod of ARC's legacy RunnerDeployment.
+// legacyRunnerPod looks like a pod of ARC's legacy RunnerDeployment, without
+// its Runner (runnerPod adds one). RUNNER_NAME is the pod's name, as ARC sets
+// it; runner-guard names the runner after the pod whatever it says.
 func legacyRunnerPod(ns, name string, scope ghclient.Scope) *corev1.Pod {
 	env := []corev1.EnvVar{{Name: "RUNNER_NAME", Value: name}}
 	switch scope.Kind {
@@ -162,6 +249,23 @@ func (s *scenario) requireDeleting(name string) {
 		}
 		return nil
 	})
+}
+
+// deleteUntilAdmitted retries kubectl delete of the pod, as a controller
+// retries a refused delete, until runner-guard admits it (a minute at most),
+// and returns kubectl's stderr of the admitted delete.
+func deleteUntilAdmitted(s *scenario, pod string, args ...string) string {
+	s.t.Helper()
+	var stderr string
+	s.eventually("delete of "+pod+" admitted", time.Minute, func() error {
+		var err error
+		_, stderr, err = s.kubectl(append([]string{"delete", "pod", pod, "--wait=false"}, args...)...)
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, stderr)
+		}
+		return nil
+	})
+	return stderr
 }
 
 // eventually polls check until it passes or timeout.
