@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -189,6 +190,28 @@ func TestForgedDryRunsCostOneLookUpPerWindow(t *testing.T) {
 	}
 }
 
+// A bypass user's delete lets the pod go on "idle": it never trusts a
+// remembered "idle" (a dry run's, moments ago), only a remembered "busy".
+func TestBypassNeverReusesARememberedIdle(t *testing.T) {
+	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
+	gh := &statusGitHub{}
+	d := newDecider(DefaultConfig(), gh, fake.NewClientBuilder().WithObjects(pod.DeepCopy()).Build(), time.Now)
+	bypass := review{Operation: OperationDelete, Namespace: "ci", Name: "runner-1", Pod: pod.DeepCopy(),
+		User: authenticationv1.UserInfo{Username: DefaultBypassUsers()[0]}}
+	if dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Namespace: "ci", Name: "runner-1", Pod: pod.DeepCopy(), DryRun: true}); dec.Reason != ReasonDryRunIdle {
+		t.Fatalf("dry run: %s", dec.Reason)
+	}
+	if dec, _ := d.decide(context.Background(), bypass); dec.Reason != ReasonBypassUser || gh.statuses != 2 {
+		t.Fatalf("bypass after an idle dry run: %s after %d look-ups; want bypass-user after asking GitHub again (2)", dec.Reason, gh.statuses)
+	}
+	// A remembered "busy" is reused: it only keeps the pod.
+	d.statuses.remember(d.resolver.resolve(context.Background(), pod, &d.specs[0]).Target,
+		githubResult{Status: &ghclient.RunnerStatus{State: ghclient.StateBusy, Online: true}})
+	if dec, _ := d.decide(context.Background(), bypass); dec.Reason != ReasonBypassBusy || gh.statuses != 2 {
+		t.Errorf("bypass with a remembered busy: %s after %d look-ups; want bypass-runner-busy from memory", dec.Reason, gh.statuses)
+	}
+}
+
 // The decisions for pods the resolver will not ask GitHub about make no
 // request at all.
 func TestUnaskableRunnersCostNoRequest(t *testing.T) {
@@ -232,5 +255,28 @@ func TestUnaskableRunnersCostNoRequest(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// retireCounter counts Retire calls of the resolver it wraps.
+type retireCounter struct {
+	RunnerResolver
+	retires int
+}
+
+func (r *retireCounter) Retire(context.Context, *arc.Runner) error { r.retires++; return nil }
+
+// Only EphemeralRunners are retired: a legacy Runner's controller replaces its pod itself.
+func TestUnregisteredLegacyRunnerIsNotRetired(t *testing.T) {
+	lr := fixture.MakeLegacyRunner("ci", "legacy-1").Org("acme")
+	pod := fixture.MakeLegacyRunnerPod("ci", "legacy-1").OwnedByLegacyRunner(lr).RunnerID(5).Running().Obj()
+	reader := fake.NewClientBuilder().WithObjects(pod.DeepCopy(), lr.Obj()).Build()
+	gh := &statusGitHub{}
+	d := newDecider(DefaultConfig(), gh, reader, time.Now)
+	rc := &retireCounter{RunnerResolver: arc.NewResolver(arc.Options{Reader: reader})}
+	d.resolver.runners = rc
+	dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Namespace: "ci", Name: "legacy-1", Pod: pod})
+	if dec.Reason != ReasonUnregistered || rc.retires != 0 || strings.Contains(dec.Message, "retir") {
+		t.Errorf("%s, %d retires: %s; want unregistered and no retire", dec.Reason, rc.retires, dec.Message)
 	}
 }

@@ -145,6 +145,11 @@ type githubResult struct {
 	Err     error
 }
 
+// busy reports a look-up that found the runner busy.
+func (g githubResult) busy() bool {
+	return g.Err == nil && g.Status != nil && g.Status.State == ghclient.StateBusy
+}
+
 // policy is the configuration the rules read.
 type policy struct {
 	OnError          OnErrorPolicy
@@ -244,7 +249,7 @@ func (d *decider) decide(ctx context.Context, r review) (Decision, Target) {
 				d.memory.remember(r.Pod.UID, r.Target)
 				d.busy.forget(r.Target)
 			}
-			if dec.Reason == ReasonUnregistered && r.ARC != nil && d.retire {
+			if dec.Reason == ReasonUnregistered && r.ARC != nil && r.ARC.Kind == arc.Kind && d.retire {
 				dec = d.retireEphemeralRunner(ctx, r.ARC, dec)
 			}
 			return dec, r.Target
@@ -302,7 +307,10 @@ func (d *decider) askGitHub(ctx context.Context, r *review) githubResult {
 	log := logr.FromContextOrDiscard(ctx).WithValues("runner", t.Name, "scope", t.Scope.String(), "runnerIDHint", t.IDHint)
 	start := time.Now()
 	if r.readOnly(&d.policy) {
-		if res, ok := d.statuses.recall(t); ok {
+		// A dry run may reuse any remembered answer. A bypass user's or a
+		// disrupted pod's delete lets the pod go on "idle": it reuses only a
+		// remembered "busy", which can only keep a pod longer.
+		if res, ok := d.statuses.recall(t); ok && (r.DryRun || res.busy()) {
 			log.V(1).Info("answered a read-only look-up from memory", "state", res.Status, "error", errString(res.Err))
 			return res
 		}
@@ -529,7 +537,7 @@ func rulePodNotLive(r *review, p *policy) (Decision, bool) {
 }
 
 // Rule 4d: a pod whose controller reference names an ARC object it does not
-// match (another name, another UID, no such object) is not that object's
+// match (another name, another UID) is not that object's
 // runner: the reference was copied from a sibling or is stale. Nothing is
 // asked or changed on GitHub for it, and the pod goes, loudly.
 func ruleNotOwner(r *review, _ *policy) (Decision, bool) {

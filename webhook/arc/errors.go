@@ -17,7 +17,7 @@ var (
 )
 
 // NotOwnerError: the pod's controller reference names an ARC object the pod
-// does not match (another name, another UID, or no such object). ARC names a
+// does not match (another name or another UID). ARC names a
 // pod after its object and references that object's UID, so such a pod is not
 // that object's runner: the reference was copied or is stale.
 type NotOwnerError struct {
@@ -41,6 +41,10 @@ const (
 	UnavailableNoKind UnavailableReason = "NoKind"
 	// UnavailableForbidden: runner-guard may not get ephemeralrunners.actions.github.com.
 	UnavailableForbidden UnavailableReason = "Forbidden"
+	// UnavailableNotFound: the object the pod references is gone (ARC's
+	// finalizers normally keep it until the pod is gone; someone removed
+	// them). The pod is guarded from its own facts rather than let go.
+	UnavailableNotFound UnavailableReason = "NotFound"
 )
 
 // UnavailableError: the pod is owned by an ARC object (an EphemeralRunner or a

@@ -86,9 +86,10 @@ type Runner struct {
 // (scale-set mode) or a legacy Runner. It returns
 //   - (nil, nil) when the pod's controller is neither (or it has none);
 //   - (nil, *NotOwnerError) when the pod claims an object it does not match:
-//     another name, another UID, or no such object;
-//   - (nil, *UnavailableError) when the object cannot be read: CRD absent or
-//     RBAC forbidden; the caller falls back to the pod's own labels and env;
+//     another name or another UID;
+//   - (nil, *UnavailableError) when the object cannot be read: CRD absent,
+//     RBAC forbidden, or gone; the caller falls back to the pod's own labels
+//     and env;
 //   - (nil, *InvalidError) when it holds an unusable value (a bad githubConfigUrl);
 //   - (nil, *CredentialsError) in ARC credentials mode when the Secret is
 //     missing, unreadable or malformed;
@@ -175,7 +176,9 @@ func (r *Resolver) get(ctx context.Context, gvk schema.GroupVersionKind, key typ
 	u.SetGroupVersionKind(gvk)
 	if err := r.reader.Get(ctx, key, u); err != nil {
 		if apierrors.IsNotFound(err) && !notFoundIsResource(err) {
-			return nil, &NotOwnerError{Kind: gvk.Kind, Object: key, Why: "no such object exists"}
+			// A forged reference to nothing gains nothing: the pod's own,
+			// untrusted facts decide, and a real runner stays guarded.
+			return nil, &UnavailableError{Kind: gvk.Kind, EphemeralRunner: key, Reason: UnavailableNotFound, Err: err}
 		}
 		return nil, classifyGetError(gvk.Kind, key, err)
 	}

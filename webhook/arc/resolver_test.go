@@ -234,6 +234,7 @@ func TestResolveUnavailable(t *testing.T) {
 			funcs:      failGet(apierrors.NewForbidden(arc.GroupResource(), "a", errors.New(`cannot get resource "ephemeralrunners"`))),
 			wantReason: arc.UnavailableForbidden,
 		},
+		"EphemeralRunner gone (finalizers removed by hand)": {wantReason: arc.UnavailableNotFound},
 		"owner in a version runner-guard does not know": {
 			pod: fixture.MakeScaleSetRunnerPod(ns, "a").Owner(metav1.OwnerReference{
 				APIVersion: "actions.github.com/v1beta1", Kind: "EphemeralRunner", Name: "a", UID: "u", Controller: ptr.To(true)}).Obj(),
@@ -279,7 +280,6 @@ func TestResolveNotOwner(t *testing.T) {
 		pod     *corev1.Pod
 		wantWhy string
 	}{
-		"EphemeralRunner not found": {pod: scaleSetPod(er), wantWhy: "no such object"},
 		"another EphemeralRunner took the owner's name": {
 			objs: []client.Object{fixture.MakeEphemeralRunner(ns, "a").UID("newer").Obj()},
 			pod:  scaleSetPod(er), wantWhy: `UID "newer"`,
