@@ -20,9 +20,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/runner-guard/runner-guard/ghclient"
-	"github.com/runner-guard/runner-guard/webhook/arc"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/fixture"
+	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
 // harness serves the Handler over HTTP the way the webhook server does, in
