@@ -39,6 +39,7 @@ const (
 	DefaultBusyRetryMax      = time.Minute
 	DefaultRecentAdmittedTTL = 10 * time.Second
 	DefaultGitHubTimeout     = 5 * time.Second
+	DefaultWebhookTimeout    = 10 * time.Second
 	DefaultReadOnlyMemoryTTL = 15 * time.Second
 )
 
@@ -63,6 +64,10 @@ type Config struct {
 	OnError OnErrorPolicy `json:"onError,omitempty"`
 	// GitHubTimeout bounds the GitHub part of one decision.
 	GitHubTimeout metav1.Duration `json:"githubTimeout,omitempty"`
+	// WebhookTimeout is the webhook configuration's timeoutSeconds: the API
+	// server gives up on a review after it. Every read and GitHub request of
+	// a decision ends inside it, with a margin.
+	WebhookTimeout metav1.Duration `json:"webhookTimeout,omitempty"`
 	// BusyRetryAfter is the retryAfterSeconds of a refused eviction.
 	BusyRetryAfter metav1.Duration `json:"busyRetryAfter,omitempty"`
 	// BusyRetryMax caps how long a "busy" answer is remembered while the runner
@@ -275,6 +280,9 @@ func (c *Config) Default() {
 	if c.GitHubTimeout.Duration == 0 {
 		c.GitHubTimeout.Duration = DefaultGitHubTimeout
 	}
+	if c.WebhookTimeout.Duration == 0 {
+		c.WebhookTimeout.Duration = DefaultWebhookTimeout
+	}
 	if c.BusyRetryAfter.Duration == 0 {
 		c.BusyRetryAfter.Duration = DefaultBusyRetryAfter
 	}
@@ -308,6 +316,7 @@ func (c *Config) Validate() field.ErrorList {
 		d    time.Duration
 	}{
 		{"githubTimeout", c.GitHubTimeout.Duration},
+		{"webhookTimeout", c.WebhookTimeout.Duration},
 		{"busyRetryAfter", c.BusyRetryAfter.Duration},
 		{"busyRetryMax", c.BusyRetryMax.Duration},
 		{"recentlyAdmittedTTL", c.RecentlyAdmittedTTL.Duration},
@@ -320,6 +329,13 @@ func (c *Config) Validate() field.ErrorList {
 	if c.GitHubTimeout.Duration > 10*time.Second {
 		// GitHub ends requests after 10 s and the API server's webhook deadline is at most 30 s.
 		errs = append(errs, field.Invalid(field.NewPath("githubTimeout"), c.GitHubTimeout.Duration.String(), "longer than GitHub's own 10s request limit"))
+	}
+	switch wt := c.WebhookTimeout.Duration; {
+	case wt > 30*time.Second:
+		errs = append(errs, field.Invalid(field.NewPath("webhookTimeout"), wt.String(), "the API server allows timeoutSeconds of at most 30s"))
+	case wt > 0 && c.GitHubTimeout.Duration+2*time.Second > wt:
+		errs = append(errs, field.Invalid(field.NewPath("githubTimeout"), c.GitHubTimeout.Duration.String(),
+			fmt.Sprintf("must end at least 2s before webhookTimeout (%s), the webhook configuration's timeoutSeconds", wt)))
 	}
 	if strings.TrimSpace(c.ForceDelete.Annotation) == "" {
 		errs = append(errs, field.Required(field.NewPath("forceDelete", "annotation"), ""))

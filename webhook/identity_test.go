@@ -280,3 +280,32 @@ func TestUnregisteredLegacyRunnerIsNotRetired(t *testing.T) {
 		t.Errorf("%s, %d retires: %s; want unregistered and no retire", dec.Reason, rc.retires, dec.Message)
 	}
 }
+
+// An unregister that could not end before the API server gives up is never
+// started, whatever the on-error policy.
+func TestUnregisterNotStartedTooCloseToTheDeadline(t *testing.T) {
+	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
+	for _, onErr := range []OnErrorPolicy{OnErrorDeny, OnErrorAllow} {
+		for op, code := range map[Operation]int32{OperationDelete: 503, OperationEvict: 429} {
+			gh := &statusGitHub{}
+			cfg := Config{OnError: onErr}
+			if err := cfg.Complete(); err != nil {
+				t.Fatal(err)
+			}
+			d := newDecider(cfg, gh, fake.NewClientBuilder().WithObjects(pod.DeepCopy()).Build(), time.Now)
+			// 9.5 s of the 10 s are gone: the deadline (1 s before) is 0.5 s away.
+			arrived := time.Now().Add(-cfg.WebhookTimeout.Duration + deadlineMargin + 500*time.Millisecond)
+			dec, _ := d.decide(context.Background(), review{Operation: op, Namespace: "ci", Name: "runner-1", Pod: pod.DeepCopy(), Arrived: arrived})
+			if dec.Allowed || dec.Reason != ReasonDeadline || dec.Code != code || gh.unregisters != 0 {
+				t.Errorf("%s, on-error %s: allowed=%v %s %d after %d unregisters; want %s %d and none sent: %s",
+					op, onErr, dec.Allowed, dec.Reason, dec.Code, gh.unregisters, ReasonDeadline, code, dec.Message)
+			}
+		}
+	}
+	// With time left the same review unregisters.
+	gh := &statusGitHub{}
+	d := newDecider(DefaultConfig(), gh, fake.NewClientBuilder().WithObjects(pod.DeepCopy()).Build(), time.Now)
+	if dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Namespace: "ci", Name: "runner-1", Pod: pod.DeepCopy(), Arrived: time.Now()}); dec.Reason != ReasonUnregistered || gh.unregisters != 1 {
+		t.Errorf("with time left: %s after %d unregisters", dec.Reason, gh.unregisters)
+	}
+}

@@ -59,6 +59,7 @@ const (
 	ReasonUnregistered       Reason = "unregistered"
 	ReasonRunnerNotFound     Reason = "runner-not-found"
 	ReasonRunnerBusy         Reason = "runner-busy"
+	ReasonDeadline           Reason = "deadline-too-close"
 	ReasonRateLimited        Reason = "rate-limited"
 	ReasonGitHubError        Reason = "github-error"
 )
@@ -113,6 +114,9 @@ type review struct {
 	PodErr error
 	User   authenticationv1.UserInfo
 	DryRun bool
+	// Arrived is when the review reached the handler: the API server's
+	// timeoutSeconds runs from about then.
+	Arrived time.Time
 	// Disrupted: the pod was marked Failed with a DisruptionTarget condition
 	// (pod GC after a Node was deleted, taint eviction) while its runner may
 	// still be running on a node that is alive.
@@ -191,6 +195,8 @@ type decider struct {
 	table         []rule
 	github        GitHub
 	githubTimeout time.Duration
+	// webhookTimeout is the API server's deadline for a review.
+	webhookTimeout time.Duration
 	// pods reads live pods and PodDisruptionBudgets through the API server.
 	pods   client.Reader
 	memory *admittedMemory
@@ -208,17 +214,18 @@ type decider struct {
 func newDecider(cfg Config, gh GitHub, pods client.Reader, now func() time.Time) *decider {
 	pol := cfg.policy()
 	return &decider{
-		retire:        cfg.retireEphemeralRunners(),
-		resolver:      resolver{bindings: compileBindings(cfg.ScopeBindings), fallbacks: newFallbackMemory()},
-		statuses:      newStatusMemory(cfg.ReadOnlyMemoryTTL.Duration, now),
-		policy:        pol,
-		specs:         cfg.RunnerPods,
-		table:         decisionTable(),
-		github:        gh,
-		githubTimeout: cfg.GitHubTimeout.Duration,
-		pods:          pods,
-		memory:        newAdmittedMemory(cfg.RecentlyAdmittedTTL.Duration, now),
-		busy:          newBusyMemory(pol.BusyRetryAfter, pol.BusyRetryMax, now),
+		retire:         cfg.retireEphemeralRunners(),
+		resolver:       resolver{bindings: compileBindings(cfg.ScopeBindings), fallbacks: newFallbackMemory()},
+		statuses:       newStatusMemory(cfg.ReadOnlyMemoryTTL.Duration, now),
+		policy:         pol,
+		specs:          cfg.RunnerPods,
+		table:          decisionTable(),
+		github:         gh,
+		githubTimeout:  cfg.GitHubTimeout.Duration,
+		webhookTimeout: cfg.WebhookTimeout.Duration,
+		pods:           pods,
+		memory:         newAdmittedMemory(cfg.RecentlyAdmittedTTL.Duration, now),
+		busy:           newBusyMemory(pol.BusyRetryAfter, pol.BusyRetryMax, now),
 	}
 }
 
@@ -234,10 +241,11 @@ func (d *decider) decide(ctx context.Context, r review) (Decision, Target) {
 				// From here the decision reads the API server and asks GitHub.
 				// It runs to its end even when the server shuts down (a
 				// rollout's SIGTERM): GitHub may already have removed the
-				// runner, and the API server must hear so. Its own deadline
-				// bounds it instead. Request-stage decisions skip the timer.
+				// runner, and the API server must hear so. The review's
+				// deadline, inside the API server's, bounds it instead.
+				// Request-stage decisions skip the timer.
 				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), d.githubTimeout+apiReadsTimeout)
+				ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), r.deadline(d.webhookTimeout))
 				defer cancel()
 			}
 			reached++
@@ -280,6 +288,13 @@ func (d *decider) resolve(ctx context.Context, r *review, s stage) {
 	case stageGitHub:
 		if !r.askable() {
 			return // only bypass users and disrupted pods get here: nothing to ask
+		}
+		if left := time.Until(r.deadline(d.webhookTimeout)); !r.readOnly(&d.policy) && left < minUnregisterTime {
+			// An unregister that may not finish before the API server gives
+			// up must not start: GitHub could remove the runner while the
+			// API server tells the deleter the webhook failed.
+			r.GitHub = githubResult{Err: &outOfTimeError{left: left}}
+			return
 		}
 		r.GitHub = d.askGitHub(ctx, r)
 		if !r.readOnly(&d.policy) {
@@ -337,10 +352,32 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// apiReadsTimeout is what one decision may spend on API server reads (the
-// live pod, its EphemeralRunner and Secret, PodDisruptionBudgets) on top of
-// the GitHub deadline.
-const apiReadsTimeout = 5 * time.Second
+// deadlineMargin is how long before the API server gives up (the webhook
+// configuration's timeoutSeconds, counted from the review's arrival) every
+// read and GitHub request of a decision must have ended; the answer still
+// has to travel back.
+const deadlineMargin = time.Second
+
+// minUnregisterTime is the least time left in which an unregister is
+// started: a DELETE GitHub answers in well under it, and one that is cut off
+// leaves the deleter refused while the runner may be gone.
+const minUnregisterTime = time.Second
+
+// deadline is when the decision's reads and GitHub requests must be over.
+func (r *review) deadline(webhookTimeout time.Duration) time.Time {
+	arrived := r.Arrived
+	if arrived.IsZero() {
+		arrived = time.Now()
+	}
+	return arrived.Add(webhookTimeout - deadlineMargin)
+}
+
+// outOfTimeError: the review's deadline left too little time to unregister.
+type outOfTimeError struct{ left time.Duration }
+
+func (e *outOfTimeError) Error() string {
+	return fmt.Sprintf("only %s left before the API server's webhook deadline (webhookTimeout), too little to unregister the runner safely; nothing was sent to GitHub, retry", e.left.Round(time.Millisecond))
+}
 
 // stage is how much the decider has resolved before a rule runs.
 type stage int
@@ -387,6 +424,7 @@ func decisionTable() []rule {
 		{[]Reason{ReasonDryRunBusy, ReasonDryRunIdle, ReasonDryRunNotFound}, stageGitHub, ruleDryRun},
 		{[]Reason{ReasonUnregistered, ReasonRunnerNotFound}, stageGitHub, ruleUnregistered},
 		{[]Reason{ReasonRunnerBusy}, stageGitHub, ruleRunnerBusy},
+		{[]Reason{ReasonDeadline}, stageGitHub, ruleDeadline},
 		{[]Reason{ReasonRateLimited}, stageGitHub, ruleRateLimited},
 		{[]Reason{ReasonGitHubError}, stageGitHub, ruleGitHubError},
 		{[]Reason{ReasonGitHubError}, stageGitHub, ruleUnexpectedOutcome},
@@ -732,6 +770,21 @@ func ruleRunnerBusy(r *review, p *policy) (Decision, bool) {
 		wait = p.BusyRetryAfter
 	}
 	return busyDenial(r, p, wait), true
+}
+
+// Rule 8b: too little time was left to unregister before the API server
+// gives up, so nothing was sent. This is a refusal whatever the on-error
+// policy: the runner may be busy, and nothing has been decided yet.
+func ruleDeadline(r *review, p *policy) (Decision, bool) {
+	var oot *outOfTimeError
+	if !errors.As(r.GitHub.Err, &oot) {
+		return Decision{}, false
+	}
+	d := Decision{Reason: ReasonDeadline, Code: http.StatusServiceUnavailable,
+		Message: fmt.Sprintf("runner %q of pod %s: %v", r.Target.Name, r.podRef(), oot)}
+	refusedEviction(r, p, &d, time.Second)
+	d.EventType, d.EventReason = corev1.EventTypeWarning, EventGitHubError
+	return d, true
 }
 
 // Rule 9: GitHub's rate limit. The on-error policy decides, as for any

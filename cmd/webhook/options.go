@@ -31,6 +31,7 @@ type options struct {
 	githubInstallID     int64
 	githubAppKeyFile    string
 	githubTimeout       time.Duration
+	webhookTimeout      time.Duration
 	onError             string
 	configFile          string
 	kubeconfig          string
@@ -59,6 +60,7 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	fs.Int64Var(&o.githubInstallID, "github-app-installation-id", 0, "GitHub App installation ID.")
 	fs.StringVar(&o.githubAppKeyFile, "github-app-private-key-file", "", "File holding the GitHub App's private key (PEM).")
 	fs.DurationVar(&o.githubTimeout, "github-timeout", 0, fmt.Sprintf("Deadline of the GitHub part of one decision (default %s, or githubTimeout from --config).", webhook.DefaultGitHubTimeout))
+	fs.DurationVar(&o.webhookTimeout, "webhook-timeout", 0, fmt.Sprintf("The webhook configuration's timeoutSeconds: every read and GitHub request of a decision ends 1s before it (default %s, or webhookTimeout from --config).", webhook.DefaultWebhookTimeout))
 	fs.StringVar(&o.onError, "on-error", "", `What to do when GitHub fails or a runner's scope is unknown: "deny" (default) or "allow". Overrides onError from --config.`)
 	fs.StringVar(&o.configFile, "config", "", "YAML file with runner pod selectors, scope sources, bypass list and force annotation.")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "Path to a kubeconfig. Only required if out-of-cluster.")
@@ -179,6 +181,12 @@ func (o *options) handlerConfig(getenv func(string) string) (webhook.Config, err
 	if o.githubTimeout > 0 {
 		cfg.GitHubTimeout.Duration = o.githubTimeout
 	}
+	if o.webhookTimeout < 0 {
+		return cfg, fmt.Errorf("--webhook-timeout: must be positive, got %s", o.webhookTimeout)
+	}
+	if o.webhookTimeout > 0 {
+		cfg.WebhookTimeout.Duration = o.webhookTimeout
+	}
 	cfg.Default()
 	errs := cfg.Validate()
 	// A value a flag set is reported by the flag's name, not the config key.
@@ -186,6 +194,8 @@ func (o *options) handlerConfig(getenv func(string) string) (webhook.Config, err
 		switch {
 		case e.Field == "githubTimeout" && o.githubTimeout > 0:
 			e.Field = "--github-timeout"
+		case e.Field == "webhookTimeout" && o.webhookTimeout > 0:
+			e.Field = "--webhook-timeout"
 		case e.Field == "onError" && o.onError != "":
 			e.Field = "--on-error"
 		case e.Field == "credentialsMode" && o.credentialsMode != "":
