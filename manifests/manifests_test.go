@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -263,15 +264,15 @@ func TestWebhookConfiguration(t *testing.T) {
 					}
 				}
 			}
-			ns := mustSelector(t, wh.NamespaceSelector)
-			for name, match := range map[string]bool{"kube-system": false, namespace: false, "default": true, "runners": true} {
-				if got := ns.Matches(labels.Set{"kubernetes.io/metadata.name": name}); got != match {
-					t.Errorf("namespaceSelector %q matches namespace %s: %v, want %v", ns, name, got, match)
-				}
-			}
+			// DELETE entries select runner pods by label, so they cover every
+			// namespace but the excluded ones; an Eviction has no labels, so
+			// that entry covers only the namespaces opted in with the label.
+			checkNamespaces(t, wh.NamespaceSelector, w.op == admissionregistrationv1.Delete)
 			if wh.SideEffects == nil || *wh.SideEffects != admissionregistrationv1.SideEffectClassNoneOnDryRun {
 				t.Errorf("sideEffects = %v, want NoneOnDryRun", deref(wh.SideEffects))
 			}
+			// Fail on both: the DELETE entries see only running runner pods,
+			// the evictions entry only the namespaces the user labelled.
 			if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Fail {
 				t.Errorf("failurePolicy = %v, want Fail", deref(wh.FailurePolicy))
 			}
@@ -296,7 +297,9 @@ func TestWebhookConfiguration(t *testing.T) {
 		})
 	}
 
-	// The local variant differs only in clientConfig.
+	// The local variant differs only in clientConfig and, for the e2e tests
+	// that evict in namespaces without the label, the evictions entry's
+	// namespaceSelector: every namespace but the excluded ones.
 	local := webhooks(t, "local")
 	if len(local.Webhooks) != len(vwc.Webhooks) {
 		t.Fatalf("local has %d webhooks, default %d", len(local.Webhooks), len(vwc.Webhooks))
@@ -310,12 +313,41 @@ func TestWebhookConfiguration(t *testing.T) {
 		}
 		base := vwc.Webhooks[i].DeepCopy()
 		wh.ClientConfig, base.ClientConfig = admissionregistrationv1.WebhookClientConfig{}, admissionregistrationv1.WebhookClientConfig{}
+		checkNamespaces(t, wh.NamespaceSelector, true)
+		wh.NamespaceSelector, base.NamespaceSelector = nil, nil
 		if !reflect.DeepEqual(&wh, base) {
 			t.Errorf("local webhook %d differs from default beyond clientConfig:\n%+v\n%+v", i, wh, *base)
 		}
 	}
 	if _, ok := local.Annotations["cert-manager.io/inject-ca-from"]; ok {
 		t.Error("local variant asks cert-manager for CA injection")
+	}
+}
+
+// checkNamespaces checks which namespaces an entry's namespaceSelector
+// covers: never kube-system nor runner-guard's own, and any other namespace
+// when everywhere, else only those labelled runner-guard.io/guard=enabled.
+func checkNamespaces(t *testing.T, s *metav1.LabelSelector, everywhere bool) {
+	t.Helper()
+	ns := mustSelector(t, s)
+	optIn := map[string]string{"runner-guard.io/guard": "enabled"}
+	for _, c := range []struct {
+		name  string
+		label map[string]string
+		match bool
+	}{
+		{"kube-system", nil, false}, {"kube-system", optIn, false},
+		{namespace, nil, false}, {namespace, optIn, false},
+		{"default", nil, everywhere}, {"runners", nil, everywhere}, {"runners", map[string]string{"runner-guard.io/guard": "disabled"}, everywhere},
+		{"runners", optIn, true},
+	} {
+		set := labels.Set{"kubernetes.io/metadata.name": c.name}
+		for k, v := range c.label {
+			set[k] = v
+		}
+		if got := ns.Matches(set); got != c.match {
+			t.Errorf("namespaceSelector %q matches namespace %v: %v, want %v", ns, set, got, c.match)
+		}
 	}
 }
 
@@ -493,6 +525,17 @@ func TestDeployment(t *testing.T) {
 			t.Errorf("probe %s = %+v", name, probe)
 		}
 	}
+	// GOMEMLIMIT is 90 % of the memory limit (whole MiB, rounded down): the
+	// Go runtime needs room above it before the OOM killer.
+	var goMemLimit string
+	for _, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" {
+			goMemLimit = e.Value
+		}
+	}
+	if want := fmt.Sprintf("%dMiB", c.Resources.Limits.Memory().Value()*9/10>>20); goMemLimit != want {
+		t.Errorf("GOMEMLIMIT = %q, want %s (90 %% of limits.memory %s)", goMemLimit, want, c.Resources.Limits.Memory())
+	}
 	wantRes := map[string]string{"requests.cpu": "50m", "requests.memory": "64Mi", "limits.cpu": "500m", "limits.memory": "256Mi"}
 	gotRes := map[string]string{
 		"requests.cpu": c.Resources.Requests.Cpu().String(), "requests.memory": c.Resources.Requests.Memory().String(),
@@ -560,6 +603,10 @@ func TestDeployment(t *testing.T) {
 	pdb := get[policyv1.PodDisruptionBudget](t, objs, "PodDisruptionBudget", "runner-guard-webhook")
 	if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 || !mustSelector(t, pdb.Spec.Selector).Matches(podLabels) {
 		t.Errorf("PDB spec = %+v", pdb.Spec)
+	}
+	// A budget keeping every replica would block their nodes' drains forever.
+	if pdb.Spec.MinAvailable != nil && int32(pdb.Spec.MinAvailable.IntValue()) >= deref(d.Spec.Replicas).(int32) {
+		t.Errorf("PDB minAvailable %s >= replicas %v: no runner-guard pod could be evicted", pdb.Spec.MinAvailable, deref(d.Spec.Replicas))
 	}
 }
 
@@ -741,6 +788,15 @@ func TestE2EKindOverlay(t *testing.T) {
 	}
 	if !slices.Contains(args, "--github-allow-http") {
 		t.Errorf("webhook args %q lack --github-allow-http: the binary refuses the fake's http:// URL without it", args)
+	}
+	// The suites run here evict runner pods in namespaces without the opt-in
+	// label: every entry guards every namespace but the excluded ones.
+	vwc := get[admissionregistrationv1.ValidatingWebhookConfiguration](t, objs, "ValidatingWebhookConfiguration", "runner-guard")
+	for _, wh := range vwc.Webhooks {
+		checkNamespaces(t, wh.NamespaceSelector, true)
+		if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Fail {
+			t.Errorf("%s failurePolicy = %v, want Fail", wh.Name, deref(wh.FailurePolicy))
+		}
 	}
 	svc := get[corev1.Service](t, objs, "Service", "fakegithub")
 	fake := get[appsv1.Deployment](t, objs, "Deployment", "fakegithub")

@@ -161,6 +161,66 @@ func TestBadValuesFail(t *testing.T) {
 			want: []string{"webhookSources", "cidr"},
 		},
 		{
+			name: "budget keeping the only replica",
+			args: []string{"--set", "replicaCount=1", "--set", "podDisruptionBudget.minAvailable=1"},
+			want: []string{"podDisruptionBudget.minAvailable", "replicaCount", "drain"},
+		},
+		{
+			name: "budget keeping every replica",
+			args: []string{"--set", "replicaCount=2", "--set", "podDisruptionBudget.minAvailable=2"},
+			want: []string{"podDisruptionBudget.minAvailable", "replicaCount (2)"},
+		},
+		{
+			name: "budget keeping every replica by percentage",
+			args: []string{"--set", "replicaCount=3", "--set-string", "podDisruptionBudget.minAvailable=67%"},
+			want: []string{"podDisruptionBudget.minAvailable", "67%", "replicaCount (3)"},
+		},
+		{
+			name: "budget allowing no disruption",
+			args: []string{"--set", "podDisruptionBudget.maxUnavailable=0"},
+			want: []string{"podDisruptionBudget.maxUnavailable", "drain"},
+		},
+		{
+			name: "budget allowing no disruption by percentage",
+			args: []string{"--set-string", "podDisruptionBudget.maxUnavailable=0%"},
+			want: []string{"podDisruptionBudget.maxUnavailable", "0%"},
+		},
+		{
+			name: "budget with minAvailable and maxUnavailable",
+			args: []string{"--set", "podDisruptionBudget.minAvailable=1", "--set", "podDisruptionBudget.maxUnavailable=1"},
+			want: []string{"podDisruptionBudget", "minAvailable", "maxUnavailable", "not both"},
+		},
+		{
+			name: "budget as a string that is no percentage",
+			args: []string{"--set-string", "podDisruptionBudget.minAvailable=1"},
+			want: []string{"minAvailable"},
+		},
+		{
+			name: "goMemLimit at the memory limit",
+			args: []string{"--set", "goMemLimit=256MiB"},
+			want: []string{"goMemLimit", "resources.limits.memory", "256Mi"},
+		},
+		{
+			name: "goMemLimit not a Go memory limit",
+			args: []string{"--set", "goMemLimit=200Mi"},
+			want: []string{"goMemLimit"},
+		},
+		{
+			name: "memory limit GOMEMLIMIT cannot be derived from",
+			args: []string{"--set", "resources.limits.memory=0.5Gi"},
+			want: []string{"resources.limits.memory", "0.5Gi", "goMemLimit"},
+		},
+		{
+			name: "evictions failurePolicy not a policy",
+			args: []string{"--set", "policy.evictionsFailurePolicy=fail"},
+			want: []string{"evictionsFailurePolicy"},
+		},
+		{
+			name: "evictions in all namespaces and guarded namespaces",
+			args: []string{"--set", "policy.evictionsInAllNamespaces=true", "--set", "policy.guardedNamespaces={ci}"},
+			want: []string{"policy.evictionsInAllNamespaces", "policy.guardedNamespaces"},
+		},
+		{
 			name: "no Deployment and no URL",
 			args: []string{"--set", "deployment.enabled=false"},
 			want: []string{"deployment.enabled", "webhook.url"},
@@ -197,6 +257,12 @@ func TestBoundaryValuesPass(t *testing.T) {
 		"scope binding limited to a custom runner pod spec": {"--set", "policy.runnerPods[0].name=custom",
 			"--set", "policy.runnerPods[0].selector.matchLabels.runner=yes", "--set", "policy.runnerPods[0].container=runner",
 			"--set", "policy.runnerPods[0].scopeEnv.organization=ORG", "--set", "policy.scopeBindings[0].runnerPods={custom}"},
+		"one replica with the default budget":       {"--set", "replicaCount=1"},
+		"budget one below replicaCount":             {"--set", "replicaCount=3", "--set", "podDisruptionBudget.minAvailable=2"},
+		"budget percentage rounding below replicas": {"--set", "replicaCount=3", "--set-string", "podDisruptionBudget.minAvailable=66%"},
+		"budget maxUnavailable 1 of one replica":    {"--set", "replicaCount=1", "--set", "podDisruptionBudget.maxUnavailable=1"},
+		"goMemLimit just below the memory limit":    {"--set", "goMemLimit=255MiB"},
+		"odd memory limit with goMemLimit":          {"--set", "resources.limits.memory=0.5Gi", "--set", "goMemLimit=460MiB"},
 		"scope globs and kinds": {"--set", "policy.scopeBindings[0].namespaces={team-a,team-a-*}",
 			"--set", "policy.scopeBindings[0].scopes={org:acme,repo:other/app-*,enterprise:big,organization:*,repository:a/b}"},
 	}

@@ -26,6 +26,8 @@ type policyValues struct {
 		GuardedNamespaces []string               `json:"guardedNamespaces"`
 		ScopeBindings     []webhook.ScopeBinding `json:"scopeBindings"`
 		AllowAnyScope     bool                   `json:"allowAnyScope"`
+		// EvictionsInAllNamespaces widens the evictions entry to unlabelled namespaces.
+		EvictionsInAllNamespaces bool `json:"evictionsInAllNamespaces"`
 	} `json:"policy"`
 }
 
@@ -80,7 +82,7 @@ func TestConfigMatchesWebhooks(t *testing.T) {
 			}
 			vwc := get[admissionregistrationv1.ValidatingWebhookConfiguration](t, objs, "ValidatingWebhookConfiguration", "runner-guard")
 			checkDeleteWebhooks(t, vwc, cfg.RunnerPods)
-			checkNamespaces(t, vwc, cfg.ExemptNamespaces, want.Policy.GuardedNamespaces)
+			checkNamespaces(t, vwc, cfg.ExemptNamespaces, want.Policy.GuardedNamespaces, want.Policy.EvictionsInAllNamespaces)
 			for _, wh := range vwc.Webhooks {
 				if deref(wh.TimeoutSeconds) != want.Policy.TimeoutSeconds {
 					t.Errorf("%s timeoutSeconds %d, values say %d", wh.Name, deref(wh.TimeoutSeconds), want.Policy.TimeoutSeconds)
@@ -151,28 +153,42 @@ func matchConditionNames(wh admissionregistrationv1.ValidatingWebhook) []string 
 	return names
 }
 
-// checkNamespaces requires every entry to skip the exempt namespaces and, when
-// the values list guarded namespaces, to match those only.
-func checkNamespaces(t *testing.T, vwc *admissionregistrationv1.ValidatingWebhookConfiguration, exempt, guarded []string) {
+// guardLabel opts a namespace in to the evictions entry when
+// policy.guardedNamespaces is empty.
+var guardLabel = labels.Set{"runner-guard.io/guard": "enabled"}
+
+// checkNamespaces requires every entry to skip the exempt namespaces, labelled
+// or not, and, when the values list guarded namespaces, to match those only.
+// Without a list the DELETE entries match every other namespace (their
+// objectSelector keeps other pods away) and the evictions entry only those
+// carrying guardLabel, unless evictionsInAllNamespaces.
+func checkNamespaces(t *testing.T, vwc *admissionregistrationv1.ValidatingWebhookConfiguration, exempt, guarded []string, evictionsEverywhere bool) {
 	t.Helper()
 	for _, wh := range vwc.Webhooks {
 		sel, err := metav1.LabelSelectorAsSelector(wh.NamespaceSelector)
 		if err != nil {
 			t.Fatal(err)
 		}
-		matches := func(ns string) bool { return sel.Matches(labels.Set{"kubernetes.io/metadata.name": ns}) }
+		matches := func(ns string, extra labels.Set) bool {
+			return sel.Matches(labels.Merge(labels.Set{"kubernetes.io/metadata.name": ns}, extra))
+		}
 		for _, ns := range exempt {
-			if matches(ns) {
+			if matches(ns, nil) || matches(ns, guardLabel) {
 				t.Errorf("%s reviews exempt namespace %s", wh.Name, ns)
 			}
 		}
 		for _, ns := range guarded {
-			if !matches(ns) {
+			if !matches(ns, nil) {
 				t.Errorf("%s skips guarded namespace %s", wh.Name, ns)
 			}
 		}
-		if other := "some-other-namespace"; matches(other) == (len(guarded) > 0) {
-			t.Errorf("%s matches %s: %v, want %v", wh.Name, other, matches(other), len(guarded) == 0)
+		other := "some-other-namespace"
+		if got, want := matches(other, guardLabel), len(guarded) == 0; got != want {
+			t.Errorf("%s matches %s labelled %v: %v, want %v", wh.Name, other, guardLabel, got, want)
+		}
+		wantUnlabelled := len(guarded) == 0 && (wh.Rules[0].Resources[0] != "pods/eviction" || evictionsEverywhere)
+		if got := matches(other, nil); got != wantUnlabelled {
+			t.Errorf("%s matches %s without a label: %v, want %v", wh.Name, other, got, wantUnlabelled)
 		}
 	}
 }

@@ -214,6 +214,17 @@ func (e *installEnv) notesNetworkPolicy(t *testing.T) {
 	if out := notes("--set", "policy.scopeBindings=null", "--set", "policy.allowAnyScope=true"); !strings.Contains(out, "may name any GitHub scope (policy.allowAnyScope)") {
 		t.Errorf("NOTES with allowAnyScope do not say every scope is open:\n%s", out)
 	}
+	// Which namespaces' evictions are guarded, and how to opt one in.
+	if out := notes(); !strings.Contains(out, "Evictions (drains, autoscalers) are guarded in: namespaces labelled runner-guard.io/guard=enabled") ||
+		!strings.Contains(out, "kubectl label namespace RUNNER_NAMESPACE runner-guard.io/guard=enabled") {
+		t.Errorf("NOTES do not say evictions are guarded in labelled namespaces only, or how to label one:\n%s", out)
+	}
+	if out := notes("--set", "policy.evictionsInAllNamespaces=true"); !strings.Contains(out, "guarded in: all but kube-system, chart-notes (failurePolicy Ignore") {
+		t.Errorf("NOTES with evictionsInAllNamespaces:\n%s", out)
+	}
+	if out := notes("--set", "replicaCount=1"); !strings.Contains(out, "PodDisruptionBudget: none with replicaCount 1") {
+		t.Errorf("NOTES with one replica do not say there is no PodDisruptionBudget:\n%s", out)
+	}
 }
 
 // dryRunMatrix applies each matrix case's render with a server-side dry run,
@@ -539,6 +550,9 @@ func (e *installEnv) scenarioUnknown(t *testing.T) {
 
 func (e *installEnv) scenarioEviction(t *testing.T) {
 	scope, ns := e.scenario("evict")
+	// Without policy.guardedNamespaces only labelled namespaces' evictions
+	// are reviewed.
+	e.optIn(ns)
 	e.runnerPod(ns, scope, "runner-busy", true)
 	// One request: client-go would otherwise retry the 429 after its
 	// Retry-After, up to ten times, as drains do.
@@ -563,7 +577,8 @@ func (e *installEnv) scenarioEviction(t *testing.T) {
 
 // scenarioOutage stops the webhook: with failurePolicy Fail a running runner
 // pod's delete is refused, but the matchConditions keep a pending runner pod's
-// delete off the webhook, so it goes through.
+// delete off the webhook, so it goes through. Evictions wait on runner-guard
+// only in a namespace opted in with the label: elsewhere a drain goes on.
 func (e *installEnv) scenarioOutage(t *testing.T) {
 	scope, ns := e.scenario("outage")
 	e.runnerPod(ns, scope, "runner-running", false)
@@ -571,7 +586,16 @@ func (e *installEnv) scenarioOutage(t *testing.T) {
 	if _, err := e.env.Client.CoreV1().Pods(ns).Create(e.ctx, pending, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	optedScope, opted := e.scenario("outage-labelled")
+	e.optIn(opted)
+	e.runnerPod(opted, optedScope, "runner-running", false)
 	e.stopWebhook()
+	if err := e.dryRunEvict(opted, "runner-running"); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+		t.Errorf("eviction in a labelled namespace with the webhook down: %v; want failed calling webhook (failurePolicy Fail)", err)
+	}
+	if err := e.dryRunEvict(ns, "runner-running"); err != nil {
+		t.Errorf("eviction in an unlabelled namespace with the webhook down: %v; want it off the webhook's path", err)
+	}
 	out, err := e.kubectl("-n", ns, "delete", "pod", "runner-running", "--wait=false")
 	if err == nil || !strings.Contains(out, "failed calling webhook") {
 		t.Errorf("delete of a running runner pod with the webhook down: %v %q; want failed calling webhook", err, out)
@@ -579,6 +603,29 @@ func (e *installEnv) scenarioOutage(t *testing.T) {
 	if out, err := e.kubectl("-n", ns, "delete", "pod", "runner-pending", "--wait=false"); err != nil {
 		t.Errorf("delete of a pending runner pod with the webhook down: %v %s; want it spared by matchConditions", err, out)
 	}
+}
+
+// optIn labels a namespace so the evictions entry covers it.
+func (e *installEnv) optIn(ns string) {
+	e.t.Helper()
+	if _, err := e.kubectl("label", "namespace", ns, "runner-guard.io/guard=enabled", "--overwrite"); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// dryRunEvict posts one server-side dry-run eviction, without client retries.
+func (e *installEnv) dryRunEvict(ns, name string) error {
+	body, err := json.Marshal(&policyv1.Eviction{
+		TypeMeta:      metav1.TypeMeta{APIVersion: "policy/v1", Kind: "Eviction"},
+		ObjectMeta:    metav1.ObjectMeta{Name: name, Namespace: ns},
+		DeleteOptions: &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}},
+	})
+	if err != nil {
+		return err
+	}
+	return e.env.Client.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name(name).
+		SubResource("eviction").MaxRetries(0).SetHeader("Content-Type", "application/json").
+		Body(body).Do(e.ctx).Error()
 }
 
 // scenarioUninstalled: after helm uninstall no webhook configuration is left,

@@ -101,3 +101,62 @@ app.kubernetes.io/component: webhook
 
 {{/* The webhook's path on its server. */}}
 {{- define "runner-guard.webhookPath" -}}/validate-runner-pods{{- end }}
+
+{{/*
+The PodDisruptionBudget's minAvailable or maxUnavailable line, empty for no
+PodDisruptionBudget: minAvailable empty and maxUnavailable empty mean 1 with
+two or more replicas and none with one (a budget that keeps the only pod
+would block its node's drain forever).
+*/}}
+{{- define "runner-guard.pdbSpec" -}}
+{{- $pdb := .Values.podDisruptionBudget }}
+{{- $min := include "runner-guard.intOrString" $pdb.minAvailable }}
+{{- $max := include "runner-guard.intOrString" $pdb.maxUnavailable }}
+{{- if ne $max "" }}
+maxUnavailable: {{ if hasSuffix "%" $max }}{{ quote $max }}{{ else }}{{ $max }}{{ end }}
+{{- else if ne $min "" }}
+minAvailable: {{ if hasSuffix "%" $min }}{{ quote $min }}{{ else }}{{ $min }}{{ end }}
+{{- else if gt (int .Values.replicaCount) 1 }}
+minAvailable: 1
+{{- end }}
+{{- end }}
+
+{{/*
+GOMEMLIMIT: goMemLimit, else 90 % of resources.limits.memory in MiB (bytes
+below 1 MiB), else empty (no limit, no GOMEMLIMIT).
+*/}}
+{{- define "runner-guard.goMemLimit" -}}
+{{- if .Values.goMemLimit }}{{ .Values.goMemLimit }}
+{{- else }}
+{{- $bytes := include "runner-guard.memoryLimitBytes" . }}
+{{- if eq $bytes "?" }}
+{{- fail (printf "resources.limits.memory: %v is not a whole number of bytes, Ki, Mi, Gi, Ti, k, M, G or T, so the chart cannot derive GOMEMLIMIT (90 %% of it); set goMemLimit, e.g. goMemLimit: 460MiB" .Values.resources.limits.memory) }}
+{{- else if $bytes }}
+{{- $limit := div (mul (int64 $bytes) 9) 10 }}
+{{- if ge $limit 1048576 }}{{ div $limit 1048576 }}MiB{{ else }}{{ $limit }}B{{ end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* resources.limits.memory in bytes, empty without a limit, ? for a quantity it cannot read. */}}
+{{- define "runner-guard.memoryLimitBytes" -}}
+{{- $raw := dig "limits" "memory" "" (.Values.resources | default dict) }}
+{{- $q := toString $raw }}
+{{- if kindIs "float64" $raw }}{{ $q = toString (int64 $raw) }}{{ end }}
+{{- if $q }}
+{{- if not (regexMatch "^[0-9]+(Ki|Mi|Gi|Ti|k|M|G|T)?$" $q) }}?
+{{- else }}
+{{- $unit := regexReplaceAll "^[0-9]+" $q "" }}
+{{- $n := int64 (regexFind "^[0-9]+" $q) }}
+{{- $mult := get (dict "" 1 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000) $unit }}
+{{- mul $n (int64 $mult) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* An int-or-string value as a string: "" when unset, 0 kept. */}}
+{{- define "runner-guard.intOrString" -}}
+{{- if kindIs "string" . }}{{ . }}
+{{- else if not (kindIs "invalid" .) }}{{ int64 . }}
+{{- end }}
+{{- end }}

@@ -9,6 +9,9 @@ names the value to change.
 {{- include "runner-guard.validateNamespaces" . }}
 {{- include "runner-guard.validateScopeBindings" . }}
 {{- include "runner-guard.validateEndpoint" . }}
+{{- include "runner-guard.validateDisruptionBudget" . }}
+{{- include "runner-guard.validateMemory" . }}
+{{- include "runner-guard.validateEvictions" . }}
 {{- end }}
 
 {{/* The API server gives up after timeoutSeconds; the GitHub call must end 2 s before. */}}
@@ -116,5 +119,56 @@ explicitly that any scope is fine.
 {{- end }}
 {{- if and (not .Values.deployment.enabled) (not $url) }}
 {{- fail "deployment.enabled: false needs webhook.url (where the webhook is served instead)" }}
+{{- end }}
+{{- end }}
+
+{{/*
+A PodDisruptionBudget that allows no voluntary disruption of runner-guard's
+own pods would block the drain of every node they run on, forever. The API
+server rounds percentages up, for minAvailable and maxUnavailable alike.
+*/}}
+{{- define "runner-guard.validateDisruptionBudget" -}}
+{{- $pdb := .Values.podDisruptionBudget }}
+{{- if and .Values.deployment.enabled $pdb.enabled }}
+{{- $replicas := int .Values.replicaCount }}
+{{- $min := include "runner-guard.intOrString" $pdb.minAvailable }}
+{{- $max := include "runner-guard.intOrString" $pdb.maxUnavailable }}
+{{- if and (ne $min "") (ne $max "") }}
+{{- fail (printf "podDisruptionBudget: set minAvailable (%s) or maxUnavailable (%s), not both" $min $max) }}
+{{- end }}
+{{- if ne $min "" }}
+{{- $n := int (trimSuffix "%" $min) }}
+{{- if hasSuffix "%" $min }}{{ $n = div (add (mul $n $replicas) 99) 100 }}{{ end }}
+{{- if ge $n $replicas }}
+{{- fail (printf "podDisruptionBudget.minAvailable: %s keeps all %d of replicaCount's pods, so no runner-guard pod could ever be evicted and a drain of its node would wait forever; set podDisruptionBudget.minAvailable below replicaCount (%d), raise replicaCount, or leave minAvailable empty (1 with two or more replicas, no PodDisruptionBudget with one)" $min $replicas $replicas) }}
+{{- end }}
+{{- end }}
+{{- if ne $max "" }}
+{{- $n := int (trimSuffix "%" $max) }}
+{{- if hasSuffix "%" $max }}{{ $n = div (add (mul $n $replicas) 99) 100 }}{{ end }}
+{{- if le $n 0 }}
+{{- fail (printf "podDisruptionBudget.maxUnavailable: %s lets no runner-guard pod be evicted (replicaCount %d), so a drain of its node would wait forever; set it to at least 1 or leave it empty" $max $replicas) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* goMemLimit must leave the Go runtime room below the container's memory limit. */}}
+{{- define "runner-guard.validateMemory" -}}
+{{- $limit := include "runner-guard.memoryLimitBytes" . }}
+{{- $set := .Values.goMemLimit }}
+{{- if and $limit (ne $limit "?") $set (ne $set "off") }}
+{{- $unit := regexReplaceAll "^[0-9]+" $set "" }}
+{{- $mult := get (dict "" 1 "B" 1 "KiB" 1024 "MiB" 1048576 "GiB" 1073741824 "TiB" 1099511627776) $unit }}
+{{- $bytes := mul (int64 (regexFind "^[0-9]+" $set)) (int64 $mult) }}
+{{- if ge $bytes (int64 $limit) }}
+{{- fail (printf "goMemLimit: %s is not below resources.limits.memory (%v); the Go runtime needs room above GOMEMLIMIT, so set goMemLimit to about 90 %% of the limit or leave it empty" $set .Values.resources.limits.memory) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "runner-guard.validateEvictions" -}}
+{{- if and .Values.policy.evictionsInAllNamespaces .Values.policy.guardedNamespaces }}
+{{- fail "policy.evictionsInAllNamespaces: true contradicts policy.guardedNamespaces (listed, they are the only namespaces guarded); drop one of them" }}
 {{- end }}
 {{- end }}

@@ -34,23 +34,75 @@ clientConfig:
   {{- end }}
 {{- end }}
 
-{{/* Settings shared by every entry; see manifests/base/webhook. */}}
+{{/* The label a namespace carries to have its evictions guarded when policy.guardedNamespaces is empty. */}}
+{{- define "runner-guard.guardLabelKey" -}}runner-guard.io/guard{{- end }}
+{{- define "runner-guard.guardLabelValue" -}}enabled{{- end }}
+
+{{/* The failurePolicy of the DELETE entries: policy.deletesFailurePolicy, else policy.failurePolicy. */}}
+{{- define "runner-guard.deletesFailurePolicy" -}}
+{{- .Values.policy.deletesFailurePolicy | default .Values.policy.failurePolicy }}
+{{- end }}
+
+{{/*
+The failurePolicy of the evictions entry: policy.evictionsFailurePolicy; else
+Ignore when the entry covers namespaces nobody named
+(policy.evictionsInAllNamespaces), so an outage never blocks the drain of a
+node running other teams' pods; else policy.failurePolicy.
+*/}}
+{{- define "runner-guard.evictionsFailurePolicy" -}}
+{{- $p := .Values.policy }}
+{{- if $p.evictionsFailurePolicy }}{{ $p.evictionsFailurePolicy }}
+{{- else if and $p.evictionsInAllNamespaces (not $p.guardedNamespaces) }}Ignore
+{{- else }}{{ $p.failurePolicy }}
+{{- end }}
+{{- end }}
+
+{{/*
+Which namespaces the evictions entry covers, in words (NOTES.txt):
+policy.guardedNamespaces, else those labelled runner-guard.io/guard=enabled,
+else (policy.evictionsInAllNamespaces) all but the exempt ones.
+*/}}
+{{- define "runner-guard.evictionsNamespaces" -}}
+{{- $p := .Values.policy }}
+{{- if $p.guardedNamespaces }}{{ join ", " $p.guardedNamespaces }}
+{{- else if $p.evictionsInAllNamespaces }}all but {{ include "runner-guard.exemptNamespaces" . | fromJsonArray | join ", " }}
+{{- else }}namespaces labelled {{ include "runner-guard.guardLabelKey" . }}={{ include "runner-guard.guardLabelValue" . }} (except {{ include "runner-guard.exemptNamespaces" . | fromJsonArray | join ", " }})
+{{- end }}
+{{- end }}
+
+{{/*
+Settings shared by every entry; see manifests/base/webhook. .root is the
+chart's context, .evictions true for the evictions entry. The DELETE entries
+select runner pods by label, so they may cover every namespace; an Eviction
+has no labels, so that entry covers only namespaces the user named: listed in
+policy.guardedNamespaces or labelled runner-guard.io/guard=enabled.
+*/}}
 {{- define "runner-guard.webhookCommon" -}}
+{{- $root := .root }}
+{{- $p := $root.Values.policy }}
 namespaceSelector:
+  {{- if and .evictions (not $p.guardedNamespaces) (not $p.evictionsInAllNamespaces) }}
+  matchLabels:
+    {{ include "runner-guard.guardLabelKey" $root }}: {{ include "runner-guard.guardLabelValue" $root | quote }}
+  {{- end }}
   matchExpressions:
     - key: kubernetes.io/metadata.name
-      {{- if .Values.policy.guardedNamespaces }}
+      {{- if $p.guardedNamespaces }}
       operator: In
-      values: {{ toJson .Values.policy.guardedNamespaces }}
+      values: {{ toJson $p.guardedNamespaces }}
       {{- else }}
       operator: NotIn
-      values: {{ include "runner-guard.exemptNamespaces" . }}
+      values: {{ include "runner-guard.exemptNamespaces" $root }}
       {{- end }}
 admissionReviewVersions: ["v1"]
 sideEffects: NoneOnDryRun
-failurePolicy: {{ .Values.policy.failurePolicy }}
+{{- if .evictions }}
+failurePolicy: {{ include "runner-guard.evictionsFailurePolicy" $root }}
+{{- else }}
+failurePolicy: {{ include "runner-guard.deletesFailurePolicy" $root }}
+{{- end }}
 matchPolicy: Equivalent
-timeoutSeconds: {{ .Values.policy.timeoutSeconds }}
+timeoutSeconds: {{ $p.timeoutSeconds }}
 {{- end }}
 
 {{/*
