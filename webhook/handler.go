@@ -43,8 +43,10 @@ type Options struct {
 	// set, a scale-set runner whose githubConfigUrl names another host is
 	// refused by the on-error policy rather than asked at the wrong GitHub.
 	GitHubBaseURL string
-	// RunnerPods, when set, answers for evictions whether the pod is a runner
-	// pod without a read (NewRunnerPodCache); nil reads every evicted pod.
+	// RunnerPods is no longer consulted: an informer cache can only say that
+	// it holds a pod, never that a pod is not a runner pod (a pod created a
+	// moment ago, or one a stalled watch missed, is absent), so every evicted
+	// pod is read live. The field stays so that callers keep compiling.
 	RunnerPods RunnerPods
 	// Runners reads ARC's EphemeralRunners (arc.NewResolver); nil reads
 	// scale-set pods' labels only.
@@ -58,8 +60,9 @@ type Options struct {
 // Handler is the admission.Handler for DELETE pods and CREATE pods/eviction.
 type Handler struct {
 	decider *decider
-	// runnerPods answers evictions of pods that are not runner pods.
-	runnerPods RunnerPods
+	// runnerNamespaces, when not nil, are the only namespaces whose pods are
+	// guarded (Config.RunnerNamespaces): an eviction elsewhere reads nothing.
+	runnerNamespaces map[string]bool
 	// exempt and specs let the handler skip decoding what the rules will not read.
 	exempt  []string
 	specs   []RunnerPodSpec
@@ -94,16 +97,22 @@ func NewHandler(o Options) (*Handler, error) {
 		o.Metrics.ScopesOpen.Set(1)
 	}
 	d.resolver.runners, d.resolver.githubBase = o.Runners, o.GitHubBaseURL
-	return &Handler{
-		decider:    d,
-		runnerPods: o.RunnerPods,
-		exempt:     o.Config.ExemptNamespaces,
-		specs:      o.Config.RunnerPods,
-		decoder:    admission.NewDecoder(o.Scheme),
-		pods:       o.Pods,
-		events:     o.Events,
-		metrics:    o.Metrics,
-	}, nil
+	h := &Handler{
+		decider: d,
+		exempt:  o.Config.ExemptNamespaces,
+		specs:   o.Config.RunnerPods,
+		decoder: admission.NewDecoder(o.Scheme),
+		pods:    o.Pods,
+		events:  o.Events,
+		metrics: o.Metrics,
+	}
+	if len(o.Config.RunnerNamespaces) > 0 {
+		h.runnerNamespaces = map[string]bool{}
+		for _, ns := range o.Config.RunnerNamespaces {
+			h.runnerNamespaces[ns] = true
+		}
+	}
+	return h, nil
 }
 
 // ScopesOpen reports that no scope binding is configured: a runner pod in
@@ -189,15 +198,17 @@ func (h *Handler) facts(ctx context.Context, op Operation, req admission.Request
 	if r.Name == "" || r.Namespace == "" {
 		return r, errors.New("eviction review names no pod")
 	}
-	if h.runnerPods != nil {
-		if _, found, synced := h.runnerPods.Get(r.Namespace, r.Name); synced && !found {
-			// Not a runner pod (the cache holds every one): nothing to read,
-			// so nothing that could fail blocks this eviction.
-			r.Pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name}}
-			return r, nil
-		}
+	if h.runnerNamespaces != nil && !h.runnerNamespaces[r.Namespace] {
+		// Outside the runner namespaces no pod is guarded, and runner-guard
+		// may not read pods there: read nothing, so nothing blocks.
+		r.Pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name}}
+		return r, nil
 	}
-	// A runner pod, or a cache that cannot answer yet: read the live pod.
+	// An Eviction carries none of the pod's labels: read the live pod. No
+	// cache answers for it, since a cache that does not hold a pod cannot
+	// tell a pod that is no runner from a runner pod it has not seen yet
+	// (created a moment ago, or missed by a stalled watch). Only a failed read
+	// goes to the on-error policy (rule 1b).
 	pod := &corev1.Pod{}
 	err := h.pods.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: r.Name}, pod)
 	switch {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -128,32 +130,72 @@ func (s staticRunnerPods) Get(ns, name string) (*corev1.Pod, bool, bool) {
 	return p, ok, true
 }
 
-// An eviction of a pod that is not a runner pod never fails because the pod
-// could not be read: the runner pod cache answers without a read.
-func TestEvictionOfNonRunnerPodNeedsNoRead(t *testing.T) {
-	failing := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
-		Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
-			return errors.New("connection refused")
-		},
-	}).Build()
+// The runner pod cache can only say that it holds a pod: an eviction of a
+// runner pod it does not hold (created a moment ago, missed by a stalled
+// watch) is still guarded, a pod that is no runner goes after one read, and
+// only a failed read goes to the on-error policy.
+func TestEvictionReadsPodsTheCacheDoesNotHold(t *testing.T) {
 	runner := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
-	h, err := NewHandler(Options{Config: DefaultConfig(), GitHub: unusedGitHub{}, Pods: failing,
-		RunnerPods: staticRunnerPods{"ci/runner-1": runner}})
-	if err != nil {
-		t.Fatal(err)
+	web := fixture.MakePod("ci", "web").Running().Obj()
+	tests := map[string]struct {
+		pod        *corev1.Pod
+		namespaces []string
+		failRead   bool
+		reason     Reason
+		allowed    bool
+		reads      int
+		asked      int
+	}{
+		"runner pod missing from the cache": {pod: runner, reason: ReasonRunnerBusy, reads: 1, asked: 1},
+		"pod that is no runner":             {pod: web, reason: ReasonNotRunnerPod, allowed: true, reads: 1},
+		"pod the API server has not":        {pod: fixture.MakePod("ci", "gone").Obj(), reason: ReasonPodNotFound, allowed: true, reads: 1},
+		"failed read":                       {pod: runner, failRead: true, reason: ReasonPodLookupFailed, reads: 1},
+		"pod outside the runner namespaces": {pod: runner, namespaces: []string{"team-a"}, reason: ReasonNotRunnerPod, allowed: true},
+		"pod inside the runner namespaces":  {pod: runner, namespaces: []string{"ci"}, reason: ReasonRunnerBusy, reads: 1, asked: 1},
 	}
-	evict := func(pod *corev1.Pod) admission.Response {
-		t.Helper()
-		req := admission.Request{}
-		req.UID, req.Operation, req.Namespace, req.Name = "1", "CREATE", pod.Namespace, pod.Name
-		req.Resource.Resource, req.SubResource = "pods", "eviction"
-		return h.Handle(context.Background(), req)
-	}
-	if resp := evict(fixture.MakePod("ci", "web").Obj()); !resp.Allowed || resp.Result.Message != "not a runner pod" {
-		t.Errorf("eviction of a non-runner pod with the API unreachable: %+v, want allowed as not a runner pod", resp.Result)
-	}
-	// A runner pod is still read live, and a failed read is refused (429).
-	if resp := evict(runner); resp.Allowed || resp.Result.Code != http.StatusTooManyRequests {
-		t.Errorf("eviction of a runner pod with the API unreachable: %+v, want a 429", resp.Result)
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			reads := 0
+			pods := fake.NewClientBuilder().WithObjects(runner.DeepCopy(), web.DeepCopy()).WithInterceptorFuncs(interceptor.Funcs{
+				Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+					if _, ok := obj.(*corev1.Pod); ok {
+						reads++
+						if tc.failRead {
+							return errors.New("connection refused")
+						}
+					}
+					return c.Get(ctx, key, obj, opts...)
+				},
+			}).Build()
+			cfg := DefaultConfig()
+			cfg.RunnerNamespaces = tc.namespaces
+			gh := &countingGitHub{}
+			// A synced cache that holds no pod at all.
+			metrics := NewMetrics()
+			h, err := NewHandler(Options{Config: cfg, GitHub: gh, Pods: pods, RunnerPods: staticRunnerPods{}, Metrics: metrics})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := admission.Request{}
+			req.UID, req.Operation, req.Namespace, req.Name = "1", "CREATE", tc.pod.Namespace, tc.pod.Name
+			req.Resource.Resource, req.SubResource = "pods", "eviction"
+			resp := h.Handle(context.Background(), req)
+			if resp.Allowed != tc.allowed {
+				t.Errorf("allowed %v (%+v), want %v", resp.Allowed, resp.Result, tc.allowed)
+			}
+			if !tc.allowed && (resp.Result.Code != http.StatusTooManyRequests || !strings.HasSuffix(resp.Result.Message, "[reason: "+string(tc.reason)+"]")) {
+				t.Errorf("refusal %+v, want a 429 with reason %s", resp.Result, tc.reason)
+			}
+			decision := "deny"
+			if tc.allowed {
+				decision = "allow"
+			}
+			if n := testutil.ToFloat64(metrics.Decisions.WithLabelValues("evict", decision, string(tc.reason))); n != 1 {
+				t.Errorf("%v decisions %s/%s counted, want 1 (response %+v)", n, decision, tc.reason, resp.Result)
+			}
+			if reads != tc.reads || gh.calls != tc.asked {
+				t.Errorf("%d pod reads and %d GitHub requests, want %d and %d", reads, gh.calls, tc.reads, tc.asked)
+			}
+		})
 	}
 }

@@ -97,26 +97,92 @@ func (d *decider) readLive(ctx context.Context, r *review) {
 	}
 }
 
-// blockingPDB names a PodDisruptionBudget selecting the pod that allows no
-// disruption now, or "". A failed read blocks nothing: the API server checks
-// the budgets itself after the webhooks.
+// blockingPDB names the PodDisruptionBudget for which the API server's
+// eviction subresource would refuse evicting the pod now (pdbBlocks), or "".
+// A failed read blocks nothing: the API server checks the budgets itself
+// after the webhooks.
 func (d *decider) blockingPDB(ctx context.Context, pod *corev1.Pod) string {
 	var pdbs policyv1.PodDisruptionBudgetList
 	if err := d.pods.List(ctx, &pdbs, client.InNamespace(pod.Namespace)); err != nil {
 		logr.FromContextOrDiscard(ctx).V(1).Info("cannot list PodDisruptionBudgets; the API server will check them", "error", err.Error())
 		return ""
 	}
-	for i := range pdbs.Items {
-		pdb := &pdbs.Items[i]
-		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
-		if err != nil || sel.Empty() || !sel.Matches(labelsOf(pod)) {
+	return pdbBlocks(pod, pdbs.Items)
+}
+
+// maxDisruptedPods is how many evictions a budget may hold unconfirmed by the
+// disruption controller (status.disruptedPods) before the API server refuses
+// further ones.
+const maxDisruptedPods = 2000
+
+// pdbBlocks names the budget for which the API server's eviction subresource
+// refuses evicting pod now, or "" when the budgets let it go or the API server
+// refuses for another reason it reports itself. It follows the eviction rules
+// Kubernetes documents ("Disruptions", "Configure a PodDisruptionBudget"):
+//
+//   - a pod that is Pending, Succeeded or Failed, or already terminating, is
+//     evicted without looking at budgets;
+//   - a budget selects the pods of its namespace its selector matches (a nil
+//     selector none, an empty one all); with none the pod goes; with more than
+//     one the API server refuses every eviction with a 500 of its own, which
+//     runner-guard leaves to it rather than turning into a 429 drains retry
+//     forever;
+//   - a pod that is not Ready goes whatever the budget's disruptionsAllowed
+//     under unhealthyPodEvictionPolicy AlwaysAllow, and under IfHealthyBudget
+//     (the default) when status.currentHealthy >= status.desiredHealthy > 0;
+//   - otherwise the budget must have been processed (status.observedGeneration
+//     >= metadata.generation, else a 429), allow a disruption
+//     (status.disruptionsAllowed >= 1, else a 429) and hold fewer than
+//     maxDisruptedPods unconfirmed evictions.
+func pdbBlocks(pod *corev1.Pod, pdbs []policyv1.PodDisruptionBudget) string {
+	switch pod.Status.Phase {
+	case corev1.PodPending, corev1.PodSucceeded, corev1.PodFailed:
+		return ""
+	}
+	if pod.DeletionTimestamp != nil {
+		return ""
+	}
+	var pdb *policyv1.PodDisruptionBudget
+	for i := range pdbs {
+		if pdbs[i].Namespace != pod.Namespace {
 			continue
 		}
-		if pdb.Status.DisruptionsAllowed < 1 {
-			return pdb.Name
+		sel, err := metav1.LabelSelectorAsSelector(pdbs[i].Spec.Selector)
+		if err != nil || !sel.Matches(labelsOf(pod)) {
+			continue
+		}
+		if pdb != nil {
+			return "" // more than one budget: the API server refuses with a 500
+		}
+		pdb = &pdbs[i]
+	}
+	if pdb == nil {
+		return ""
+	}
+	if !podReady(pod) {
+		if p := pdb.Spec.UnhealthyPodEvictionPolicy; p != nil && *p == policyv1.AlwaysAllow {
+			return ""
+		}
+		if pdb.Status.DesiredHealthy > 0 && pdb.Status.CurrentHealthy >= pdb.Status.DesiredHealthy {
+			return ""
 		}
 	}
+	if pdb.Status.ObservedGeneration < pdb.Generation || pdb.Status.DisruptionsAllowed < 1 ||
+		len(pdb.Status.DisruptedPods) > maxDisruptedPods {
+		return pdb.Name
+	}
 	return ""
+}
+
+// podReady reports a pod whose Ready condition is True: the API server's
+// measure of a healthy pod for disruption budgets.
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // disrupted reports a pod the control plane marked Failed with a

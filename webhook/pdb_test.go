@@ -1,0 +1,176 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/runner-guard/runner-guard/test/fixture"
+)
+
+// budget is a processed PodDisruptionBudget in namespace ci selecting the
+// pods labelled app=runners; edit it to make a case.
+func budget(name string, edit ...func(*policyv1.PodDisruptionBudget)) policyv1.PodDisruptionBudget {
+	pdb := policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: name, Generation: 1},
+		Spec:       policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "runners"}}},
+		Status: policyv1.PodDisruptionBudgetStatus{ObservedGeneration: 1, DisruptionsAllowed: 1,
+			CurrentHealthy: 2, DesiredHealthy: 1, ExpectedPods: 2},
+	}
+	for _, e := range edit {
+		e(&pdb)
+	}
+	return pdb
+}
+
+func allowsNone(p *policyv1.PodDisruptionBudget) {
+	p.Status.DisruptionsAllowed, p.Status.CurrentHealthy, p.Status.DesiredHealthy = 0, 1, 1
+}
+
+func unhealthyPolicy(v policyv1.UnhealthyPodEvictionPolicyType) func(*policyv1.PodDisruptionBudget) {
+	return func(p *policyv1.PodDisruptionBudget) { p.Spec.UnhealthyPodEvictionPolicy = &v }
+}
+
+// runnerPodFor is a Running runner pod in ci labelled app=runners, Ready or not.
+func runnerPodFor(ready bool, edit ...func(*corev1.Pod)) *corev1.Pod {
+	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
+	pod.Labels["app"] = "runners"
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	conds := []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}
+	for _, c := range pod.Status.Conditions {
+		if c.Type != corev1.PodReady {
+			conds = append(conds, c)
+		}
+	}
+	pod.Status.Conditions = conds
+	for _, e := range edit {
+		e(pod)
+	}
+	return pod
+}
+
+// pdbBlocks mirrors the API server's eviction subresource: it names a budget
+// exactly when the API server refuses the eviction for it, and never when the
+// API server lets the pod go or refuses for a reason of its own (more than
+// one budget).
+func TestPDBBlocks(t *testing.T) {
+	tests := map[string]struct {
+		pod  *corev1.Pod
+		pdbs []policyv1.PodDisruptionBudget
+		want string
+	}{
+		"no budget": {runnerPodFor(true), nil, ""},
+		"budget allows a disruption": {runnerPodFor(true),
+			[]policyv1.PodDisruptionBudget{budget("pdb")}, ""},
+		"budget allows none": {runnerPodFor(true),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone)}, "pdb"},
+		"budget of another namespace": {runnerPodFor(true),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone, func(p *policyv1.PodDisruptionBudget) { p.Namespace = "other" })}, ""},
+		"budget selecting other pods": {runnerPodFor(true),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone, func(p *policyv1.PodDisruptionBudget) {
+				p.Spec.Selector.MatchLabels = map[string]string{"app": "web"}
+			})}, ""},
+		"nil selector selects no pod": {runnerPodFor(true),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone, func(p *policyv1.PodDisruptionBudget) { p.Spec.Selector = nil })}, ""},
+		"empty selector selects every pod": {runnerPodFor(true),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone, func(p *policyv1.PodDisruptionBudget) { p.Spec.Selector = &metav1.LabelSelector{} })}, "pdb"},
+		"invalid selector selects no pod": {runnerPodFor(true),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone, func(p *policyv1.PodDisruptionBudget) {
+				p.Spec.Selector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Near"}}
+			})}, ""},
+		"two budgets: the API server refuses with a 500 itself": {runnerPodFor(true),
+			[]policyv1.PodDisruptionBudget{budget("a", allowsNone), budget("b", allowsNone)}, ""},
+		"budget not yet processed": {runnerPodFor(true),
+			[]policyv1.PodDisruptionBudget{budget("pdb", func(p *policyv1.PodDisruptionBudget) { p.Generation = 2 })}, "pdb"},
+		"budget holding too many unconfirmed evictions": {runnerPodFor(true),
+			[]policyv1.PodDisruptionBudget{budget("pdb", func(p *policyv1.PodDisruptionBudget) {
+				p.Status.DisruptedPods = map[string]metav1.Time{}
+				for i := range maxDisruptedPods + 1 {
+					p.Status.DisruptedPods[fmt.Sprint("pod-", i)] = metav1.NewTime(time.Now())
+				}
+			})}, "pdb"},
+		"pending pod ignores budgets": {runnerPodFor(false, func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending }),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone)}, ""},
+		"succeeded pod ignores budgets": {runnerPodFor(false, func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone)}, ""},
+		"failed pod ignores budgets": {runnerPodFor(false, func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone)}, ""},
+		"terminating pod ignores budgets": {runnerPodFor(true, func(p *corev1.Pod) { now := metav1.Now(); p.DeletionTimestamp = &now }),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone)}, ""},
+		"pod of unknown phase is budgeted": {runnerPodFor(true, func(p *corev1.Pod) { p.Status.Phase = corev1.PodUnknown }),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone)}, "pdb"},
+		"unready pod, AlwaysAllow, budget allows none": {runnerPodFor(false),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone, unhealthyPolicy(policyv1.AlwaysAllow))}, ""},
+		"unready pod, AlwaysAllow, budget not yet processed": {runnerPodFor(false),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone, unhealthyPolicy(policyv1.AlwaysAllow), func(p *policyv1.PodDisruptionBudget) { p.Generation = 2 })}, ""},
+		"ready pod, AlwaysAllow, budget allows none": {runnerPodFor(true),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone, unhealthyPolicy(policyv1.AlwaysAllow))}, "pdb"},
+		"unready pod, IfHealthyBudget, application healthy": {runnerPodFor(false),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone, unhealthyPolicy(policyv1.IfHealthyBudget))}, ""},
+		"unready pod, default policy, application healthy": {runnerPodFor(false),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone)}, ""},
+		"unready pod without a Ready condition, application healthy": {runnerPodFor(true, func(p *corev1.Pod) { p.Status.Conditions = nil }),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone)}, ""},
+		"unready pod, default policy, application disrupted": {runnerPodFor(false),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone, func(p *policyv1.PodDisruptionBudget) { p.Status.CurrentHealthy = 0 })}, "pdb"},
+		"unready pod, default policy, nothing desired healthy": {runnerPodFor(false),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone, func(p *policyv1.PodDisruptionBudget) { p.Status.CurrentHealthy, p.Status.DesiredHealthy = 0, 0 })}, "pdb"},
+		"unready pod, default policy, nothing desired healthy, a disruption allowed": {runnerPodFor(false),
+			[]policyv1.PodDisruptionBudget{budget("pdb", func(p *policyv1.PodDisruptionBudget) { p.Status.CurrentHealthy, p.Status.DesiredHealthy = 0, 0 })}, ""},
+		"unready pod, default policy, budget never processed": {runnerPodFor(false),
+			[]policyv1.PodDisruptionBudget{budget("pdb", func(p *policyv1.PodDisruptionBudget) { p.Status = policyv1.PodDisruptionBudgetStatus{} })}, "pdb"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := pdbBlocks(tc.pod, tc.pdbs); got != tc.want {
+				t.Errorf("pdbBlocks = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// Through the decider: a budget the API server would honour refuses the
+// eviction without asking GitHub; one it would pass over (an unready pod
+// under AlwaysAllow, two budgets) lets the runner be unregistered.
+func TestEvictionDecidedOnBudgets(t *testing.T) {
+	tests := map[string]struct {
+		pod    *corev1.Pod
+		pdbs   []policyv1.PodDisruptionBudget
+		reason Reason
+		asked  int
+	}{
+		"ready pod, budget allows none": {runnerPodFor(true),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone)}, ReasonPDBBlocks, 0},
+		"ready pod, budget allows one": {runnerPodFor(true),
+			[]policyv1.PodDisruptionBudget{budget("pdb")}, ReasonUnregistered, 1},
+		"unready pod under AlwaysAllow, budget allows none": {runnerPodFor(false),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone, unhealthyPolicy(policyv1.AlwaysAllow))}, ReasonUnregistered, 1},
+		"unready pod, application healthy, budget allows none": {runnerPodFor(false),
+			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone)}, ReasonUnregistered, 1},
+		"ready pod under two budgets": {runnerPodFor(true),
+			[]policyv1.PodDisruptionBudget{budget("a", allowsNone), budget("b", allowsNone)}, ReasonUnregistered, 1},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			b := fake.NewClientBuilder().WithObjects(tc.pod.DeepCopy())
+			for i := range tc.pdbs {
+				b = b.WithObjects(&tc.pdbs[i])
+			}
+			gh := &statusGitHub{}
+			d := newDecider(DefaultConfig(), gh, b.Build(), time.Now)
+			dec, _ := d.decide(context.Background(), review{Operation: OperationEvict, Namespace: "ci", Name: "runner-1", Pod: tc.pod.DeepCopy()})
+			if dec.Reason != tc.reason || gh.unregisters != tc.asked {
+				t.Errorf("decided %s (%s) after %d unregisters, want %s after %d", dec.Reason, dec.Message, gh.unregisters, tc.reason, tc.asked)
+			}
+		})
+	}
+}
