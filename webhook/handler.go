@@ -136,10 +136,16 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		// Only reachable through a misconfigured webhook rule; never block it.
 		return admission.Allowed(fmt.Sprintf("runner-guard does not handle %s %s/%s", req.Operation, req.Resource.Resource, req.SubResource))
 	}
-	r, err := h.facts(ctx, op, req)
+	// The API server's timeoutSeconds runs from about now: the eviction's pod
+	// read below, like every later step, ends inside it.
+	arrived := time.Now()
+	readCtx, cancel := context.WithDeadline(ctx, (&review{Arrived: arrived}).deadline(h.decider.webhookTimeout))
+	defer cancel()
+	r, err := h.facts(readCtx, op, req)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
+	r.Arrived = arrived
 	dec, target := h.decider.decide(ctx, r)
 	h.metrics.observe(op, dec)
 	h.record(r, dec)
