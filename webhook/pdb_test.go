@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -156,8 +157,9 @@ func TestEvictionDecidedOnBudgets(t *testing.T) {
 			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone, unhealthyPolicy(policyv1.AlwaysAllow))}, ReasonUnregistered, 1},
 		"unready pod, application healthy, budget allows none": {runnerPodFor(false),
 			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone)}, ReasonUnregistered, 1},
+		// The API server refuses it with a 500: refused alike, the runner kept.
 		"ready pod under two budgets": {runnerPodFor(true),
-			[]policyv1.PodDisruptionBudget{budget("a", allowsNone), budget("b", allowsNone)}, ReasonUnregistered, 1},
+			[]policyv1.PodDisruptionBudget{budget("a"), budget("b")}, ReasonPDBBlocks, 0},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -168,6 +170,9 @@ func TestEvictionDecidedOnBudgets(t *testing.T) {
 			gh := &statusGitHub{}
 			d := newDecider(DefaultConfig(), gh, b.Build(), time.Now)
 			dec, _ := d.decide(context.Background(), review{Operation: OperationEvict, Namespace: "ci", Name: "runner-1", Pod: tc.pod.DeepCopy()})
+			if name == "ready pod under two budgets" && (dec.Code != 500 || !strings.Contains(dec.Message, "a, b")) {
+				t.Errorf("two budgets: code %d, message %q; want a 500 naming both", dec.Code, dec.Message)
+			}
 			if dec.Reason != tc.reason || gh.unregisters != tc.asked {
 				t.Errorf("decided %s (%s) after %d unregisters, want %s after %d", dec.Reason, dec.Message, gh.unregisters, tc.reason, tc.asked)
 			}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -137,6 +138,9 @@ type review struct {
 	Busy busyMemo
 	// PDBBlocks names a PodDisruptionBudget that allows no disruption now (evictions, stageRunner).
 	PDBBlocks string
+	// PDBSeveral names the budgets selecting the pod when there are several:
+	// the API server refuses its eviction (evictions, stageRunner).
+	PDBSeveral []string
 	// GitHub is GitHub's answer (stageGitHub).
 	GitHub githubResult
 }
@@ -283,7 +287,7 @@ func (d *decider) resolve(ctx context.Context, r *review, s stage) {
 			r.Busy.Wait = d.busy.recall(r.Target)
 		}
 		if r.Operation == OperationEvict && !r.DryRun {
-			r.PDBBlocks = d.blockingPDB(ctx, r.Pod)
+			r.PDBBlocks, r.PDBSeveral = d.blockingPDB(ctx, r.Pod)
 		}
 	case stageGitHub:
 		if !r.askable() {
@@ -681,7 +685,17 @@ func ruleRecentlyBusy(r *review, p *policy) (Decision, bool) {
 // PodDisruptionBudget allows no disruption now, must not unregister the runner
 // first (the API server checks budgets after the webhooks).
 func rulePDBBlocks(r *review, p *policy) (Decision, bool) {
-	if r.Operation != OperationEvict || r.PDBBlocks == "" {
+	if r.Operation != OperationEvict {
+		return Decision{}, false
+	}
+	if len(r.PDBSeveral) > 0 {
+		// As the API server answers: a 500, which drains report at once
+		// instead of retrying a refusal that cannot change.
+		return Decision{Reason: ReasonPDBBlocks, Code: http.StatusInternalServerError,
+			Message: fmt.Sprintf("pod %s is selected by several PodDisruptionBudgets (%s), and the API server evicts no such pod; runner not unregistered: fix the budgets, or delete the pod",
+				r.podRef(), strings.Join(r.PDBSeveral, ", "))}, true
+	}
+	if r.PDBBlocks == "" {
 		return Decision{}, false
 	}
 	d := Decision{Reason: ReasonPDBBlocks, Code: http.StatusTooManyRequests, RetryAfter: p.BusyRetryAfter,

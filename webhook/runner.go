@@ -101,13 +101,33 @@ func (d *decider) readLive(ctx context.Context, r *review) {
 // eviction subresource would refuse evicting the pod now (pdbBlocks), or "".
 // A failed read blocks nothing: the API server checks the budgets itself
 // after the webhooks.
-func (d *decider) blockingPDB(ctx context.Context, pod *corev1.Pod) string {
+func (d *decider) blockingPDB(ctx context.Context, pod *corev1.Pod) (blocking string, several []string) {
 	var pdbs policyv1.PodDisruptionBudgetList
 	if err := d.pods.List(ctx, &pdbs, client.InNamespace(pod.Namespace)); err != nil {
 		logr.FromContextOrDiscard(ctx).V(1).Info("cannot list PodDisruptionBudgets; the API server will check them", "error", err.Error())
-		return ""
+		return "", nil
 	}
-	return pdbBlocks(pod, pdbs.Items)
+	return pdbBlocks(pod, pdbs.Items), severalBudgets(pod, pdbs.Items)
+}
+
+// severalBudgets names the budgets selecting a running pod when there is more
+// than one: the API server then refuses every eviction of it (500), so the
+// runner must not be unregistered for one.
+func severalBudgets(pod *corev1.Pod, pdbs []policyv1.PodDisruptionBudget) []string {
+	if pod.Status.Phase != corev1.PodRunning || pod.DeletionTimestamp != nil {
+		return nil
+	}
+	var names []string
+	for i := range pdbs {
+		sel, err := metav1.LabelSelectorAsSelector(pdbs[i].Spec.Selector)
+		if pdbs[i].Namespace == pod.Namespace && err == nil && sel.Matches(labelsOf(pod)) {
+			names = append(names, pdbs[i].Name)
+		}
+	}
+	if len(names) < 2 {
+		return nil
+	}
+	return names
 }
 
 // maxDisruptedPods is how many evictions a budget may hold unconfirmed by the
