@@ -93,8 +93,8 @@ type Config struct {
 	// every namespace (reported at start-up and in a metric).
 	ScopeBindings []ScopeBinding `json:"scopeBindings,omitempty"`
 	// RunnerNamespaces, when set, are the only namespaces whose pods
-	// runner-guard watches (and is granted to read by a Role in each); empty
-	// watches runner pods cluster-wide.
+	// runner-guard reads (it is granted them by a Role in each); an eviction
+	// elsewhere is allowed without a read. Empty: every namespace.
 	RunnerNamespaces []string `json:"runnerNamespaces,omitempty"`
 	// ReadOnlyMemoryTTL is how long a read-only look-up (dry runs, bypass
 	// users, disrupted pods) answers later read-only look-ups of the same

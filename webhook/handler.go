@@ -43,11 +43,6 @@ type Options struct {
 	// set, a scale-set runner whose githubConfigUrl names another host is
 	// refused by the on-error policy rather than asked at the wrong GitHub.
 	GitHubBaseURL string
-	// RunnerPods is no longer consulted: an informer cache can only say that
-	// it holds a pod, never that a pod is not a runner pod (a pod created a
-	// moment ago, or one a stalled watch missed, is absent), so every evicted
-	// pod is read live. The field stays so that callers keep compiling.
-	RunnerPods RunnerPods
 	// Runners reads ARC's EphemeralRunners (arc.NewResolver); nil reads
 	// scale-set pods' labels only.
 	Runners RunnerResolver
@@ -168,6 +163,12 @@ func (h *Handler) facts(ctx context.Context, op Operation, req admission.Request
 		// The first rule decides on the namespace alone: read nothing more.
 		return r, nil
 	}
+	if h.runnerNamespaces != nil && !h.runnerNamespaces[r.Namespace] && r.Namespace != "" {
+		// Outside the runner namespaces no pod is guarded, and runner-guard
+		// may not read pods there: read nothing, so nothing blocks.
+		r.Pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name}}
+		return r, nil
+	}
 	if op == OperationDelete {
 		if len(req.OldObject.Raw) == 0 {
 			return r, errors.New("DELETE review carries no oldObject")
@@ -203,12 +204,6 @@ func (h *Handler) facts(ctx context.Context, op Operation, req admission.Request
 	}
 	if r.Name == "" || r.Namespace == "" {
 		return r, errors.New("eviction review names no pod")
-	}
-	if h.runnerNamespaces != nil && !h.runnerNamespaces[r.Namespace] {
-		// Outside the runner namespaces no pod is guarded, and runner-guard
-		// may not read pods there: read nothing, so nothing blocks.
-		r.Pod = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name}}
-		return r, nil
 	}
 	// An Eviction carries none of the pod's labels: read the live pod. No
 	// cache answers for it, since a cache that does not hold a pod cannot

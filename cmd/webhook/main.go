@@ -13,14 +13,12 @@ import (
 	"path/filepath"
 	"strings"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -148,19 +146,11 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	if err != nil {
 		return fmt.Errorf("API client: %w", err)
 	}
-	podCache, err := webhook.NewRunnerPodCache(kubernetes.NewForConfigOrDie(restCfg), hcfg.RunnerPods, hcfg.RunnerNamespaces)
-	if err != nil {
-		return fmt.Errorf("--config: %w", err)
-	}
-	if err := mgr.Add(manager.RunnableFunc(podCache.Start)); err != nil {
-		return fmt.Errorf("runner pod cache: %w", err)
-	}
 	runners := arc.NewResolver(arc.Options{Reader: mgr.GetAPIReader(), Writer: writer, CredentialsFromARC: arcMode})
 	handler, err := webhook.NewHandler(webhook.Options{
 		Config:        hcfg,
 		GitHub:        gh,
 		Runners:       runners,
-		RunnerPods:    podCache,
 		GitHubBaseURL: staticBaseURL(staticCreds, gcfg.BaseURL),
 		Pods:          mgr.GetAPIReader(),
 		Events:        mgr.GetEventRecorder("runner-guard"),
