@@ -21,8 +21,9 @@ const mib = 1 << 20
 func TestLoad(t *testing.T) {
 	// The fake GitHub runs in this test process, which may be built with -race
 	// and share 2 cores with other packages' tests: give GitHub the longest
-	// deadline runner-guard allows so the fake's slowness is not a denial.
-	e := start(t, "--github-timeout=10s")
+	// deadlines runner-guard allows (the API server's at most 30 s) so the
+	// fake's slowness is not a denial.
+	e := start(t, "--github-timeout=10s", "--webhook-timeout=30s")
 	scope := fixture.Org("load")
 	bodies, want, err := process.LoadMix(e.github, e.proc.Files.API, scope, 1000)
 	if err != nil {
