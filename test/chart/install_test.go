@@ -746,8 +746,8 @@ func (e *installEnv) scenarioGuardedBusy(t *testing.T) {
 	e.requireAlive(guardedNamespace, "runner-busy")
 }
 
-// scenarioGuardedEviction: the eviction is decided with the runner pod cache,
-// which lists and watches with the Role alone.
+// scenarioGuardedEviction: the eviction is decided from the live pod, read
+// with the Role alone.
 func (e *installEnv) scenarioGuardedEviction(t *testing.T) {
 	eviction, err := json.Marshal(&policyv1.Eviction{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "Eviction"},

@@ -78,7 +78,7 @@ func TestWebhookRBAC(t *testing.T) {
 		checkMetricsAuth(t, objs)
 		cfg := chartConfig(t, objs)
 		if !slices.Equal(cfg.RunnerNamespaces, guarded) {
-			t.Errorf("config.yaml runnerNamespaces %v, want the guarded namespaces %v (the pod cache may list pods only there)", cfg.RunnerNamespaces, guarded)
+			t.Errorf("config.yaml runnerNamespaces %v, want the guarded namespaces %v (the webhook may read pods only there)", cfg.RunnerNamespaces, guarded)
 		}
 	})
 }

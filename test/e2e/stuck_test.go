@@ -75,11 +75,9 @@ func TestStuckBudgetAllowingNoneRefusesWithoutUnregistering(t *testing.T) {
 	}
 }
 
-// Busy runner pods evicted the moment they exist, before runner-guard's pod
-// cache may have seen them, are refused as busy: an eviction always reads the
-// live pod. (Whether the cache had seen a pod is not under the test's
-// control: the unit test TestEvictionReadsPodsTheCacheDoesNotHold makes the
-// miss certain.)
+// Busy runner pods evicted the moment they exist are refused as busy: an
+// eviction always reads the live pod, never a cache that may not have seen it
+// yet (the unit test TestEvictionReadsEveryPodLive covers each case).
 func TestStuckFreshRunnerPodsAreGuarded(t *testing.T) {
 	s := newScenario(t, "stuck-fresh")
 	for i := range 5 {
