@@ -134,7 +134,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	// The API server's timeoutSeconds runs from about now: the eviction's pod
 	// read below, like every later step, ends inside it.
 	arrived := time.Now()
-	readCtx, cancel := context.WithDeadline(ctx, (&review{Arrived: arrived}).deadline(h.decider.webhookTimeout))
+	readCtx, cancel := context.WithDeadline(ctx, decisionDeadline(arrived, h.decider.webhookTimeout))
 	defer cancel()
 	r, err := h.facts(readCtx, op, req)
 	if err != nil {

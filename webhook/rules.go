@@ -367,13 +367,20 @@ const deadlineMargin = time.Second
 // leaves the deleter refused while the runner may be gone.
 const minUnregisterTime = time.Second
 
-// deadline is when the decision's reads and GitHub requests must be over.
+// decisionDeadline is when a review that arrived then must have ended its
+// reads and GitHub requests.
+func decisionDeadline(arrived time.Time, webhookTimeout time.Duration) time.Time {
+	return arrived.Add(webhookTimeout - deadlineMargin)
+}
+
+// deadline is the review's decisionDeadline (from now for a review without
+// an arrival time, as in tests that call the decider directly).
 func (r *review) deadline(webhookTimeout time.Duration) time.Time {
 	arrived := r.Arrived
 	if arrived.IsZero() {
 		arrived = time.Now()
 	}
-	return arrived.Add(webhookTimeout - deadlineMargin)
+	return decisionDeadline(arrived, webhookTimeout)
 }
 
 // outOfTimeError: the review's deadline left too little time to unregister.

@@ -110,24 +110,44 @@ func (d *decider) blockingPDB(ctx context.Context, pod *corev1.Pod) (blocking st
 	return pdbBlocks(pod, pdbs.Items), severalBudgets(pod, pdbs.Items)
 }
 
-// severalBudgets names the budgets selecting a running pod when there is more
-// than one: the API server then refuses every eviction of it (500), so the
-// runner must not be unregistered for one.
+// severalBudgets names the budgets selecting the pod when there is more than
+// one: the API server then refuses every eviction of it (500), so the runner
+// must not be unregistered for one.
 func severalBudgets(pod *corev1.Pod, pdbs []policyv1.PodDisruptionBudget) []string {
-	if pod.Status.Phase != corev1.PodRunning || pod.DeletionTimestamp != nil {
+	selecting := budgetsSelecting(pod, pdbs)
+	if len(selecting) < 2 {
 		return nil
 	}
-	var names []string
-	for i := range pdbs {
-		sel, err := metav1.LabelSelectorAsSelector(pdbs[i].Spec.Selector)
-		if pdbs[i].Namespace == pod.Namespace && err == nil && sel.Matches(labelsOf(pod)) {
-			names = append(names, pdbs[i].Name)
-		}
-	}
-	if len(names) < 2 {
-		return nil
+	names := make([]string, len(selecting))
+	for i, pdb := range selecting {
+		names[i] = pdb.Name
 	}
 	return names
+}
+
+// budgetsSelecting returns the budgets the eviction subresource checks for
+// pod: none for a pod that is Pending, Succeeded, Failed or terminating, else
+// those of its namespace whose selector matches it (a nil selector matches
+// none, an empty one all).
+func budgetsSelecting(pod *corev1.Pod, pdbs []policyv1.PodDisruptionBudget) []*policyv1.PodDisruptionBudget {
+	switch pod.Status.Phase {
+	case corev1.PodPending, corev1.PodSucceeded, corev1.PodFailed:
+		return nil
+	}
+	if pod.DeletionTimestamp != nil {
+		return nil
+	}
+	var out []*policyv1.PodDisruptionBudget
+	for i := range pdbs {
+		if pdbs[i].Namespace != pod.Namespace {
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(pdbs[i].Spec.Selector)
+		if err == nil && sel.Matches(labelsOf(pod)) {
+			out = append(out, &pdbs[i])
+		}
+	}
+	return out
 }
 
 // maxDisruptedPods is how many evictions a budget may hold unconfirmed by the
@@ -144,9 +164,8 @@ const maxDisruptedPods = 2000
 //     evicted without looking at budgets;
 //   - a budget selects the pods of its namespace its selector matches (a nil
 //     selector none, an empty one all); with none the pod goes; with more than
-//     one the API server refuses every eviction with a 500 of its own, which
-//     runner-guard leaves to it rather than turning into a 429 drains retry
-//     forever;
+//     one the API server refuses every eviction with a 500 (severalBudgets),
+//     never a 429 drains would retry forever;
 //   - a pod that is not Ready goes whatever the budget's disruptionsAllowed
 //     under unhealthyPodEvictionPolicy AlwaysAllow, and under IfHealthyBudget
 //     (the default) when status.currentHealthy >= status.desiredHealthy > 0;
@@ -155,30 +174,12 @@ const maxDisruptedPods = 2000
 //     (status.disruptionsAllowed >= 1, else a 429) and hold fewer than
 //     maxDisruptedPods unconfirmed evictions.
 func pdbBlocks(pod *corev1.Pod, pdbs []policyv1.PodDisruptionBudget) string {
-	switch pod.Status.Phase {
-	case corev1.PodPending, corev1.PodSucceeded, corev1.PodFailed:
+	selecting := budgetsSelecting(pod, pdbs)
+	if len(selecting) != 1 {
+		// None: the pod goes. Several: severalBudgets refuses as the API server does.
 		return ""
 	}
-	if pod.DeletionTimestamp != nil {
-		return ""
-	}
-	var pdb *policyv1.PodDisruptionBudget
-	for i := range pdbs {
-		if pdbs[i].Namespace != pod.Namespace {
-			continue
-		}
-		sel, err := metav1.LabelSelectorAsSelector(pdbs[i].Spec.Selector)
-		if err != nil || !sel.Matches(labelsOf(pod)) {
-			continue
-		}
-		if pdb != nil {
-			return "" // more than one budget: the API server refuses with a 500
-		}
-		pdb = &pdbs[i]
-	}
-	if pdb == nil {
-		return ""
-	}
+	pdb := selecting[0]
 	if !podReady(pod) {
 		if p := pdb.Spec.UnhealthyPodEvictionPolicy; p != nil && *p == policyv1.AlwaysAllow {
 			return ""
