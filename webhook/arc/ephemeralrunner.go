@@ -64,6 +64,47 @@ type ephemeralRunner struct {
 	runnerID     int64
 	runnerName   string
 	phase        Phase
+	job          Job
+}
+
+// Job is what ARC's listener writes into an EphemeralRunner's status when a
+// job starts (HandleJobStarted merge-patches status.jobRequestId, jobId,
+// jobRepositoryName, jobWorkflowRef, workflowRunId and jobDisplayName). The
+// fields are never cleared while the object lives, so a set Job proves the
+// runner took a job; an empty one proves nothing (between assignment and
+// JobStarted a busy runner looks idle here).
+type Job struct {
+	RequestID     int64
+	ID            string
+	Repository    string
+	WorkflowRef   string
+	WorkflowRunID int64
+	DisplayName   string
+}
+
+// Started reports whether the listener recorded a job: ARC's own HasJob()
+// is jobId != ""; a request ID alone is taken as proof as well.
+func (j Job) Started() bool { return j.ID != "" || j.RequestID > 0 }
+
+// String names the job for messages: repository, workflow run and job name
+// where known.
+func (j Job) String() string {
+	if !j.Started() {
+		return ""
+	}
+	s := "job"
+	if j.DisplayName != "" {
+		s = fmt.Sprintf("job %q", j.DisplayName)
+	}
+	if j.Repository != "" {
+		s += " of " + j.Repository
+	}
+	if j.WorkflowRunID > 0 {
+		s += fmt.Sprintf(" (workflow run %d)", j.WorkflowRunID)
+	} else if j.WorkflowRef != "" {
+		s += fmt.Sprintf(" (%s)", j.WorkflowRef)
+	}
+	return s
 }
 
 // parseEphemeralRunner validates the fields runner-guard uses; anything else
@@ -102,7 +143,36 @@ func parseEphemeralRunner(u *unstructured.Unstructured) (*ephemeralRunner, error
 		return nil, invalid("status.phase", err)
 	}
 	er.phase = Phase(phase)
+	if er.job, err = parseJob(u); err != nil {
+		return nil, err
+	}
 	return er, nil
+}
+
+// parseJob reads the listener's job fields; a malformed one is an
+// InvalidError naming it, like every other field.
+func parseJob(u *unstructured.Unstructured) (Job, error) {
+	key := types.NamespacedName{Namespace: u.GetNamespace(), Name: u.GetName()}
+	var j Job
+	var err error
+	for _, f := range []struct {
+		field string
+		dst   *string
+	}{
+		{"jobId", &j.ID}, {"jobRepositoryName", &j.Repository},
+		{"jobWorkflowRef", &j.WorkflowRef}, {"jobDisplayName", &j.DisplayName},
+	} {
+		if *f.dst, err = stringField(u, "status", f.field); err != nil {
+			return Job{}, &InvalidError{EphemeralRunner: key, Field: "status." + f.field, Err: err}
+		}
+	}
+	if j.RequestID, err = intField(u, "status", "jobRequestId"); err != nil {
+		return Job{}, &InvalidError{EphemeralRunner: key, Field: "status.jobRequestId", Err: err}
+	}
+	if j.WorkflowRunID, err = intField(u, "status", "workflowRunId"); err != nil {
+		return Job{}, &InvalidError{EphemeralRunner: key, Field: "status.workflowRunId", Err: err}
+	}
+	return j, nil
 }
 
 // removedReason is non-empty when ARC has already removed the runner from

@@ -80,6 +80,9 @@ type Runner struct {
 	// (ARC sets Failed and Outdated just before it removes the runner, once
 	// the runner can no longer run a job). It says why, for messages.
 	Removed string
+	// Job is the EphemeralRunner's job fields (zero for legacy Runners): set,
+	// they prove the runner took a job; empty, they prove nothing.
+	Job Job
 }
 
 // Resolve reads the ARC object that controls pod: an EphemeralRunner
@@ -155,6 +158,7 @@ func (r *Resolver) Resolve(ctx context.Context, pod *corev1.Pod) (*Runner, error
 		EphemeralRunner: key,
 		UID:             er.uid,
 		Removed:         er.removedReason(),
+		Job:             er.job,
 	}
 	if run.Name == "" {
 		// ARC registers the runner under the EphemeralRunner's name, which is the pod's.
