@@ -11,6 +11,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 
 	"k8s.io/client-go/rest"
@@ -30,16 +32,21 @@ import (
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version and commit are set at build time with -ldflags "-X main.version=...
+// -X main.commit=..." (make build); without commit, --version reports the
+// revision Go recorded from the checkout, if any.
+var (
+	version = "dev"
+	commit  = ""
+)
 
 func main() {
-	os.Exit(run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stderr, os.Getenv))
+	os.Exit(run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
 }
 
 // run starts runner-guard and blocks until ctx ends. Start-up problems print one
 // line naming the flag or field and return 1.
-func run(ctx context.Context, args []string, stderr io.Writer, getenv func(string) string) int {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	opts, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -47,6 +54,11 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 	if err != nil {
 		fmt.Fprintf(stderr, "runner-guard: %s\n", oneLine(err))
 		return 2
+	}
+	if opts.printVersion {
+		info, _ := debug.ReadBuildInfo()
+		fmt.Fprintln(stdout, versionString(version, commit, info))
+		return 0
 	}
 	if err := start(ctx, opts, getenv, stderr); err != nil {
 		fmt.Fprintf(stderr, "runner-guard: %s\n", oneLine(err))
@@ -180,6 +192,37 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// versionString is what --version prints: the version and commit the build
+// stamped, else the commit Go recorded from the checkout it was built in
+// (vcs.revision, "-dirty" when vcs.modified; absent with -buildvcs=false),
+// and the Go version and platform.
+func versionString(version, commit string, info *debug.BuildInfo) string {
+	goVersion := "unknown"
+	if info != nil {
+		goVersion = info.GoVersion
+		var revision string
+		var modified bool
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				revision = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+		if commit == "" && revision != "" {
+			commit = revision
+			if modified {
+				commit += "-dirty"
+			}
+		}
+	}
+	if commit == "" {
+		commit = "unknown"
+	}
+	return fmt.Sprintf("runner-guard %s (commit %s, %s %s/%s)", version, commit, goVersion, runtime.GOOS, runtime.GOARCH)
 }
 
 // restConfig loads --kubeconfig, else KUBECONFIG, ~/.kube/config or the in-cluster config.
