@@ -65,12 +65,19 @@ type Config struct {
 	UserAgent string
 	// Transport is the base transport (tests); default a clone of http.DefaultTransport.
 	Transport http.RoundTripper
+	// Network adds CA certificates to trust and an explicit proxy; the zero
+	// value trusts the system pool and uses HTTPS_PROXY, HTTP_PROXY and
+	// NO_PROXY from the environment.
+	Network Network
 	// Metrics, when set, records every request that reaches the network.
 	Metrics *Metrics
 	// CacheTTL is the lifetime of a name->ID cache entry; default DefaultCacheTTL.
 	CacheTTL time.Duration
 	// Now is the clock for cache expiry, RetryAfter and token file checks; default time.Now.
 	Now func() time.Time
+	// Budgets holds the credential's share of GitHub's rate limits; nil: a
+	// budget of its own with the defaults.
+	Budgets *Budgets
 }
 
 // Client unregisters self-hosted runners. It is safe for concurrent use.
@@ -84,6 +91,10 @@ type Client struct {
 	ttl      time.Duration
 	now      func() time.Time
 	metrics  *Metrics // nil: none
+	// budget is the credential's: every request passes through it.
+	budget *Budget
+	// listings are the shared per-scope runner listings (listing.go).
+	listings *listings
 
 	mu    sync.Mutex
 	cache map[lookupKey]cacheEntry
@@ -122,6 +133,7 @@ type clientOptions struct {
 	metrics   *Metrics
 	ttl       time.Duration
 	now       func() time.Time
+	budgets   *Budgets
 }
 
 // New validates cfg and builds a Client. It makes no requests.
@@ -130,11 +142,15 @@ func New(cfg Config) (*Client, error) {
 	if ferr != nil {
 		return nil, configError(cfg, ferr)
 	}
+	if a.net, ferr = checkNetwork([][]byte{cfg.Network.CABundle}, cfg.Network.Proxy); ferr != nil {
+		return nil, configError(cfg, ferr)
+	}
 	if cfg.CacheTTL < 0 {
 		return nil, &ConfigError{Field: "CacheTTL", Err: fmt.Errorf("must not be negative, got %s", cfg.CacheTTL)}
 	}
 	c, err := newClient(a, clientOptions{
 		userAgent: cfg.UserAgent, transport: cfg.Transport, metrics: cfg.Metrics, ttl: cfg.CacheTTL, now: cfg.Now,
+		budgets: cfg.Budgets,
 	})
 	if err != nil {
 		var fe *fieldError
@@ -166,6 +182,8 @@ func configError(cfg Config, fe *fieldError) error {
 		FieldAppID:          "App.AppID",
 		FieldInstallationID: "App.InstallationID",
 		FieldPrivateKey:     "App.PrivateKeyPEM",
+		FieldCABundle:       "Network.CABundle",
+		FieldProxy:          "Network.Proxy",
 	}[fe.field]
 	if fe.field == FieldToken && cfg.TokenFile != "" {
 		field = "TokenFile"
@@ -175,15 +193,26 @@ func configError(cfg Config, fe *fieldError) error {
 
 // newClient builds a Client from validated credentials.
 func newClient(a auth, o clientOptions) (*Client, error) {
-	rt := o.transport
-	if rt == nil {
-		rt = http.DefaultTransport.(*http.Transport).Clone()
-	}
+	// The CA bundle and proxy apply to every request, token exchanges too.
+	rt := a.net.transport(o.transport)
 	// Metrics sit under authentication so the token exchange is counted too.
 	if o.metrics != nil {
 		rt = &instrumentedTransport{next: rt, metrics: o.metrics}
 	}
+	budgets := o.budgets
+	if budgets == nil {
+		var err error
+		if budgets, err = NewBudgets(BudgetConfig{Now: o.now}, o.metrics); err != nil {
+			return nil, err
+		}
+	}
+	budget := budgets.For(credentialID(a))
+	// The budget sees every request of the credential, token exchanges too,
+	// and holds back what would overspend it before it reaches the network.
+	rt = &budgetTransport{next: rt, budget: budget}
 	c := &Client{
+		budget:   budget,
+		listings: newListings(),
 		isApp:   a.app != nil,
 		cloud:   a.cloud,
 		ttl:     o.ttl,

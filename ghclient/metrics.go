@@ -16,6 +16,9 @@ type Metrics struct {
 	duration           *prometheus.HistogramVec
 	rateLimitRemaining prometheus.Gauge
 	hintsRejected      *prometheus.CounterVec
+	budgetUsed         *prometheus.GaugeVec
+	budgetLeft         *prometheus.GaugeVec
+	budgetDeferredN    *prometheus.CounterVec
 }
 
 // Reasons an untrusted runner ID hint was not used (hintsRejected's label).
@@ -48,6 +51,18 @@ func NewMetrics() *Metrics {
 			Name: "runner_guard_github_id_hints_rejected_total",
 			Help: "Untrusted runner ID hints not used because GitHub's record for the ID names another runner (\"other_runner\") or does not exist (\"not_found\"); the runner was looked up by name instead.",
 		}, []string{"reason"}),
+		budgetUsed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "runner_guard_github_budget_points_used",
+			Help: "GitHub secondary-limit points (GET 1, other methods 5) this replica spent in the last minute, per credential.",
+		}, []string{"credential"}),
+		budgetLeft: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "runner_guard_github_budget_points_left",
+			Help: "Points this replica may still spend in the rolling minute, per credential (its share of the Deployment's budget).",
+		}, []string{"credential"}),
+		budgetDeferredN: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runner_guard_github_budget_deferred_total",
+			Help: "GitHub requests the budget held back, per credential, priority (release, recheck) and result (waited: sent later; refused: never sent, the decision answered from what it knew).",
+		}, []string{"credential", "priority", "result"}),
 	}
 	for _, reason := range []string{hintOtherRunner, hintNotFound} {
 		m.hintsRejected.WithLabelValues(reason)
@@ -57,13 +72,28 @@ func NewMetrics() *Metrics {
 
 // Collectors returns the collectors to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requests, m.duration, m.rateLimitRemaining, m.hintsRejected}
+	return []prometheus.Collector{m.requests, m.duration, m.rateLimitRemaining, m.hintsRejected, m.budgetUsed, m.budgetLeft, m.budgetDeferredN}
 }
 
 // hintRejected counts an untrusted ID hint that was not used; m may be nil.
 func (m *Metrics) hintRejected(reason string) {
 	if m != nil {
 		m.hintsRejected.WithLabelValues(reason).Inc()
+	}
+}
+
+// budget reports a credential's budget; m may be nil.
+func (m *Metrics) budget(credential string, used, limit int) {
+	if m != nil {
+		m.budgetUsed.WithLabelValues(credential).Set(float64(used))
+		m.budgetLeft.WithLabelValues(credential).Set(float64(max(limit-used, 0)))
+	}
+}
+
+// budgetDeferred counts a request the budget held back; m may be nil.
+func (m *Metrics) budgetDeferred(credential string, p Priority, result string) {
+	if m != nil {
+		m.budgetDeferredN.WithLabelValues(credential, p.String(), result).Inc()
 	}
 }
 

@@ -1,0 +1,444 @@
+package ghclient
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// GitHub's secondary limits for REST, per credential (GITHUB-API.md): 900
+// points a minute, where a GET, HEAD or OPTIONS costs 1 point and any other
+// method 5, and at most 100 requests in flight.
+const (
+	GitHubPointsPerMinute = 900
+	GitHubConcurrency     = 100
+	readPoints            = 1
+	writePoints           = 5
+	budgetWindow          = time.Minute
+)
+
+// Defaults hold half of GitHub's limits for the whole Deployment: a margin
+// for other clients of the same credential (ARC itself) and for GitHub
+// counting differently from us.
+const (
+	DefaultBudgetPointsPerMinute = GitHubPointsPerMinute / 2
+	DefaultBudgetConcurrency     = GitHubConcurrency / 2
+	// recheckShare is the part of the window a re-check (of a runner known
+	// to be busy) may use: the rest is kept for unregisters that can let a
+	// pod go.
+	recheckShare = 0.5
+	// pressedShare is the part of the window past which callers are told to
+	// prefer cheap knowledge (a shared listing) over a DELETE.
+	pressedShare = 0.25
+	// primaryReserve is the share of the hourly (primary) limit kept for
+	// unregisters that can let a pod go.
+	primaryReserve = 0.05
+)
+
+// Priority orders requests when the budget is short.
+type Priority int
+
+const (
+	// PriorityRelease: an unregister that can let a pod go (a runner not
+	// known to be busy). It may wait for room until its deadline.
+	PriorityRelease Priority = iota
+	// PriorityRecheck: asking again about a runner known to be busy. It never
+	// waits and may use only part of the budget: the caller answers from
+	// what it knows.
+	PriorityRecheck
+)
+
+func (p Priority) String() string {
+	if p == PriorityRecheck {
+		return "recheck"
+	}
+	return "release"
+}
+
+type priorityKey struct{}
+
+// WithPriority marks every GitHub request made with ctx.
+func WithPriority(ctx context.Context, p Priority) context.Context {
+	return context.WithValue(ctx, priorityKey{}, p)
+}
+
+func priorityOf(ctx context.Context) Priority {
+	p, _ := ctx.Value(priorityKey{}).(Priority)
+	return p
+}
+
+// BudgetConfig sets how much of GitHub's limits a credential's requests may
+// use. The figures are for the whole Deployment; each of Replicas replicas
+// holds its share, so the sum stays inside GitHub's limit whichever replica
+// the API server asks.
+type BudgetConfig struct {
+	// PointsPerMinute for the Deployment; default DefaultBudgetPointsPerMinute.
+	PointsPerMinute int
+	// Concurrency for the Deployment; default DefaultBudgetConcurrency.
+	Concurrency int
+	// Replicas sharing the budget; default 1.
+	Replicas int
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// Sleep waits d or until ctx ends; default a timer. Simulations that
+	// drive Now replace it.
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// Validate names the field that is wrong.
+func (c BudgetConfig) Validate() error {
+	switch {
+	case c.PointsPerMinute < 0:
+		return fmt.Errorf("PointsPerMinute must not be negative, got %d", c.PointsPerMinute)
+	case c.PointsPerMinute > GitHubPointsPerMinute:
+		return fmt.Errorf("PointsPerMinute %d is more than GitHub allows a credential (%d a minute): GitHub would limit or ban it", c.PointsPerMinute, GitHubPointsPerMinute)
+	case c.Concurrency < 0:
+		return fmt.Errorf("Concurrency must not be negative, got %d", c.Concurrency)
+	case c.Concurrency > GitHubConcurrency:
+		return fmt.Errorf("Concurrency %d is more than GitHub allows a credential (%d requests at once)", c.Concurrency, GitHubConcurrency)
+	case c.Replicas < 0:
+		return fmt.Errorf("Replicas must not be negative, got %d", c.Replicas)
+	}
+	return nil
+}
+
+// share is one replica's part of the Deployment's figures.
+func (c BudgetConfig) share() (points, concurrent int) {
+	points, concurrent, n := c.PointsPerMinute, c.Concurrency, max(c.Replicas, 1)
+	if points == 0 {
+		points = DefaultBudgetPointsPerMinute
+	}
+	if concurrent == 0 {
+		concurrent = DefaultBudgetConcurrency
+	}
+	// A DELETE must always fit, however many replicas share the budget.
+	return max(points/n, writePoints), max(concurrent/n, 1)
+}
+
+// Budgets holds one Budget per credential, shared by every client built for
+// that credential (a rebuilt client keeps what the old one spent). It is safe
+// for concurrent use.
+type Budgets struct {
+	cfg     BudgetConfig
+	metrics *Metrics
+
+	mu  sync.Mutex
+	all map[string]*Budget
+}
+
+// NewBudgets validates cfg.
+func NewBudgets(cfg BudgetConfig, m *Metrics) (*Budgets, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid BudgetConfig: %w", err)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = sleep
+	}
+	return &Budgets{cfg: cfg, metrics: m, all: map[string]*Budget{}}, nil
+}
+
+// For returns the budget of the credential called id (see credentialID).
+func (bs *Budgets) For(id string) *Budget {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	if b, ok := bs.all[id]; ok {
+		return b
+	}
+	points, concurrent := bs.cfg.share()
+	b := &Budget{
+		id: id, points: points, recheck: max(int(float64(points)*recheckShare), writePoints),
+		now: bs.cfg.Now, sleep: bs.cfg.Sleep, metrics: bs.metrics,
+		slots: make(chan struct{}, concurrent), remaining: -1,
+	}
+	bs.all[id] = b
+	b.mu.Lock()
+	b.reportLocked()
+	b.mu.Unlock()
+	return b
+}
+
+// credentialID names a credential without revealing it: the API base and a
+// hash of the token, the token file's path, or the App (and installation)
+// ID. GitHub counts secondary limits per token or per App installation; an
+// App discovering installations shares one budget across them, which is
+// stricter than GitHub and never looser.
+func credentialID(a auth) string {
+	base := strings.TrimSuffix(a.base, "/")
+	switch {
+	case a.app != nil:
+		id := "app:" + a.app.issuer
+		if a.app.install > 0 {
+			id += "/" + strconv.FormatInt(a.app.install, 10)
+		}
+		return id + "@" + base
+	case a.tokenFile != "":
+		return "token-file:" + a.tokenFile + "@" + base
+	}
+	sum := sha256.Sum256([]byte(a.token))
+	return "token:" + hex.EncodeToString(sum[:6]) + "@" + base
+}
+
+// Budget is one credential's share of GitHub's limits, counted over a
+// rolling minute (GitHub's window) so no 60 seconds ever hold more than it.
+type Budget struct {
+	id      string
+	points  int // per rolling minute
+	recheck int // what re-checks may use of it
+	now     func() time.Time
+	sleep   func(ctx context.Context, d time.Duration) error
+	metrics *Metrics
+	slots   chan struct{} // concurrency
+
+	mu    sync.Mutex
+	spent []spend // oldest first, within the last minute
+	sum   int
+	// blocked is when GitHub's own limit (retry-after, or the primary
+	// limit's reset) lets requests go again: none is sent before, since a
+	// client that keeps sending while limited can be banned.
+	blocked   time.Time
+	remaining int // primary limit, from the last answer; -1 unknown
+	limit     int
+}
+
+type spend struct {
+	at     time.Time
+	points int
+}
+
+// Spent is the error of a request the budget did not send. It carries the
+// wait after which a request of the same priority fits.
+type Spent struct {
+	Credential string
+	Priority   Priority
+	RetryAfter time.Duration
+	// GitHub is set when GitHub's own limit (not runner-guard's) holds.
+	GitHub bool
+}
+
+func (e *Spent) Error() string {
+	who := "runner-guard's GitHub request budget"
+	if e.GitHub {
+		who = "GitHub's rate limit"
+	}
+	return fmt.Sprintf("%s for this credential is spent: no request sent (%s priority); room again in %s", who, e.Priority, roundWait(e.RetryAfter))
+}
+
+func roundWait(d time.Duration) time.Duration {
+	if d < time.Second {
+		return time.Second
+	}
+	return d.Round(time.Second)
+}
+
+// cost is GitHub's secondary-limit price of a request.
+func cost(method string) int {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return readPoints
+	}
+	return writePoints
+}
+
+// take reserves room for one request of method, waiting (release priority
+// only) while the wait ends before ctx's deadline. The returned func frees
+// the concurrency slot.
+func (b *Budget) take(ctx context.Context, method string) (func(), error) {
+	prio, points := priorityOf(ctx), cost(method)
+	waited := false
+	for {
+		wait, err := b.reserve(prio, points)
+		if err != nil {
+			b.metrics.budgetDeferred(b.id, prio, "refused")
+			return nil, err
+		}
+		if wait == 0 {
+			break
+		}
+		if prio == PriorityRecheck || !fitsBefore(ctx, wait) {
+			b.metrics.budgetDeferred(b.id, prio, "refused")
+			return nil, &Spent{Credential: b.id, Priority: prio, RetryAfter: wait}
+		}
+		if !waited {
+			b.metrics.budgetDeferred(b.id, prio, "waited")
+			waited = true
+		}
+		if err := b.sleep(ctx, wait); err != nil {
+			return nil, &Spent{Credential: b.id, Priority: prio, RetryAfter: wait}
+		}
+	}
+	select {
+	case b.slots <- struct{}{}:
+	case <-ctx.Done():
+		b.refund(points)
+		return nil, fmt.Errorf("waiting for one of %d concurrent GitHub requests: %w", cap(b.slots), ctx.Err())
+	}
+	return func() { <-b.slots }, nil
+}
+
+// fitsBefore reports whether a wait ends early enough in ctx's life for a
+// request to follow it.
+func fitsBefore(ctx context.Context, wait time.Duration) bool {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return wait <= budgetWindow
+	}
+	return time.Until(deadline)-wait >= minRequestTime
+}
+
+// minRequestTime is the least time a request is started with.
+const minRequestTime = time.Second
+
+// reserve books points now, or says how long until they fit (0, nil: booked).
+func (b *Budget) reserve(prio Priority, points int) (time.Duration, error) {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	defer b.reportLocked()
+	b.expire(now)
+	if now.Before(b.blocked) {
+		return 0, &Spent{Credential: b.id, Priority: prio, RetryAfter: b.blocked.Sub(now), GitHub: true}
+	}
+	limit := b.points
+	if prio == PriorityRecheck {
+		limit = b.recheck
+		if b.remaining >= 0 && b.limit > 0 && float64(b.remaining) < primaryReserve*float64(b.limit) {
+			// The hourly limit runs low: keep what is left for releases.
+			return 0, &Spent{Credential: b.id, Priority: prio, RetryAfter: budgetWindow, GitHub: true}
+		}
+	}
+	if b.sum+points <= limit {
+		b.spent = append(b.spent, spend{at: now, points: points})
+		b.sum += points
+		return 0, nil
+	}
+	// Room comes when enough of the oldest spends leave the window.
+	need := b.sum + points - limit
+	for _, s := range b.spent {
+		need -= s.points
+		if need <= 0 {
+			return max(s.at.Add(budgetWindow).Sub(now), time.Millisecond), nil
+		}
+	}
+	// points alone exceed the limit; cannot happen with share()'s floor.
+	return budgetWindow, nil
+}
+
+func (b *Budget) expire(now time.Time) {
+	i := 0
+	for ; i < len(b.spent) && !now.Before(b.spent[i].at.Add(budgetWindow)); i++ {
+		b.sum -= b.spent[i].points
+	}
+	b.spent = b.spent[i:]
+}
+
+// refund gives back points booked for a request that was never sent.
+func (b *Budget) refund(points int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := len(b.spent) - 1; i >= 0; i-- {
+		if b.spent[i].points == points {
+			b.sum -= points
+			b.spent = append(b.spent[:i], b.spent[i+1:]...)
+			break
+		}
+	}
+	b.reportLocked()
+}
+
+// observe learns from GitHub's answer: the primary limit's headers, and a
+// secondary limit's retry-after, which holds every request of the credential.
+func (b *Budget) observe(resp *http.Response) {
+	if resp == nil {
+		return
+	}
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h := resp.Header
+	if v, err := strconv.Atoi(h.Get("X-RateLimit-Remaining")); err == nil {
+		b.remaining = v
+	}
+	if v, err := strconv.Atoi(h.Get("X-RateLimit-Limit")); err == nil {
+		b.limit = v
+	}
+	if resp.StatusCode != http.StatusForbidden && resp.StatusCode != http.StatusTooManyRequests {
+		return
+	}
+	until := time.Time{}
+	if wait, ok := retryAfterHeader(resp); ok {
+		until = now.Add(max(wait, minRetryAfter))
+	} else if h.Get("X-RateLimit-Remaining") == "0" {
+		until = now.Add(defaultSecondaryWait)
+		if reset, err := strconv.ParseInt(h.Get("X-RateLimit-Reset"), 10, 64); err == nil && reset > 0 {
+			until = time.Unix(reset, 0)
+		}
+	} else if resp.StatusCode == http.StatusTooManyRequests {
+		until = now.Add(defaultSecondaryWait)
+	}
+	if until.After(b.blocked) {
+		b.blocked = until
+	}
+}
+
+// Pressed reports whether more than a quarter of the window is spent, or
+// GitHub holds the credential: callers should prefer knowledge that costs
+// less than a DELETE.
+func (b *Budget) Pressed() bool {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expire(now)
+	return now.Before(b.blocked) || float64(b.sum) > pressedShare*float64(b.points)
+}
+
+// Used returns the points spent in the last minute and the budget per minute.
+func (b *Budget) Used() (used, limit int) {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expire(now)
+	return b.sum, b.points
+}
+
+func (b *Budget) reportLocked() { b.metrics.budget(b.id, b.sum, b.points) }
+
+// budgetTransport sends every request of a credential through its budget.
+type budgetTransport struct {
+	next   http.RoundTripper
+	budget *Budget
+}
+
+func (t *budgetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	done, err := t.budget.take(req.Context(), req.Method)
+	if err != nil {
+		// RoundTrippers must close the body they were given.
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return nil, err
+	}
+	defer done()
+	resp, err := t.next.RoundTrip(req)
+	t.budget.observe(resp)
+	return resp, err
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,267 @@
+package ghclient
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// testClock is a settable clock whose Sleep moves time instead of waiting.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newTestClock() *testClock { return &testClock{now: time.Unix(1_800_000_000, 0)} }
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func (c *testClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.Advance(d)
+	return ctx.Err()
+}
+
+func newTestBudget(t *testing.T, cfg BudgetConfig, clock *testClock) *Budget {
+	t.Helper()
+	cfg.Now, cfg.Sleep = clock.Now, clock.Sleep
+	bs, err := NewBudgets(cfg, NewMetrics())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bs.For("token:test")
+}
+
+// takeN takes n requests of method at priority, counting those sent.
+func takeN(ctx context.Context, b *Budget, n int, method string) (sent int, last error) {
+	for range n {
+		done, err := b.take(ctx, method)
+		if err != nil {
+			last = err
+			continue
+		}
+		done()
+		sent++
+	}
+	return sent, last
+}
+
+func TestBudgetNeverExceedsItsShareInAnyRollingMinute(t *testing.T) {
+	clock := newTestClock()
+	// Two replicas share 450 points: each holds 225.
+	b := newTestBudget(t, BudgetConfig{PointsPerMinute: 450, Replicas: 2}, clock)
+	type sent struct {
+		at     time.Time
+		points int
+	}
+	var log []sent
+	ctx := context.Background() // no deadline: a release may wait up to a minute
+	for i := range 400 {
+		method := http.MethodDelete
+		if i%3 == 0 {
+			method = http.MethodGet
+		}
+		done, err := b.take(ctx, method)
+		if err != nil {
+			t.Fatalf("release %d refused without a deadline: %v", i, err)
+		}
+		done()
+		log = append(log, sent{clock.Now(), cost(method)})
+		clock.Advance(100 * time.Millisecond)
+	}
+	for i := range log {
+		sum := 0
+		for j := i; j < len(log) && log[j].at.Sub(log[i].at) < time.Minute; j++ {
+			sum += log[j].points
+		}
+		if sum > 225 {
+			t.Fatalf("%d points in the minute from request %d; the replica's share is 225", sum, i)
+		}
+	}
+	if used, limit := b.Used(); limit != 225 || used > limit {
+		t.Fatalf("Used() = %d of %d, want at most 225 of 225", used, limit)
+	}
+}
+
+func TestBudgetPriorities(t *testing.T) {
+	deadline := func(d time.Duration) context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	for name, tc := range map[string]struct {
+		ctx      context.Context
+		spend    int // DELETEs sent first at release priority
+		wantSent int // of 10 more DELETEs
+		wantWait bool
+	}{
+		"rechecks use at most half the window": {
+			ctx: WithPriority(context.Background(), PriorityRecheck), spend: 0, wantSent: 9,
+		},
+		"rechecks never wait, even with a long deadline": {
+			ctx: WithPriority(deadline(time.Hour), PriorityRecheck), spend: 18, wantSent: 0,
+		},
+		"releases use the whole window, then refuse what cannot fit before the deadline": {
+			ctx: deadline(5 * time.Second), spend: 0, wantSent: 10,
+		},
+		"a release that cannot fit before its deadline is refused, not queued": {
+			ctx: deadline(5 * time.Second), spend: 18, wantSent: 0, wantWait: true,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			clock := newTestClock()
+			b := newTestBudget(t, BudgetConfig{PointsPerMinute: 90}, clock) // 18 DELETEs a minute
+			if sent, err := takeN(context.Background(), b, tc.spend, http.MethodDelete); sent != tc.spend {
+				t.Fatalf("setup: %d of %d sent: %v", sent, tc.spend, err)
+			}
+			start := clock.Now()
+			sent, err := takeN(tc.ctx, b, 10, http.MethodDelete)
+			if sent != tc.wantSent {
+				t.Fatalf("sent %d of 10, want %d (last error %v)", sent, tc.wantSent, err)
+			}
+			if !clock.Now().Equal(start) {
+				t.Fatalf("the clock moved %s: a request waited", clock.Now().Sub(start))
+			}
+			if sent < 10 {
+				var spent *Spent
+				if !errors.As(err, &spent) || spent.RetryAfter <= 0 || spent.GitHub {
+					t.Fatalf("refusal = %v, want *Spent with a wait, by runner-guard's budget", err)
+				}
+				if tc.wantWait && spent.RetryAfter < 5*time.Second {
+					t.Fatalf("RetryAfter %s, want the time until points free up (> the deadline)", spent.RetryAfter)
+				}
+			}
+		})
+	}
+}
+
+func TestBudgetReleaseWaitsForRoomInsideItsDeadline(t *testing.T) {
+	clock := newTestClock()
+	b := newTestBudget(t, BudgetConfig{PointsPerMinute: 10}, clock) // two DELETEs a minute
+	if sent, _ := takeN(context.Background(), b, 2, http.MethodDelete); sent != 2 {
+		t.Fatal("setup: the first two DELETEs were not sent")
+	}
+	clock.Advance(55 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Second)
+	defer cancel()
+	done, err := b.take(ctx, http.MethodDelete)
+	if err != nil {
+		t.Fatalf("a release whose room comes in 5s, with 9s left, was refused: %v", err)
+	}
+	done()
+	if waited := clock.Now().Sub(time.Unix(1_800_000_000, 0)); waited < time.Minute {
+		t.Fatalf("sent after %s, want after the first DELETE left the window (1m)", waited)
+	}
+}
+
+func TestBudgetHoldsWhileGitHubLimits(t *testing.T) {
+	for name, tc := range map[string]struct {
+		status   int
+		header   map[string]string
+		wantHold time.Duration // 0: no hold
+		recheck  bool          // only rechecks are held
+	}{
+		"secondary limit with retry-after": {
+			status: http.StatusForbidden, header: map[string]string{"Retry-After": "42", "X-RateLimit-Remaining": "4000"}, wantHold: 42 * time.Second,
+		},
+		"429 without retry-after waits a minute": {
+			status: http.StatusTooManyRequests, header: map[string]string{}, wantHold: time.Minute,
+		},
+		"primary limit spent waits for its reset": {
+			status: http.StatusForbidden, header: map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1800000600"}, wantHold: 10 * time.Minute,
+		},
+		"a permission 403 holds nothing": {
+			status: http.StatusForbidden, header: map[string]string{"X-RateLimit-Remaining": "4000"},
+		},
+		"the hourly limit running low holds rechecks for releases": {
+			status: http.StatusOK, header: map[string]string{"X-RateLimit-Remaining": "100", "X-RateLimit-Limit": "5000"}, recheck: true,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			clock := newTestClock()
+			b := newTestBudget(t, BudgetConfig{}, clock)
+			h := http.Header{}
+			for k, v := range tc.header {
+				h.Set(k, v)
+			}
+			b.observe(&http.Response{StatusCode: tc.status, Header: h})
+			_, relErr := b.take(context.Background(), http.MethodGet)
+			_, reErr := b.take(WithPriority(context.Background(), PriorityRecheck), http.MethodGet)
+			var spent *Spent
+			switch {
+			case tc.recheck:
+				if relErr != nil || !errors.As(reErr, &spent) {
+					t.Fatalf("release err %v, recheck err %v; want the release sent and the recheck held", relErr, reErr)
+				}
+			case tc.wantHold == 0:
+				if relErr != nil || reErr != nil {
+					t.Fatalf("held: %v / %v", relErr, reErr)
+				}
+			default:
+				if !errors.As(relErr, &spent) || !spent.GitHub || spent.RetryAfter != tc.wantHold {
+					t.Fatalf("release err %v, want GitHub's hold of %s", relErr, tc.wantHold)
+				}
+				clock.Advance(tc.wantHold)
+				if _, err := b.take(context.Background(), http.MethodGet); err != nil {
+					t.Fatalf("still held after the wait: %v", err)
+				}
+			}
+		})
+	}
+}
+
+func TestBudgetConfigValidation(t *testing.T) {
+	for name, tc := range map[string]struct {
+		cfg  BudgetConfig
+		want string
+	}{
+		"over GitHub's points":      {BudgetConfig{PointsPerMinute: 901}, "PointsPerMinute 901"},
+		"over GitHub's concurrency": {BudgetConfig{Concurrency: 101}, "Concurrency 101"},
+		"negative replicas":         {BudgetConfig{Replicas: -1}, "Replicas"},
+		"defaults":                  {BudgetConfig{}, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := NewBudgets(tc.cfg, nil)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one naming %q", err, tc.want)
+			}
+		})
+	}
+	points, conc := BudgetConfig{PointsPerMinute: 450, Concurrency: 50, Replicas: 3}.share()
+	if points != 150 || conc != 16 {
+		t.Fatalf("share of 3 replicas = %d points, %d concurrent; want 150, 16", points, conc)
+	}
+	if points, _ := (BudgetConfig{PointsPerMinute: 10, Replicas: 10}).share(); points != writePoints {
+		t.Fatalf("a replica's share %d cannot hold one DELETE", points)
+	}
+}
+
+func TestCredentialIDHidesTheToken(t *testing.T) {
+	a := auth{base: "https://api.github.com/", token: "ghp_supersecret"}
+	id := credentialID(a)
+	if strings.Contains(id, "supersecret") || id != credentialID(a) {
+		t.Fatalf("credentialID = %q: must be stable and not contain the token", id)
+	}
+	if other := credentialID(auth{base: a.base, token: "ghp_other"}); other == id {
+		t.Fatal("two tokens share one budget")
+	}
+}

@@ -1,0 +1,296 @@
+package ghclient
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/go-github/v93/github"
+)
+
+const (
+	// ListingTTL is how long one listing of a scope's runners answers every
+	// decision in that scope. It bounds how late runner-guard sees a job end
+	// (a busy runner's next retry after it), and costs one point per 100
+	// runners per TTL.
+	ListingTTL = 15 * time.Second
+	// maxListingPages is the largest scope listed whole (1,000 runners):
+	// past it, a runner is looked up by name (one point) instead.
+	maxListingPages = 10
+	// listingTimeout bounds one refresh of a listing.
+	listingTimeout = 10 * time.Second
+)
+
+// ListedState is what a listing of the runner's scope says about it.
+type ListedState int
+
+const (
+	// ListedUnknown: no fresh listing, and none was taken.
+	ListedUnknown ListedState = iota
+	// ListedAbsent: the runner is not in the listing (it may have just
+	// registered: never proof it is gone).
+	ListedAbsent
+	// ListedIdle: listed, not busy. GitHub's listing lags the broker
+	// (actions/runner#4422): never proof it is idle.
+	ListedIdle
+	// ListedBusy: listed busy. Safe to refuse on: at worst a pod waits one
+	// more listing.
+	ListedBusy
+)
+
+func (s ListedState) String() string {
+	return [...]string{"unknown", "absent", "idle", "busy"}[s]
+}
+
+// Listing is one runner's state in its scope's listing.
+type Listing struct {
+	State ListedState
+	// Taken is when GitHub answered the listing.
+	Taken time.Time
+}
+
+// listings are a client's shared per-scope listings.
+type listings struct {
+	mu     sync.Mutex
+	scopes map[Scope]*scopeListing
+}
+
+func newListings() *listings { return &listings{scopes: map[Scope]*scopeListing{}} }
+
+// scopeListing is the last listing of one scope. Pages keep their ETags, so
+// a refresh of an unchanged scope is answered 304, which costs no primary
+// quota (ETags are per token, and so is the client).
+type scopeListing struct {
+	taken    time.Time
+	pages    []listedPage
+	busy     map[string]bool // runner name -> busy, from pages
+	tooLarge bool            // more than maxListingPages: look runners up by name
+	named    map[string]namedState
+	call     *listingCall // refresh in flight
+}
+
+type listedPage struct {
+	etag    string
+	next    int // the Link header's next page, 0 on the last
+	runners []*github.Runner
+}
+
+type namedState struct {
+	state ListedState
+	taken time.Time
+}
+
+// listingCall is one refresh shared by every decision asking meanwhile.
+type listingCall struct {
+	done chan struct{}
+	err  error
+}
+
+// Listed says what the shared listing of scope says about runner name. A
+// listing younger than ListingTTL answers with no request. Otherwise, with
+// refresh set, the listing is taken anew (one request per 100 runners, 304s
+// for unchanged pages) at recheck priority, shared with every caller asking
+// meanwhile; without it, the answer is ListedUnknown.
+func (c *Client) Listed(ctx context.Context, scope Scope, name string, refresh bool) (Listing, error) {
+	if err := c.checkArgs(scope, name); err != nil {
+		return Listing{}, err
+	}
+	for {
+		now := c.now()
+		c.listings.mu.Lock()
+		sl := c.listings.scopes[scope]
+		if sl == nil {
+			sl = &scopeListing{}
+			c.listings.scopes[scope] = sl
+		}
+		if l, ok := sl.answer(name, now); ok {
+			c.listings.mu.Unlock()
+			return l, nil
+		}
+		if !refresh {
+			c.listings.mu.Unlock()
+			return Listing{}, nil
+		}
+		if sl.tooLarge {
+			c.listings.mu.Unlock()
+			return c.listedByName(ctx, sl, scope, name)
+		}
+		call := sl.call
+		if call == nil {
+			call = &listingCall{done: make(chan struct{})}
+			sl.call = call
+			go c.refreshListing(ctx, scope, sl, call)
+		}
+		c.listings.mu.Unlock()
+		select {
+		case <-call.done:
+			if call.err != nil {
+				return Listing{}, call.err
+			}
+			refresh = false // answer from what the refresh brought
+		case <-ctx.Done():
+			return Listing{}, fmt.Errorf("list runners for %s: %w", scope, ctx.Err())
+		}
+	}
+}
+
+// answer is the fresh listing's word on name, if it has one.
+func (sl *scopeListing) answer(name string, now time.Time) (Listing, bool) {
+	if sl.tooLarge {
+		n, ok := sl.named[name]
+		if ok && now.Sub(n.taken) < ListingTTL {
+			return Listing{State: n.state, Taken: n.taken}, true
+		}
+		return Listing{}, false
+	}
+	if sl.taken.IsZero() || now.Sub(sl.taken) >= ListingTTL {
+		return Listing{}, false
+	}
+	busy, ok := sl.busy[name]
+	switch {
+	case !ok:
+		return Listing{State: ListedAbsent, Taken: sl.taken}, true
+	case busy:
+		return Listing{State: ListedBusy, Taken: sl.taken}, true
+	}
+	return Listing{State: ListedIdle, Taken: sl.taken}, true
+}
+
+// refreshListing lists the scope page by page, conditionally on each page's
+// last ETag. It runs detached from the first caller, so that caller giving up
+// does not fail the others; recheck priority keeps it from waiting on the
+// budget.
+func (c *Client) refreshListing(ctx context.Context, scope Scope, sl *scopeListing, call *listingCall) {
+	ctx, cancel := context.WithTimeout(WithPriority(context.WithoutCancel(ctx), PriorityRecheck), listingTimeout)
+	defer cancel()
+	c.listings.mu.Lock()
+	old := sl.pages
+	c.listings.mu.Unlock()
+
+	pages, tooLarge, err := c.listPages(ctx, scope, old)
+	taken := c.now()
+
+	c.listings.mu.Lock()
+	defer c.listings.mu.Unlock()
+	switch {
+	case err != nil:
+		call.err = err
+	case tooLarge:
+		sl.tooLarge, sl.pages, sl.busy = true, nil, nil
+		if sl.named == nil {
+			sl.named = map[string]namedState{}
+		}
+	default:
+		sl.pages, sl.taken = pages, taken
+		sl.busy = map[string]bool{}
+		for _, p := range pages {
+			for _, r := range p.runners {
+				sl.busy[r.GetName()] = r.GetBusy()
+			}
+		}
+	}
+	sl.call = nil
+	close(call.done)
+}
+
+// listPages reads every page of the scope's runners, reusing old pages GitHub
+// answers 304 for. More than maxListingPages pages: tooLarge.
+func (c *Client) listPages(ctx context.Context, scope Scope, old []listedPage) ([]listedPage, bool, error) {
+	op := fmt.Sprintf("list runners for %s", scope)
+	gh, err := c.api(ctx, scope)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", op, err)
+	}
+	var pages []listedPage
+	for page := 1; ; page++ {
+		if page > maxListingPages {
+			return nil, true, nil
+		}
+		req, err := gh.NewRequest(ctx, http.MethodGet, fmt.Sprintf("%s?per_page=%d&page=%d", runnersPath(scope), listPerPage, page), nil)
+		if err != nil {
+			return nil, false, fmt.Errorf("%s: %w", op, err)
+		}
+		var prev *listedPage
+		if page <= len(old) {
+			prev = &old[page-1]
+			if prev.etag != "" {
+				req.Header.Set("If-None-Match", prev.etag)
+			}
+		}
+		var runners github.Runners
+		resp, err := gh.Do(req, &runners)
+		p := listedPage{runners: runners.Runners}
+		switch {
+		case err == nil:
+			p.etag, p.next = resp.Header.Get("ETag"), resp.NextPage
+		case statusOf(err) == http.StatusNotModified && prev != nil:
+			p = *prev
+		default:
+			c.forgetInstallation(scope, err)
+			return nil, false, c.wrap(fmt.Sprintf("%s (page %d)", op, page), resp, err)
+		}
+		pages = append(pages, p)
+		// Only move forward: a broken Link header must not loop. An
+		// unchanged page links where it did.
+		if p.next <= page {
+			return pages, false, nil
+		}
+	}
+}
+
+// listedByName looks one runner up by name (a scope too large to list whole),
+// remembering the answer for ListingTTL.
+func (c *Client) listedByName(ctx context.Context, sl *scopeListing, scope Scope, name string) (Listing, error) {
+	r, err := c.lookup(WithPriority(ctx, PriorityRecheck), lookupKey{scope: scope, name: name})
+	if err != nil {
+		return Listing{}, err
+	}
+	n := namedState{state: ListedAbsent, taken: c.now()}
+	switch {
+	case r != nil && r.GetBusy():
+		n.state = ListedBusy
+	case r != nil:
+		n.state = ListedIdle
+	}
+	c.listings.mu.Lock()
+	if len(sl.named) >= maxCacheEntries {
+		clear(sl.named)
+	}
+	sl.named[name] = n
+	c.listings.mu.Unlock()
+	return Listing{State: n.state, Taken: n.taken}, nil
+}
+
+// runnersPath is the scope's runner list, relative to the API base.
+func runnersPath(scope Scope) string {
+	switch scope.Kind {
+	case ScopeRepo:
+		owner, repo, _ := strings.Cut(scope.Name, "/")
+		return fmt.Sprintf("repos/%s/%s/actions/runners", owner, repo)
+	case ScopeOrg:
+		return fmt.Sprintf("orgs/%s/actions/runners", scope.Name)
+	}
+	return fmt.Sprintf("enterprises/%s/actions/runners", scope.Name)
+}
+
+// Pressed reports whether the credential's budget is pressed (see
+// Budget.Pressed): callers should ask a listing before a DELETE.
+func (c *Client) Pressed() bool { return c.budget.Pressed() }
+
+// Listed is Client.Listed with the runner's client.
+func (r *Router) Listed(ctx context.Context, rn Runner, refresh bool) (Listing, error) {
+	c, err := r.ClientFor(rn.Creds)
+	if err != nil {
+		return Listing{}, err
+	}
+	return c.Listed(ctx, rn.Scope, rn.Name, refresh)
+}
+
+// Pressed is Client.Pressed for the runner's client; false when it has none.
+func (r *Router) Pressed(rn Runner) bool {
+	c, err := r.ClientFor(rn.Creds)
+	return err == nil && c.Pressed()
+}
