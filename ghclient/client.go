@@ -213,13 +213,13 @@ func newClient(a auth, o clientOptions) (*Client, error) {
 	c := &Client{
 		budget:   budget,
 		listings: newListings(),
-		isApp:   a.app != nil,
-		cloud:   a.cloud,
-		ttl:     o.ttl,
-		now:     o.now,
-		metrics: o.metrics,
-		cache:   map[lookupKey]cacheEntry{},
-		calls:   map[lookupKey]*lookupCall{},
+		isApp:    a.app != nil,
+		cloud:    a.cloud,
+		ttl:      o.ttl,
+		now:      o.now,
+		metrics:  o.metrics,
+		cache:    map[lookupKey]cacheEntry{},
+		calls:    map[lookupKey]*lookupCall{},
 	}
 	if c.ttl == 0 {
 		c.ttl = DefaultCacheTTL
