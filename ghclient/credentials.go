@@ -26,9 +26,10 @@ type Runner struct {
 	Creds *Credentials
 }
 
-// Credentials come from a Secret (ARC's githubConfigSecret). Key and Version
-// identify them for caching: a Router keeps one client per Key and rebuilds it
-// when Version changes.
+// Credentials come from a Secret (ARC's githubConfigSecret). A Router keeps
+// one client per Fingerprint (what the credentials are, not where they were
+// read), so Secrets with the same contents share a client; Key and Version
+// name the source in errors.
 type Credentials struct {
 	Key, Version string // e.g. "ns/secret" and its resourceVersion
 	// BaseURL is the API base: https://api.github.com/ or https://HOST/api/v3/
@@ -40,6 +41,10 @@ type Credentials struct {
 	// InstallationID 0 means: find the installation of each runner's owner.
 	InstallationID int64
 	PrivateKey     []byte
+	// Network is the runner's own trust and proxy (ARC's
+	// spec.githubServerTLS and spec.proxy); the Router's CA bundle is
+	// trusted as well.
+	Network Network
 }
 
 // CredentialField names one credential setting, whether it came from Config
@@ -52,6 +57,8 @@ const (
 	FieldAppID          CredentialField = "AppID"
 	FieldInstallationID CredentialField = "InstallationID"
 	FieldPrivateKey     CredentialField = "PrivateKey"
+	FieldCABundle       CredentialField = "CABundle"
+	FieldProxy          CredentialField = "Proxy"
 )
 
 // CredentialsError names the field of Credentials (identified by Key) that
@@ -96,6 +103,7 @@ type auth struct {
 	token     string
 	tokenFile string
 	app       *appAuth
+	net       network
 }
 
 type appAuth struct {

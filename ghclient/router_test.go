@@ -73,7 +73,7 @@ func TestRouterPerSecretClients(t *testing.T) {
 	}
 }
 
-func TestRouterRebuildsOnVersionChange(t *testing.T) {
+func TestRouterRebuildsOnContentChange(t *testing.T) {
 	f, srv := appFake(t)
 	r := newRouter(t, srv)
 	ctx := context.Background()
@@ -85,27 +85,27 @@ func TestRouterRebuildsOnVersionChange(t *testing.T) {
 	if err := run("1", "stale"); err == nil {
 		t.Fatal("stale token accepted")
 	}
-	// Same version: the cached client (stale token) serves, even if the caller
-	// passes new data; a Secret's content changes only with its version.
-	if err := run("1", testToken); err == nil {
-		t.Fatal("same version rebuilt the client")
+	// The Secret's new contents get a client of their own, whatever the
+	// version says: clients are keyed by what the credentials are.
+	if err := run("1", testToken); err != nil {
+		t.Fatalf("new contents: %v", err)
 	}
 	if err := run("2", testToken); err != nil {
-		t.Fatalf("new version: %v", err)
+		t.Fatalf("new version, same contents: %v", err)
 	}
-	if r.Len() != 1 {
-		t.Errorf("Len = %d, want 1 (replaced, not added)", r.Len())
+	if r.Len() != 2 {
+		t.Errorf("Len = %d, want 2 (the stale client, until the LRU drops it, and the new one)", r.Len())
 	}
 }
 
 func TestRouterBound(t *testing.T) {
 	tests := map[string]struct {
 		max           int
-		wantExchanges int // installation token exchanges for a, b, a
+		wantExchanges int // installation token exchanges for a (App), b (token), a
 		wantLen       int
 	}{
-		"room for both: a is reused":  {max: 2, wantExchanges: 2, wantLen: 2},
-		"room for one: a was evicted": {max: 1, wantExchanges: 3, wantLen: 1},
+		"room for both: a is reused":  {max: 2, wantExchanges: 1, wantLen: 2},
+		"room for one: a was evicted": {max: 1, wantExchanges: 2, wantLen: 1},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -114,9 +114,10 @@ func TestRouterBound(t *testing.T) {
 			r := newRouter(t, srv, func(c *ghclient.RouterConfig) { c.MaxClients = tc.max })
 			ctx := context.Background()
 			f.AddRunner(org, "r1")
-			for _, key := range []string{"ns/a", "ns/b", "ns/a"} {
-				if _, err := r.Status(ctx, ghclient.Runner{Scope: org, Name: "r1", Creds: appCreds(key, install)}); err != nil {
-					t.Fatalf("%s: %v", key, err)
+			a, b := appCreds("ns/a", install), tokenCreds("ns/b", "1", testToken)
+			for _, creds := range []*ghclient.Credentials{a, b, a} {
+				if _, err := r.Status(ctx, ghclient.Runner{Scope: org, Name: "r1", Creds: creds}); err != nil {
+					t.Fatalf("%s: %v", creds.Key, err)
 				}
 			}
 			if got := countCalls(f, "POST", "/access_tokens"); got != tc.wantExchanges {
