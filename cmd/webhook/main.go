@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 
 	"k8s.io/client-go/rest"
@@ -78,6 +79,11 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	if err != nil && staticCreds {
 		return err
 	}
+	ca, err := opts.caBundle()
+	if err != nil {
+		return err
+	}
+	gcfg.Network.CABundle = ca
 	if err := opts.checkServing(); err != nil {
 		return err
 	}
@@ -95,7 +101,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		}
 	}
 	gh, err := ghclient.NewRouter(ghclient.RouterConfig{Default: static, AllowHTTP: opts.githubAllowHTTP,
-		UserAgent: gcfg.UserAgent, Metrics: ghMetrics})
+		CABundle: ca, UserAgent: gcfg.UserAgent, Metrics: ghMetrics})
 	if err != nil {
 		return fmt.Errorf("GitHub client: %w", err)
 	}
@@ -147,7 +153,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	}
 
 	hMetrics := webhook.NewMetrics()
-	for _, c := range append(hMetrics.Collectors(), ghMetrics.Collectors()...) {
+	for _, c := range slices.Concat(hMetrics.Collectors(), ghMetrics.Collectors(), gh.Collectors()) {
 		if err := metrics.Registry.Register(c); err != nil {
 			return fmt.Errorf("register metrics: %w", err)
 		}

@@ -30,6 +30,7 @@ type options struct {
 	githubAppID         int64
 	githubInstallID     int64
 	githubAppKeyFile    string
+	githubCABundle      string
 	githubTimeout       time.Duration
 	webhookTimeout      time.Duration
 	onError             string
@@ -60,6 +61,7 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	fs.Int64Var(&o.githubAppID, "github-app-id", 0, "GitHub App ID, for GitHub App authentication instead of a token.")
 	fs.Int64Var(&o.githubInstallID, "github-app-installation-id", 0, "GitHub App installation ID.")
 	fs.StringVar(&o.githubAppKeyFile, "github-app-private-key-file", "", "File holding the GitHub App's private key (PEM).")
+	fs.StringVar(&o.githubCABundle, "github-ca-bundle", "", "PEM file of CA certificates to trust for GitHub besides the system pool (GitHub Enterprise Server behind a private CA). Proxies come from HTTPS_PROXY, HTTP_PROXY and NO_PROXY.")
 	fs.DurationVar(&o.githubTimeout, "github-timeout", 0, fmt.Sprintf("Deadline of the GitHub part of one decision (default %s, or githubTimeout from --config).", webhook.DefaultGitHubTimeout))
 	fs.DurationVar(&o.webhookTimeout, "webhook-timeout", 0, fmt.Sprintf("The webhook configuration's timeoutSeconds: every read and GitHub request of a decision ends 1s before it (default %s, or webhookTimeout from --config).", webhook.DefaultWebhookTimeout))
 	fs.StringVar(&o.onError, "on-error", "", `What to do when GitHub fails or a runner's scope is unknown: "deny" (default) or "allow". Overrides onError from --config.`)
@@ -72,6 +74,7 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "CA bundle (PEM) that signs the API server's client certificate; when set, the webhook server requires and verifies a client certificate.")
 	fs.StringVar(&o.credentialsMode, "credentials-mode", "", `Where runners' GitHub credentials come from: "static" (these flags, the default) or "arc" (each scale-set runner's EphemeralRunner githubConfigSecret in its namespace, with ARC's keys; legacy pods still use these flags). Overrides credentialsMode from --config.`)
 	fs.StringVar(&o.retireRunners, "retire-ephemeral-runners", "", `"true" (default) or "false": delete the EphemeralRunner of a scale-set runner runner-guard unregistered, so ARC creates a fresh runner. Overrides retireEphemeralRunners from --config.`)
+	o.disruption.bind(fs)
 	fs.BoolVar(&o.enableHTTP2, "enable-http2", false, "Serve the webhook over HTTP/2 as well (off: HTTP/2 rapid-reset CVEs).")
 	fs.BoolVar(&o.printVersion, "version", false, "Print the version, the commit and the Go version, and exit.")
 	o.zap.BindFlags(fs)
@@ -142,6 +145,22 @@ func (o *options) githubConfig(getenv func(string) string, arcMode bool) (ghclie
 		}
 	}
 	return cfg, nil
+}
+
+// caBundle reads --github-ca-bundle: nil without the flag; a file that
+// cannot be read or holds no PEM certificate is an error naming the flag.
+func (o *options) caBundle() ([]byte, error) {
+	if o.githubCABundle == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(o.githubCABundle)
+	if err != nil {
+		return nil, fmt.Errorf("--github-ca-bundle: %w", err)
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("--github-ca-bundle: %s holds no PEM certificate", o.githubCABundle)
+	}
+	return b, nil
 }
 
 // handlerConfig reads --config and applies the flags that override it.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runner-guard/runner-guard/certs"
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/webhook"
 )
@@ -211,6 +212,37 @@ func TestGitHubConfigErrorNamesTheFlag(t *testing.T) {
 			}
 			if got := githubConfigError(err).Error(); !strings.HasPrefix(got, tc.wantFlag) {
 				t.Errorf("error %q does not start with %q", got, tc.wantFlag)
+			}
+		})
+	}
+}
+
+func TestCABundle(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := certs.NewCA(certs.CAOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]struct {
+		file    string
+		wantErr string // "" for success
+	}{
+		"none":           {},
+		"a CA":           {file: writeFile(t, dir, "ca.pem", string(ca.CertPEM()))},
+		"missing file":   {file: filepath.Join(dir, "nope.pem"), wantErr: "--github-ca-bundle: open"},
+		"no certificate": {file: writeFile(t, dir, "bad.pem", "-----BEGIN NOTHING-----\n"), wantErr: "--github-ca-bundle: " + filepath.Join(dir, "bad.pem") + " holds no PEM certificate"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o := &options{githubCABundle: tc.file}
+			b, err := o.caBundle()
+			switch {
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("error = %v, want %q", err, tc.wantErr)
+			case tc.wantErr == "" && err != nil:
+				t.Fatal(err)
+			case tc.wantErr == "" && (len(b) > 0) != (tc.file != ""):
+				t.Fatalf("bundle of %d bytes for file %q", len(b), tc.file)
 			}
 		})
 	}
