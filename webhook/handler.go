@@ -46,6 +46,10 @@ type Options struct {
 	// Runners reads ARC's EphemeralRunners (arc.NewResolver); nil reads
 	// scale-set pods' labels only.
 	Runners RunnerResolver
+	// Retirements receives the EphemeralRunners of runners a decision
+	// unregistered (disruption.Retirer deletes them outside the admission
+	// call); nil retires none.
+	Retirements Retirements
 	// Scheme decodes review objects; defaults to client-go's scheme.
 	Scheme *runtime.Scheme
 	// Now is the clock of the recently-admitted memory; defaults to time.Now.
@@ -92,6 +96,11 @@ func NewHandler(o Options) (*Handler, error) {
 		o.Metrics.ScopesOpen.Set(1)
 	}
 	d.resolver.runners, d.resolver.githubBase = o.Runners, o.GitHubBaseURL
+	if o.Runners != nil && o.Retirements != nil {
+		d.resolver.runners = retireLater{RunnerResolver: o.Runners, queue: o.Retirements}
+	} else {
+		d.retire = false
+	}
 	h := &Handler{
 		decider: d,
 		exempt:  o.Config.ExemptNamespaces,

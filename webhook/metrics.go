@@ -46,7 +46,9 @@ func (m *Metrics) observe(op Operation, d Decision) {
 	m.Decisions.WithLabelValues(string(op), decision, string(d.Reason)).Inc()
 }
 
-func (m *Metrics) retired(err error) {
+// ObserveRetired counts one EphemeralRunner retirement (the disruption
+// controller's Retirer deletes them).
+func (m *Metrics) ObserveRetired(err error) {
 	if m == nil {
 		return
 	}

@@ -865,8 +865,8 @@ func busyDenial(r *review, p *policy, wait time.Duration) Decision {
 	if p.ForceAnnotation != "" {
 		what += fmt.Sprintf(", or annotate the pod %s=true to delete it anyway (cancels the job)", p.ForceAnnotation)
 	}
-	d.Message = fmt.Sprintf("runner busy: GitHub runner %q in %s is running a job, so runner-guard refused to %s pod %s; %s",
-		r.Target.Name, r.Target.Scope, r.Operation, r.podRef(), what)
+	d.Message = fmt.Sprintf("runner busy: GitHub runner %q in %s is running a job, so runner-guard refused to %s pod %s%s; %s",
+		r.Target.Name, r.Target.Scope, r.Operation, r.podRef(), parenthesized(JobClause(r.ARC, r.Pod, time.Now())), what)
 	return d
 }
 

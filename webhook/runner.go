@@ -61,20 +61,30 @@ func runnerContainerRunning(pod *corev1.Pod, container string) bool {
 	return false
 }
 
-// retireEphemeralRunner deletes the EphemeralRunner of a runner runner-guard
-// just unregistered, so ARC's EphemeralRunnerSet creates a fresh runner
-// instead of restarting the pod with a dead registration. A failure does not
-// change the answer: the runner is already gone from GitHub.
+// retireEphemeralRunner hands the EphemeralRunner of a runner runner-guard
+// just unregistered to the disruption controller's Retirer, which deletes it
+// outside the admission call so ARC's EphemeralRunnerSet creates a fresh
+// runner instead of restarting the pod with a dead registration. Nothing is
+// written to the API server here: the runner is already gone from GitHub.
 func (d *decider) retireEphemeralRunner(ctx context.Context, run *arc.Runner, dec Decision) Decision {
-	err := d.resolver.runners.Retire(ctx, run)
-	d.metrics.retired(err)
-	if err != nil {
-		logr.FromContextOrDiscard(ctx).Error(err, "cannot retire the EphemeralRunner; ARC replaces it after its runner fails to start", "ephemeralRunner", run.EphemeralRunner.String())
-		dec.Message += fmt.Sprintf("; retiring EphemeralRunner %s failed (%v): ARC replaces it after the runner fails to start", run.EphemeralRunner, err)
+	if err := d.resolver.runners.Retire(ctx, run); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "cannot hand the EphemeralRunner over for retiring; ARC replaces it after its runner fails to start", "ephemeralRunner", run.EphemeralRunner.String())
 		return dec
 	}
-	dec.Message += fmt.Sprintf("; EphemeralRunner %s deleted so ARC creates a fresh runner", run.EphemeralRunner)
+	dec.Message += fmt.Sprintf("; EphemeralRunner %s is retired next, so ARC creates a fresh runner", run.EphemeralRunner)
 	return dec
+}
+
+// retireLater is the RunnerResolver of a decider whose retiring is queued:
+// Retire hands the runner to the queue and returns at once.
+type retireLater struct {
+	RunnerResolver
+	queue Retirements
+}
+
+func (r retireLater) Retire(_ context.Context, run *arc.Runner) error {
+	r.queue.Add(*run)
+	return nil
 }
 
 // readLive replaces the DELETE review's pod with the live pod of the same

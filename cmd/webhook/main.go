@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -28,6 +29,7 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/runner-guard/runner-guard/disruption"
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/webhook"
 	"github.com/runner-guard/runner-guard/webhook/arc"
@@ -87,6 +89,9 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	if err := opts.checkServing(); err != nil {
 		return err
 	}
+	if err := opts.disruption.check(); err != nil {
+		return err
+	}
 	opts.zap.DestWriter = stderr
 	logger := zap.New(zap.UseFlagOptions(&opts.zap))
 	ctrl.SetLogger(logger)
@@ -143,10 +148,26 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		metricsOpts.SecureServing = true
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
+	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	if len(hcfg.RunnerNamespaces) > 0 {
+		// The controllers watch runner pods and EphemeralRunners only where
+		// runner-guard guards them (and is granted them).
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range hcfg.RunnerNamespaces {
+			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Metrics:                metricsOpts,
 		HealthProbeBindAddress: opts.healthProbeBindAddr,
 		WebhookServer:          server,
+		Cache:                  cacheOpts,
+		// Only the hint and drain controllers need a leader; the webhook
+		// and the Retirer serve on every replica.
+		LeaderElection:                opts.disruption.leaderElect && opts.disruption.enabled(),
+		LeaderElectionID:              "runner-guard-disruption",
+		LeaderElectionNamespace:       opts.disruption.leaseNamespace(getenv),
+		LeaderElectionReleaseOnCancel: true,
 	})
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)
@@ -165,13 +186,27 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		return fmt.Errorf("API client: %w", err)
 	}
 	runners := arc.NewResolver(arc.Options{Reader: mgr.GetAPIReader(), Writer: writer, CredentialsFromARC: arcMode})
+	// Retiring happens after the admission call, on the replica that
+	// admitted the deletion.
+	var retirements webhook.Retirements
+	retirer := disruption.NewRetirer(runners, hMetrics, logger.WithName("retire"))
+	if *hcfg.RetireEphemeralRunners {
+		if err := mgr.Add(retirer); err != nil {
+			return fmt.Errorf("retirer: %w", err)
+		}
+		retirements = retirer
+	} else {
+		retirer = nil
+	}
+	events := mgr.GetEventRecorder("runner-guard")
 	handler, err := webhook.NewHandler(webhook.Options{
+		Retirements:   retirements,
 		Config:        hcfg,
 		GitHub:        gh,
 		Runners:       runners,
 		GitHubBaseURL: staticBaseURL(staticCreds, gcfg.BaseURL),
 		Pods:          mgr.GetAPIReader(),
-		Events:        mgr.GetEventRecorder("runner-guard"),
+		Events:        events,
 		Metrics:       hMetrics,
 		Scheme:        mgr.GetScheme(),
 	})
@@ -180,6 +215,15 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	}
 	// GetWebhookServer, not server: the manager starts the server only once it has been asked for it.
 	mgr.GetWebhookServer().Register(webhook.Path, &admission.Webhook{Handler: handler})
+
+	if opts.disruption.enabled() {
+		if err := disruption.Setup(ctx, mgr, disruption.Options{
+			Guard: handler, GitHub: gh, Retirer: retirer, Hints: opts.disruption.hints(), Drain: opts.disruption.drain,
+			BusyRetryMax: opts.disruption.busyRetryMax, Events: events, Log: logger.WithName("disruption"),
+		}); err != nil {
+			return err
+		}
+	}
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return fmt.Errorf("healthz: %w", err)

@@ -44,6 +44,7 @@ type options struct {
 	clientCAFile        string
 	credentialsMode     string
 	retireRunners       string
+	disruption          disruptionFlags
 	printVersion        bool
 	zap                 zap.Options
 }

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/runner-guard/runner-guard/disruption"
+)
+
+// disruptionFlags configure the disruption controller (package disruption).
+type disruptionFlags struct {
+	hintDoNotDisrupt        bool
+	hintSafeToEvict         bool
+	drain                   bool
+	leaderElect             bool
+	leaderElectionNamespace string
+	busyRetryMax            time.Duration
+}
+
+func (f *disruptionFlags) bind(fs *flag.FlagSet) {
+	fs.BoolVar(&f.hintDoNotDisrupt, "hint-do-not-disrupt", true, `Keep `+disruption.AnnotationDoNotDisrupt+`: "true" on a runner pod while its runner holds a job (Karpenter then chooses other nodes); a value runner-guard did not set is never changed.`)
+	fs.BoolVar(&f.hintSafeToEvict, "hint-safe-to-evict", true, `Keep `+disruption.AnnotationSafeToEvict+`: "false" on a runner pod while its runner holds a job (the cluster autoscaler then scales other nodes down).`)
+	fs.BoolVar(&f.drain, "drain-runners", true, "On a cordoned node, or one tainted "+disruption.TaintKarpenterDisrupted+" or "+disruption.TaintClusterAutoscaler+", unregister idle runners at once and delete their pods, and release busy ones when their job ends.")
+	fs.BoolVar(&f.leaderElect, "leader-elect", true, "Run the hint and drain controllers on one replica at a time (a Lease in --leader-election-namespace); the webhook serves on every replica.")
+	fs.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease (default: $POD_NAMESPACE, else runner-guard-system).")
+	fs.DurationVar(&f.busyRetryMax, "drain-busy-retry-max", disruption.DefaultBusyRetryMax, "Longest wait between two DELETEs of a busy runner on a draining node (the wait starts at 1s and doubles): how late a job's end is seen, at 5 points of GitHub's secondary limit per DELETE.")
+}
+
+// hints are the hints the flags turn on.
+func (f *disruptionFlags) hints() []disruption.Hint {
+	var out []disruption.Hint
+	if f.hintDoNotDisrupt {
+		out = append(out, disruption.DoNotDisrupt)
+	}
+	if f.hintSafeToEvict {
+		out = append(out, disruption.SafeToEvict)
+	}
+	return out
+}
+
+// enabled reports whether any leader-elected controller runs.
+func (f *disruptionFlags) enabled() bool { return f.drain || len(f.hints()) > 0 }
+
+// check validates the flags, naming the one at fault.
+func (f *disruptionFlags) check() error {
+	if f.busyRetryMax < disruption.DefaultBusyRetryFirst {
+		return fmt.Errorf("--drain-busy-retry-max: must be at least %s, got %s", disruption.DefaultBusyRetryFirst, f.busyRetryMax)
+	}
+	return nil
+}
+
+// leaseNamespace is where the leader election Lease lives.
+func (f *disruptionFlags) leaseNamespace(getenv func(string) string) string {
+	switch {
+	case f.leaderElectionNamespace != "":
+		return f.leaderElectionNamespace
+	case getenv("POD_NAMESPACE") != "":
+		return getenv("POD_NAMESPACE")
+	}
+	return "runner-guard-system"
+}

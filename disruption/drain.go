@@ -1,0 +1,188 @@
+package disruption
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Taints the planners put on a node they are about to remove.
+const (
+	// TaintKarpenterDisrupted: Karpenter chose the node for disruption.
+	TaintKarpenterDisrupted = "karpenter.sh/disrupted"
+	// TaintClusterAutoscaler: the cluster autoscaler is removing the node.
+	TaintClusterAutoscaler = "ToBeDeletedByClusterAutoscaler"
+)
+
+// drainReason says why a node is being drained ("" when it is not): it is
+// cordoned, or a planner tainted it for removal.
+func drainReason(node *corev1.Node) string {
+	var why []string
+	if node.Spec.Unschedulable {
+		why = append(why, "cordoned")
+	}
+	for _, t := range node.Spec.Taints {
+		switch t.Key {
+		case TaintKarpenterDisrupted:
+			why = append(why, "tainted "+TaintKarpenterDisrupted+" by Karpenter")
+		case TaintClusterAutoscaler:
+			why = append(why, "tainted "+TaintClusterAutoscaler+" by the cluster autoscaler")
+		}
+	}
+	return strings.Join(why, ", ")
+}
+
+// karpenterDisrupted reports the taint Karpenter puts on a node it disrupts.
+func karpenterDisrupted(node *corev1.Node) bool {
+	for _, t := range node.Spec.Taints {
+		if t.Key == TaintKarpenterDisrupted {
+			return true
+		}
+	}
+	return false
+}
+
+// NodeClaimGVK is Karpenter's NodeClaim, read as unstructured: the CRD may be absent.
+func NodeClaimGVK() schema.GroupVersionKind {
+	return schema.GroupVersionKind{Group: "karpenter.sh", Version: "v1", Kind: "NodeClaim"}
+}
+
+// graceDeadline is when Karpenter ends a NodeClaim's node whatever its pods
+// say: its deletionTimestamp plus spec.terminationGracePeriod. ok is false
+// while the NodeClaim is not being deleted or has no grace period.
+func graceDeadline(nc *unstructured.Unstructured) (deadline time.Time, tgp time.Duration, ok bool) {
+	del := nc.GetDeletionTimestamp()
+	if del == nil {
+		return time.Time{}, 0, false
+	}
+	s, found, err := unstructured.NestedString(nc.Object, "spec", "terminationGracePeriod")
+	if err != nil || !found || s == "" {
+		return time.Time{}, 0, false
+	}
+	tgp, err = time.ParseDuration(s)
+	if err != nil || tgp < 0 {
+		return time.Time{}, 0, false
+	}
+	return del.Add(tgp), tgp, true
+}
+
+// nodeClaimOf picks the NodeClaim of a node: status.nodeName, else the
+// provider ID.
+func nodeClaimOf(node *corev1.Node, claims []unstructured.Unstructured) *unstructured.Unstructured {
+	for i := range claims {
+		name, _, _ := unstructured.NestedString(claims[i].Object, "status", "nodeName")
+		pid, _, _ := unstructured.NestedString(claims[i].Object, "status", "providerID")
+		if name == node.Name || (pid != "" && pid == node.Spec.ProviderID) {
+			return &claims[i]
+		}
+	}
+	return nil
+}
+
+// graceWarning is the Warning said ahead of time when a NodeClaim's
+// terminationGracePeriod will end a running job.
+func graceWarning(nodeClaim string, deadline time.Time, tgp time.Duration, pod types.NamespacedName, job string, now time.Time) string {
+	left := deadline.Sub(now).Round(time.Second)
+	when := fmt.Sprintf("in %s", left)
+	if left <= 0 {
+		when = "now"
+	}
+	return fmt.Sprintf("NodeClaim %s's terminationGracePeriod (%s) ends at %s (%s): Karpenter then deletes pod %s whatever runner-guard answers, and its job (%s) is cancelled if it still runs",
+		nodeClaim, tgp, deadline.UTC().Format(time.RFC3339), when, pod, job)
+}
+
+// backoff is the per-pod wait between DELETEs of a busy runner on a draining
+// node: first, doubling up to limit, so a job's end is seen within limit at
+// the cost of one DELETE each time (5 points of GitHub's secondary limit).
+type backoff struct {
+	first, limit time.Duration
+	now          func() time.Time
+
+	mu   sync.Mutex
+	pods map[types.UID]backoffEntry
+}
+
+type backoffEntry struct {
+	wait time.Duration
+	next time.Time
+}
+
+func newBackoff(first, limit time.Duration, now func() time.Time) *backoff {
+	return &backoff{first: first, limit: max(first, limit), now: now, pods: map[types.UID]backoffEntry{}}
+}
+
+// due reports how long until the pod may be asked again (0: now).
+func (b *backoff) due(uid types.UID) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e, ok := b.pods[uid]
+	if !ok {
+		return 0
+	}
+	return max(0, e.next.Sub(b.now()))
+}
+
+// retry records a busy (or failed) answer and returns the wait before the next.
+func (b *backoff) retry(uid types.UID) time.Duration {
+	return b.retryAfter(uid, 0)
+}
+
+// retryAfter is retry with at least the given wait (a rate limit's).
+func (b *backoff) retryAfter(uid types.UID, least time.Duration) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e, ok := b.pods[uid]
+	switch {
+	case !ok:
+		e.wait = b.first
+	default:
+		e.wait = min(b.limit, 2*e.wait)
+	}
+	e.wait = max(e.wait, least)
+	e.next = b.now().Add(e.wait)
+	b.pods[uid] = e
+	return e.wait
+}
+
+func (b *backoff) forget(uid types.UID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.pods, uid)
+}
+
+// once remembers what was already said about a pod, so an Event is recorded
+// once per pod and kind, not at every retry.
+type once struct {
+	mu   sync.Mutex
+	said map[string]bool
+}
+
+func newOnce() *once { return &once{said: map[string]bool{}} }
+
+// first reports whether key is new, and remembers it.
+func (o *once) first(key string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.said[key] {
+		return false
+	}
+	o.said[key] = true
+	return true
+}
+
+// forget drops the keys of a pod.
+func (o *once) forget(prefix string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for k := range o.said {
+		if strings.HasPrefix(k, prefix) {
+			delete(o.said, k)
+		}
+	}
+}

@@ -1,0 +1,228 @@
+package disruption
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/webhook"
+	"github.com/runner-guard/runner-guard/webhook/arc"
+)
+
+// Events the drain records on the Node (and, for released runners, the pod).
+const (
+	EventDrainWaitsForJob   = "DrainWaitsForJob"
+	EventJobOutlivesGrace   = "JobOutlivesGracePeriod"
+	EventRunnerReleased     = "RunnerReleasedForDrain"
+	EventRunnerNotReleased  = "RunnerNotReleased"
+	podNodeNameIndex        = "spec.nodeName"
+	provenBusyRecheck       = time.Minute
+	unresolvedRecheck       = 30 * time.Second
+	drainUnregisterDeadline = 10 * time.Second
+)
+
+// drainReconciler releases the runners of a draining node: an idle one is
+// unregistered at once and its pod deleted, so it takes no new job there;
+// a busy one is asked again, with a bounded backoff, until its job ends.
+type drainReconciler struct {
+	// cached reads Nodes and pods from the cache and deletes pods.
+	cached client.Client
+	// live lists NodeClaims (rare; no watch, no cache).
+	live    client.Reader
+	guard   Guard
+	github  GitHub
+	retirer *Retirer
+	events  events.EventRecorder
+	backoff *backoff
+	said    *once
+	now     func() time.Time
+	log     logr.Logger
+	// noNodeClaims says once that the API server serves no NodeClaims.
+	noNodeClaims sync.Once
+}
+
+var _ reconcile.Reconciler = &drainReconciler{}
+
+// Reconcile releases what it can on one node and comes back when the next
+// busy runner is due.
+func (r *drainReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	node := &corev1.Node{}
+	if err := r.cached.Get(ctx, req.NamespacedName, node); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	why := drainReason(node)
+	if why == "" {
+		return reconcile.Result{}, nil
+	}
+	var pods corev1.PodList
+	if err := r.cached.List(ctx, &pods, client.MatchingFields{podNodeNameIndex: node.Name}); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing the pods of node %s: %w", node.Name, err)
+	}
+	var next time.Duration
+	later := func(d time.Duration) {
+		if d > 0 && (next == 0 || d < next) {
+			next = d
+		}
+	}
+	for i := range pods.Items {
+		later(r.release(ctx, node, why, &pods.Items[i]))
+	}
+	return reconcile.Result{RequeueAfter: next}, nil
+}
+
+// release handles one pod of a draining node and returns when to look again
+// (0: nothing more to do for it).
+func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why string, pod *corev1.Pod) time.Duration {
+	key := client.ObjectKeyFromObject(pod)
+	if _, ok := r.guard.RunnerContainer(pod); !ok {
+		return 0
+	}
+	if podDone(r.guard, pod) {
+		r.forget(pod)
+		return 0
+	}
+	log := r.log.WithValues("node", node.Name, "pod", key)
+	res, err := r.guard.Resolve(ctx, pod)
+	if err != nil {
+		if errors.Is(err, webhook.ErrNotGuarded) {
+			return 0
+		}
+		if r.said.first(string(pod.UID) + "/unresolved") {
+			log.Info("cannot tell which runner the pod runs; it is left to the drain and the webhook", "error", err.Error())
+			r.events.Eventf(node, pod, corev1.EventTypeWarning, EventRunnerNotReleased, "Drain",
+				"node %s is %s; runner-guard cannot release the runner of pod %s: %v", node.Name, why, key, err)
+		}
+		return unresolvedRecheck
+	}
+	if res.ARC != nil && res.ARC.Removed != "" {
+		return 0 // ARC removed it itself and deletes the pod.
+	}
+	if res.ARC != nil && res.ARC.Job.Started() {
+		// The job fields prove a job runs: no GitHub request until they
+		// change (ARC then marks the EphemeralRunner done, an event).
+		r.waiting(ctx, node, why, pod, res)
+		return provenBusyRecheck
+	}
+	if wait := r.backoff.due(pod.UID); wait > 0 {
+		return wait
+	}
+	gctx, cancel := context.WithTimeout(ctx, drainUnregisterDeadline)
+	out, err := r.github.Unregister(gctx, res.Runner)
+	cancel()
+	var rl *ghclient.RateLimited
+	switch {
+	case errors.As(err, &rl):
+		return r.backoff.retryAfter(pod.UID, rl.RetryAfter)
+	case err != nil:
+		log.Info("cannot unregister the runner of a draining node's pod; retrying", "error", err.Error())
+		return r.backoff.retry(pod.UID)
+	case out == ghclient.Busy:
+		r.waiting(ctx, node, why, pod, res)
+		return r.backoff.retry(pod.UID)
+	case out == ghclient.Removed, out == ghclient.NotFound:
+		r.released(ctx, node, why, pod, res, out)
+		return 0
+	}
+	log.Info("unexpected unregister outcome; retrying", "outcome", out.String())
+	return r.backoff.retry(pod.UID)
+}
+
+// released deletes the pod of a runner GitHub no longer has (and retires its
+// EphemeralRunner), so nothing restarts it with a dead registration.
+func (r *drainReconciler) released(ctx context.Context, node *corev1.Node, why string, pod *corev1.Pod, res webhook.Resolved, out ghclient.Outcome) {
+	key := client.ObjectKeyFromObject(pod)
+	// This replica's webhook answers the pod's deletion without asking GitHub again.
+	r.guard.Unregistered(pod, res.Target)
+	uid := pod.UID
+	err := r.cached.Delete(ctx, pod, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	switch {
+	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
+	default:
+		r.log.Error(err, "runner unregistered, but its pod could not be deleted; the drain deletes it", "node", node.Name, "pod", key)
+	}
+	if res.ARC != nil && res.ARC.Kind == arc.Kind && r.retirer != nil {
+		r.retirer.Add(*res.ARC)
+	}
+	what := "unregistered"
+	if out == ghclient.NotFound {
+		what = "not registered"
+	}
+	r.log.Info("released the runner of a draining node", "node", node.Name, "pod", key, "runner", res.Runner.Name, "github", what)
+	r.events.Eventf(node, pod, corev1.EventTypeNormal, EventRunnerReleased, "Drain",
+		"node %s is %s: runner %q of pod %s was idle and is %s on GitHub; its pod is deleted so it takes no job here", node.Name, why, res.Runner.Name, key, what)
+	r.forget(pod)
+}
+
+// waiting says, once per pod, what the drain waits for, and warns ahead of
+// time when Karpenter's terminationGracePeriod will end the job.
+func (r *drainReconciler) waiting(ctx context.Context, node *corev1.Node, why string, pod *corev1.Pod, res webhook.Resolved) {
+	key := client.ObjectKeyFromObject(pod)
+	job := webhook.JobClause(res.ARC, pod, r.now())
+	if job == "" {
+		job = "a job"
+	}
+	if r.said.first(string(pod.UID) + "/waits/" + node.Name) {
+		r.events.Eventf(node, pod, corev1.EventTypeWarning, EventDrainWaitsForJob, "Drain",
+			"node %s is %s; runner %q of pod %s is running %s; runner-guard releases it as soon as the job ends", node.Name, why, res.Runner.Name, key, job)
+	}
+	if !karpenterDisrupted(node) {
+		return
+	}
+	nc := r.nodeClaim(ctx, node)
+	if nc == nil {
+		return
+	}
+	deadline, tgp, ok := graceDeadline(nc)
+	if !ok || !r.said.first(string(pod.UID)+"/grace/"+string(nc.GetUID())) {
+		return
+	}
+	r.events.Eventf(node, pod, corev1.EventTypeWarning, EventJobOutlivesGrace, "Drain", "%s",
+		graceWarning(nc.GetName(), deadline, tgp, key, job, r.now()))
+}
+
+// nodeClaim finds the node's NodeClaim, nil when there is none or the API
+// server serves no NodeClaims (said once).
+func (r *drainReconciler) nodeClaim(ctx context.Context, node *corev1.Node) *unstructured.Unstructured {
+	var list unstructured.UnstructuredList
+	gvk := NodeClaimGVK()
+	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	if err := r.live.List(ctx, &list); err != nil {
+		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+			r.noNodeClaims.Do(func() {
+				r.log.Info("the API server serves no Karpenter NodeClaims; no terminationGracePeriod warnings", "kind", gvk.String())
+			})
+			return nil
+		}
+		r.log.V(1).Info("cannot list NodeClaims", "error", err.Error())
+		return nil
+	}
+	return nodeClaimOf(node, list.Items)
+}
+
+func (r *drainReconciler) forget(pod *corev1.Pod) {
+	r.backoff.forget(pod.UID)
+	r.said.forget(string(pod.UID) + "/")
+}
+
+// nodeOfPod maps a runner pod's event to its node, so a job's end (the pod
+// completes) is seen at once.
+func nodeOfPod(pod *corev1.Pod) []reconcile.Request {
+	if pod.Spec.NodeName == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: pod.Spec.NodeName}}}
+}

@@ -1,0 +1,110 @@
+package disruption
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/runner-guard/runner-guard/webhook/arc"
+)
+
+// listingRecheck is how often a running runner pod whose job state comes
+// from the listing is looked at again: the listing changes without an event.
+const listingRecheck = 30 * time.Second
+
+// hintReconciler keeps the hints of one runner pod in step with its job.
+type hintReconciler struct {
+	// pods reads pods from the cache and patches them.
+	pods  client.Client
+	guard Guard
+	// ephemeral resolves a pod's EphemeralRunner from the cache; nil when
+	// the API server serves no EphemeralRunners.
+	ephemeral *arc.Resolver
+	// listing is the job source of pods without job fields; nil: none yet.
+	listing Listing
+	enabled []Hint
+}
+
+var _ reconcile.Reconciler = &hintReconciler{}
+
+// Reconcile reads the pod's job state and patches its hints when they differ.
+func (r *hintReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	log := logr.FromContextOrDiscard(ctx)
+	pod := &corev1.Pod{}
+	if err := r.pods.Get(ctx, req.NamespacedName, pod); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	state, recheck := r.state(ctx, pod)
+	if state == JobUnknown {
+		return reconcile.Result{RequeueAfter: recheck}, nil
+	}
+	patch := hintPatch(pod.Annotations, state == JobRunning, r.enabled)
+	if len(patch) == 0 {
+		return reconcile.Result{RequeueAfter: recheck}, nil
+	}
+	body, err := json.Marshal(patch.mergePatch(pod.ResourceVersion))
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	// Only metadata.annotations changes; the resourceVersion makes a patch
+	// decided on a stale pod fail with a conflict, and the next event retries.
+	if err := r.pods.Patch(ctx, pod, client.RawPatch(types.MergePatchType, body)); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return reconcile.Result{Requeue: apierrors.IsConflict(err)}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("patching the hints of pod %s: %w", req.NamespacedName, err)
+	}
+	log.V(1).Info("hints updated", "pod", req.NamespacedName, "job", state.String(), "patch", string(body))
+	return reconcile.Result{RequeueAfter: recheck}, nil
+}
+
+// state gathers the pod's job facts and how soon to look again.
+func (r *hintReconciler) state(ctx context.Context, pod *corev1.Pod) (JobState, time.Duration) {
+	if _, guarded := r.guard.RunnerContainer(pod); !guarded {
+		// No longer a runner pod (its labels changed): only ours to remove.
+		return JobEnded, 0
+	}
+	f := jobFacts{PodDone: podDone(r.guard, pod)}
+	if f.PodDone {
+		return jobState(f), 0
+	}
+	if ephemeralRunnerOwned(pod) {
+		if r.ephemeral == nil {
+			return JobUnknown, 0
+		}
+		run, err := r.ephemeral.Resolve(ctx, pod)
+		switch {
+		case err == nil && run != nil:
+			f.ARC = run
+		case objectGone(err):
+			f.ARCGone = true
+		default:
+			// A borrowed reference proves nothing; an unreadable one neither.
+			logr.FromContextOrDiscard(ctx).V(1).Info("EphemeralRunner not usable for hints", "pod", client.ObjectKeyFromObject(pod), "error", fmt.Sprint(err))
+			return JobUnknown, 0
+		}
+		return jobState(f), 0
+	}
+	if r.listing == nil {
+		return JobUnknown, 0
+	}
+	res, err := r.guard.Resolve(ctx, pod)
+	if err != nil {
+		return JobUnknown, 0
+	}
+	busy, err := r.listing.Busy(ctx, res.Runner)
+	if err != nil {
+		logr.FromContextOrDiscard(ctx).V(1).Info("listing not available for hints", "pod", client.ObjectKeyFromObject(pod), "error", err.Error())
+		return JobUnknown, listingRecheck
+	}
+	f.Listed = &busy
+	return jobState(f), listingRecheck
+}

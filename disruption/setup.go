@@ -1,0 +1,173 @@
+package disruption
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/runner-guard/runner-guard/webhook/arc"
+)
+
+// Defaults of the drain's busy-runner backoff.
+const (
+	DefaultBusyRetryFirst = time.Second
+	DefaultBusyRetryMax   = 15 * time.Second
+)
+
+// Options configure the controllers Setup adds.
+type Options struct {
+	// Guard is the webhook's handler: which pods are guarded, which runner each runs.
+	Guard Guard
+	// GitHub unregisters runners of draining nodes (the webhook's Router).
+	GitHub GitHub
+	// Listing is the job source of pods without job fields; nil: none.
+	Listing Listing
+	// Retirer retires the EphemeralRunners of released runners; nil: none.
+	Retirer *Retirer
+	// Hints are the hints kept on busy runners' pods; empty turns the hint
+	// controller off (hints it set earlier then stay).
+	Hints []Hint
+	// Drain releases the runners of draining nodes.
+	Drain bool
+	// BusyRetryFirst and BusyRetryMax bound the backoff of a busy runner's
+	// DELETE on a draining node (defaults 1s and 15s).
+	BusyRetryFirst, BusyRetryMax time.Duration
+	// Events records Events on Nodes; nil records none.
+	Events events.EventRecorder
+	Log    logr.Logger
+	// Now is the clock of messages; default time.Now.
+	Now func() time.Time
+}
+
+// Setup adds the hint and drain controllers (leader-elected) to mgr. The
+// Retirer is added by the caller: it runs on every replica.
+func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
+	if o.Guard == nil {
+		return errors.New("disruption: Options.Guard is required")
+	}
+	if o.Drain && o.GitHub == nil {
+		return errors.New("disruption: Options.GitHub is required to drain")
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Events == nil {
+		o.Events = &events.FakeRecorder{}
+	}
+	if o.BusyRetryFirst <= 0 {
+		o.BusyRetryFirst = DefaultBusyRetryFirst
+	}
+	if o.BusyRetryMax <= 0 {
+		o.BusyRetryMax = DefaultBusyRetryMax
+	}
+	erServed, err := ephemeralRunnersServed(mgr.GetRESTMapper())
+	if err != nil {
+		return err
+	}
+	if !erServed {
+		o.Log.Info("the API server serves no EphemeralRunners (actions.github.com/v1alpha1): scale-set pods get no hints from job fields; restart runner-guard after installing ARC's CRDs")
+	}
+	runnerPods := predicate.NewPredicateFuncs(func(obj client.Object) bool {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return false
+		}
+		_, guarded := o.Guard.RunnerContainer(pod)
+		return guarded || pod.Annotations[AnnotationOwned] != ""
+	})
+	if len(o.Hints) > 0 {
+		r := &hintReconciler{pods: mgr.GetClient(), guard: o.Guard, listing: o.Listing, enabled: o.Hints}
+		b := ctrl.NewControllerManagedBy(mgr).Named("runner-hints").
+			For(&corev1.Pod{}, builder.WithPredicates(runnerPods)).
+			WithOptions(controller.Options{MaxConcurrentReconciles: 4})
+		if erServed {
+			r.ephemeral = arc.NewResolver(arc.Options{Reader: mgr.GetCache()})
+			b = b.Watches(ephemeralRunner(), handler.EnqueueRequestsFromMapFunc(samePod))
+		}
+		if err := b.Complete(r); err != nil {
+			return fmt.Errorf("hint controller: %w", err)
+		}
+	}
+	if !o.Drain {
+		return nil
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podNodeNameIndex, func(obj client.Object) []string {
+		if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName != "" {
+			return []string{pod.Spec.NodeName}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing pods by node: %w", err)
+	}
+	d := &drainReconciler{
+		cached: mgr.GetClient(), live: mgr.GetAPIReader(), guard: o.Guard, github: o.GitHub, retirer: o.Retirer,
+		events: o.Events, backoff: newBackoff(o.BusyRetryFirst, o.BusyRetryMax, o.Now), said: newOnce(), now: o.Now,
+		log: o.Log.WithName("drain"),
+	}
+	cached := mgr.GetClient()
+	b := ctrl.NewControllerManagedBy(mgr).Named("runner-drain").
+		For(&corev1.Node{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool {
+			node, ok := obj.(*corev1.Node)
+			return ok && drainReason(node) != ""
+		}))).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+			if pod, ok := obj.(*corev1.Pod); ok {
+				return nodeOfPod(pod)
+			}
+			return nil
+		}), builder.WithPredicates(runnerPods)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4})
+	if erServed {
+		b = b.Watches(ephemeralRunner(), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
+			pod := &corev1.Pod{}
+			if err := cached.Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}, pod); err != nil {
+				return nil
+			}
+			return nodeOfPod(pod)
+		}))
+	}
+	if err := b.Complete(d); err != nil {
+		return fmt.Errorf("drain controller: %w", err)
+	}
+	return nil
+}
+
+// ephemeralRunner is an empty EphemeralRunner to watch.
+func ephemeralRunner() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(arc.GroupVersionKind())
+	return u
+}
+
+// samePod maps an EphemeralRunner to its pod: ARC names them alike.
+func samePod(_ context.Context, obj client.Object) []reconcile.Request {
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}}}
+}
+
+// ephemeralRunnersServed asks discovery whether EphemeralRunners exist.
+func ephemeralRunnersServed(m meta.RESTMapper) (bool, error) {
+	gvk := arc.GroupVersionKind()
+	_, err := m.RESTMapping(gvk.GroupKind(), gvk.Version)
+	switch {
+	case err == nil:
+		return true, nil
+	case meta.IsNoMatchError(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("discovery of %s: %w", gvk, err)
+}
