@@ -30,6 +30,15 @@ type RunnerRequest struct {
 	Name   string    `json:"name"`
 	Busy   *bool     `json:"busy,omitempty"`
 	Online *bool     `json:"online,omitempty"`
+	// ListingLags is SetListingLags.
+	ListingLags *bool `json:"listingLags,omitempty"`
+}
+
+// SecondaryState is GET /_fake/secondary's answer: the limit in force
+// (defaults filled in) and every credential's usage, by credential.
+type SecondaryState struct {
+	Limit SecondaryLimit   `json:"limit"`
+	Usage []SecondaryUsage `json:"usage"`
 }
 
 // FaultRequest is the body of POST /_fake/faults; Delay is a Go duration ("2s").
@@ -79,7 +88,7 @@ type JITResponse struct {
 //	POST   /_fake/runners        RunnerRequest -> 201 {"id":N} (busy/online applied if set)
 //	GET    /_fake/runners?kind=org&name=acme -> 200 [Runner...]
 //	DELETE /_fake/runners?kind=org&name=acme&runner=NAME -> 204 | 404
-//	POST   /_fake/runners/state  RunnerRequest (busy and/or online) -> 204 | 404
+//	POST   /_fake/runners/state  RunnerRequest (busy, online and/or listingLags) -> 204 | 404
 //	POST   /_fake/faults         FaultRequest -> 204
 //	DELETE /_fake/faults         -> 204
 //	GET    /_fake/requests       -> 200 [Request...]
@@ -93,9 +102,13 @@ type JITResponse struct {
 //	DELETE /_fake/installations?id=N -> 204 | 404 (its tokens are revoked)
 //	POST   /_fake/runners/jit    JITRequest -> 201 JITResponse | 409
 //	POST   /_fake/style          {"style":"ghes"|"dotcom"|""} -> 204
+//	POST   /_fake/secondary      SecondaryLimit -> 204 ({} is GitHub's limit, {"off":true} stops enforcing)
+//	GET    /_fake/secondary      -> 200 SecondaryState
+//	DELETE /_fake/secondary      -> 204 (ResetSecondaryUsage)
 func (f *Fake) ControlHandler() http.Handler {
 	mux := http.NewServeMux()
 	f.handleAppControls(mux)
+	f.handleSecondaryControls(mux)
 	mux.HandleFunc("POST /_fake/runners", func(w http.ResponseWriter, r *http.Request) {
 		var req RunnerRequest
 		scope, ok := decodeRunner(w, r, &req)
@@ -227,6 +240,36 @@ func (f *Fake) applyState(scope ghclient.Scope, req RunnerRequest) {
 	if req.Online != nil {
 		f.SetOnline(scope, req.Name, *req.Online)
 	}
+	if req.ListingLags != nil {
+		f.SetListingLags(scope, req.Name, *req.ListingLags)
+	}
+}
+
+// handleSecondaryControls adds the secondary rate limit's controls.
+func (f *Fake) handleSecondaryControls(mux *http.ServeMux) {
+	mux.HandleFunc("POST /_fake/secondary", func(w http.ResponseWriter, r *http.Request) {
+		var req SecondaryLimit
+		if !decode(w, r, &req) {
+			return
+		}
+		if !req.valid() {
+			http.Error(w, fmt.Sprintf("pointsPerMinute %d, maxConcurrent %d: want >= 0; status %d: want 403 or 429",
+				req.PointsPerMinute, req.MaxConcurrent, req.Status), http.StatusBadRequest)
+			return
+		}
+		f.SetSecondaryLimit(req)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /_fake/secondary", func(w http.ResponseWriter, _ *http.Request) {
+		f.mu.Lock()
+		limit := f.secondary
+		f.mu.Unlock()
+		writeJSON(w, http.StatusOK, SecondaryState{Limit: limit, Usage: sortedUsage(f.SecondaryUsage())})
+	})
+	mux.HandleFunc("DELETE /_fake/secondary", func(w http.ResponseWriter, _ *http.Request) {
+		f.ResetSecondaryUsage()
+		w.WriteHeader(http.StatusNoContent)
+	})
 }
 
 func scopeFrom(s ScopeJSON) (ghclient.Scope, error) {

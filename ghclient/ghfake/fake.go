@@ -5,8 +5,12 @@
 // Server serves them; SetStyle restricts to one layout), Link-header paging,
 // token and GitHub App authentication (installations per owner with scoped
 // tokens, installation look-up by the App's JWT), JIT registration
-// (generate-jitconfig), rate-limit headers, and fault injection. *Fake is an
-// http.Handler; every control method is safe for concurrent use.
+// (generate-jitconfig), rate-limit headers, GitHub's secondary rate limit
+// enforced per credential (points per rolling minute and concurrent
+// requests, SetSecondaryLimit), conditional lists (ETag, If-None-Match, 304),
+// a listing that lags the runner's state (SetListingLags), and fault
+// injection. *Fake is an http.Handler; every control method is safe for
+// concurrent use.
 package ghfake
 
 import (
@@ -73,7 +77,34 @@ type Request struct {
 	Status int         `json:"status"` // 0 when the client went away before an answer
 	Time   time.Time   `json:"time"`
 	Header http.Header `json:"-"`
+
+	// Op is what the request asked for (empty for a path the fake does not
+	// serve), Scope the runners' scope it named (lower case) and RunnerID
+	// the runner of a get or remove.
+	Op       Op         `json:"op,omitempty"`
+	Scope    *ScopeJSON `json:"scope,omitempty"`
+	RunnerID int64      `json:"runnerID,omitempty"`
+	// Runner is the name of the runner a get or remove reached (when it was
+	// registered on arrival), or a list's name filter.
+	Runner string `json:"runner,omitempty"`
+	// Credential is what the secondary limit counted it against, Points what
+	// it cost there, and Limited whether that limit refused it.
+	Credential string `json:"credential,omitempty"`
+	Points     int    `json:"points,omitempty"`
+	Limited    bool   `json:"limited,omitempty"`
 }
+
+// Op is the kind of a logged API request.
+type Op string
+
+const (
+	OpList         Op = "list"               // GET .../actions/runners
+	OpGet          Op = "get"                // GET .../actions/runners/{id}
+	OpRemove       Op = "remove"             // DELETE .../actions/runners/{id}
+	OpJITConfig    Op = "generate-jitconfig" // POST .../actions/runners/generate-jitconfig
+	OpAccessToken  Op = "access-token"       // POST /app/installations/{id}/access_tokens
+	OpInstallation Op = "installation"       // GET /orgs/{org}/installation, /repos/{o}/{r}/installation
+)
 
 // FaultKind selects what an injected Fault does.
 type FaultKind string
@@ -128,6 +159,9 @@ func keyOf(s ghclient.Scope) scopeKey {
 type runner struct {
 	Runner
 	scope scopeKey
+	// listedIdle makes the REST representations (list, get by ID) show the
+	// runner idle whatever Busy says, as GitHub's listing lags its broker.
+	listedIdle bool
 }
 
 type fault struct {
@@ -170,6 +204,9 @@ type installation struct {
 type issuedToken struct {
 	expires time.Time
 	install int64
+	// credentialID is the installation ID the token was minted for, known
+	// or not: the secondary limit counts per installation.
+	credentialID int64
 }
 
 // Fake is an in-memory GitHub. Create it with New.
@@ -199,14 +236,18 @@ type Fake struct {
 
 	log []Request
 
+	secondary  SecondaryLimit
+	usage      map[string]*credUsage // by credential
+	requestSeq int64
+
 	now func() time.Time
 
 	ctrlOnce sync.Once
 	ctrl     http.Handler
 }
 
-// New returns an empty fake with authentication off, a 5000/hour rate limit and
-// no latency.
+// New returns an empty fake with authentication off, a 5000/hour rate limit,
+// GitHub's secondary limit enforced (SetSecondaryLimit) and no latency.
 func New() *Fake {
 	f := &Fake{
 		nextID:          1000,
@@ -219,6 +260,8 @@ func New() *Fake {
 		rateLimit:       defaultRateLimit,
 		rateRemaining:   defaultRateLimit,
 		rateLimitStatus: http.StatusForbidden,
+		secondary:       SecondaryLimit{}.normalized(),
+		usage:           map[string]*credUsage{},
 		now:             time.Now,
 	}
 	f.rateReset = f.now().Add(time.Hour)
@@ -299,6 +342,18 @@ func (f *Fake) Installations() []Installation {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
+}
+
+// SetClock replaces the fake's clock (nil: time.Now). Everything that reads
+// the time follows it: the primary and secondary rate-limit windows, token and
+// JWT expiry, the request log. Latency and hangs still take real time.
+func (f *Fake) SetClock(now func() time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if now == nil {
+		now = time.Now
+	}
+	f.now = now
 }
 
 // SetStyle chooses the API roots served (StyleAny by default).
@@ -422,6 +477,16 @@ func (f *Fake) SetOnline(scope ghclient.Scope, name string, online bool) bool {
 	})
 }
 
+// SetListingLags makes the runner's REST representations (the list
+// endpoints and GET by ID) show it idle, `"busy": false`, even while it is
+// busy and its DELETE answers 422, as GitHub's listing can lag its broker
+// (actions/runner#4422); false stops the lag. Runner and Runners show the
+// truth. It returns false if the runner is not registered; re-registering
+// ends the lag.
+func (f *Fake) SetListingLags(scope ghclient.Scope, name string, lags bool) bool {
+	return f.update(scope, name, func(r *runner) { r.listedIdle = lags })
+}
+
 func (f *Fake) update(scope ghclient.Scope, name string, fn func(*runner)) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -448,7 +513,7 @@ func (f *Fake) Runner(scope ghclient.Scope, name string) (Runner, bool) {
 func (f *Fake) Runners(scope ghclient.Scope) []Runner {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.listLocked(keyOf(scope), "")
+	return f.listLocked(keyOf(scope), "", false)
 }
 
 // InjectFault queues a fault.
@@ -500,6 +565,54 @@ func (f *Fake) Count(method string) int {
 	return n
 }
 
+// RequestMatch selects logged requests; a zero field matches every request.
+type RequestMatch struct {
+	Op Op
+	// Scope matches the scope a runners request named (owner names case-insensitively).
+	Scope    ghclient.Scope
+	RunnerID int64
+	// Runner matches Request.Runner: the runner a get or remove reached, or a list's name filter.
+	Runner     string
+	Status     int
+	Credential string
+}
+
+// Matches reports whether the logged request r is selected.
+func (m RequestMatch) Matches(r Request) bool {
+	switch {
+	case m.Op != "" && r.Op != m.Op,
+		m.RunnerID != 0 && r.RunnerID != m.RunnerID,
+		m.Runner != "" && r.Runner != m.Runner,
+		m.Status != 0 && r.Status != m.Status,
+		m.Credential != "" && r.Credential != m.Credential:
+		return false
+	case m.Scope != (ghclient.Scope{}):
+		k := keyOf(m.Scope)
+		return r.Scope != nil && r.Scope.Kind == k.kind && strings.EqualFold(r.Scope.Name, k.name)
+	}
+	return true
+}
+
+// CountRequests counts the requests of log (Fake.Requests or
+// Remote.Requests) that m selects, e.g. a scope's lists against one
+// runner's removals.
+func CountRequests(log []Request, m RequestMatch) int {
+	n := 0
+	for _, r := range log {
+		if m.Matches(r) {
+			n++
+		}
+	}
+	return n
+}
+
+// CountMatching counts the logged requests m selects.
+func (f *Fake) CountMatching(m RequestMatch) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return CountRequests(f.log, m)
+}
+
 func (f *Fake) findLocked(k scopeKey, name string) *runner {
 	for _, r := range f.runners {
 		if r.scope == k && r.Name == name {
@@ -509,14 +622,29 @@ func (f *Fake) findLocked(k scopeKey, name string) *runner {
 	return nil
 }
 
-func (f *Fake) listLocked(k scopeKey, name string) []Runner {
+// listLocked returns the scope's runners (named name, unless empty) in ID
+// order; rest renders them as the REST API does, lag included.
+func (f *Fake) listLocked(k scopeKey, name string, rest bool) []Runner {
 	var out []Runner
 	for _, r := range f.runners {
 		if r.scope == k && (name == "" || r.Name == name) {
-			out = append(out, copyRunner(r.Runner))
+			if rest {
+				out = append(out, r.restView())
+			} else {
+				out = append(out, copyRunner(r.Runner))
+			}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// restView is the runner as the REST API shows it: idle while its listing lags.
+func (r *runner) restView() Runner {
+	out := copyRunner(r.Runner)
+	if r.listedIdle {
+		out.Busy = false
+	}
 	return out
 }
 
@@ -541,22 +669,36 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	f.mu.Lock()
+	entry := f.arriveLocked(r)
+	if refusal, ok := f.secondaryLocked(entry.Credential, entry.Points, f.now()); !ok {
+		entry.Limited = true
+		f.logLocked(entry, refusal.status)
+		f.mu.Unlock()
+		writeResponse(w, refusal)
+		return
+	}
 	latency := f.latency
 	hang := f.takeFaultLocked(r, FaultHang)
 	f.mu.Unlock()
 
 	if !sleep(r.Context(), latency) || (hang != nil && !hangFor(r.Context(), hang.Delay)) {
 		f.mu.Lock()
-		f.logLocked(r, 0)
+		f.usageLocked(entry.Credential).leave()
+		f.logLocked(entry, 0)
 		f.mu.Unlock()
 		return
 	}
 
 	f.mu.Lock()
-	resp := f.answerLocked(r)
-	f.logLocked(r, resp.status)
+	resp := f.answerLocked(r, entry.Credential)
+	// Out of flight once answered: a client that has its answer sees it gone.
+	f.usageLocked(entry.Credential).leave()
+	f.logLocked(entry, resp.status)
 	f.mu.Unlock()
+	writeResponse(w, resp)
+}
 
+func writeResponse(w http.ResponseWriter, resp response) {
 	for k, v := range resp.header {
 		w.Header()[k] = v
 	}
@@ -564,6 +706,56 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if len(resp.body) > 0 {
 		_, _ = w.Write(resp.body)
 	}
+}
+
+// arriveLocked starts r's log entry: what it asks for and whose it is.
+func (f *Fake) arriveLocked(r *http.Request) Request {
+	e := Request{
+		Method:     r.Method,
+		Path:       r.URL.Path,
+		Query:      r.URL.Query(),
+		Header:     r.Header.Clone(),
+		Credential: f.credentialLocked(r),
+		Points:     requestPoints(r.Method),
+	}
+	path, _ := strings.CutPrefix(r.URL.Path, "/api/v3")
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case r.Method == http.MethodPost && len(parts) == 4 && parts[0] == "app" && parts[1] == "installations" && parts[3] == "access_tokens":
+		e.Op = OpAccessToken
+		return e
+	default:
+		if _, _, ok := installationLookup(r.Method, parts); ok {
+			e.Op = OpInstallation
+			return e
+		}
+	}
+	k, rest, ok := parseScope(parts)
+	if !ok {
+		return e
+	}
+	switch {
+	case len(rest) == 0 && r.Method == http.MethodGet:
+		e.Op, e.Runner = OpList, e.Query.Get("name")
+	case len(rest) == 1 && rest[0] == "generate-jitconfig" && r.Method == http.MethodPost:
+		e.Op = OpJITConfig
+	case len(rest) == 1 && (r.Method == http.MethodGet || r.Method == http.MethodDelete):
+		id, err := strconv.ParseInt(rest[0], 10, 64)
+		if err != nil {
+			return e
+		}
+		e.Op, e.RunnerID = OpGet, id
+		if r.Method == http.MethodDelete {
+			e.Op = OpRemove
+		}
+		if run, ok := f.runners[id]; ok && run.scope == k {
+			e.Runner = run.Name
+		}
+	default:
+		return e
+	}
+	e.Scope = &ScopeJSON{Kind: k.kind, Name: k.name}
+	return e
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
@@ -588,15 +780,9 @@ func hangFor(ctx context.Context, d time.Duration) bool {
 	return sleep(ctx, d)
 }
 
-func (f *Fake) logLocked(r *http.Request, status int) {
-	f.log = append(f.log, Request{
-		Method: r.Method,
-		Path:   r.URL.Path,
-		Query:  r.URL.Query(),
-		Status: status,
-		Time:   f.now(),
-		Header: r.Header.Clone(),
-	})
+func (f *Fake) logLocked(e Request, status int) {
+	e.Status, e.Time = status, f.now()
+	f.log = append(f.log, e)
 }
 
 // takeFaultLocked returns the first queued fault matching r, restricted to kind
@@ -629,13 +815,17 @@ func (f *Fake) takeFaultLocked(r *http.Request, kind FaultKind) *Fault {
 	return nil
 }
 
-func (f *Fake) answerLocked(r *http.Request) response {
-	now := f.now()
-	// Roll the primary window over once its reset has passed.
+// rollPrimaryLocked starts a new primary window once its reset has passed.
+func (f *Fake) rollPrimaryLocked(now time.Time) {
 	if !now.Before(f.rateReset) {
 		f.rateRemaining = f.rateLimit
 		f.rateReset = now.Add(time.Hour)
 	}
+}
+
+func (f *Fake) answerLocked(r *http.Request, cred string) response {
+	now := f.now()
+	f.rollPrimaryLocked(now)
 	h := http.Header{}
 	h.Set("Content-Type", "application/json; charset=utf-8")
 	h.Set("X-GitHub-Media-Type", "github.v3; format=json")
@@ -679,7 +869,7 @@ func (f *Fake) answerLocked(r *http.Request) response {
 	}
 	switch {
 	case len(rest) == 0 && r.Method == http.MethodGet:
-		return f.listResponseLocked(r, h, scope)
+		return f.listResponseLocked(r, h, scope, cred)
 	case len(rest) == 1 && rest[0] == "generate-jitconfig" && r.Method == http.MethodPost:
 		return f.jitConfigLocked(r, h, scope)
 	case len(rest) == 1 && (r.Method == http.MethodGet || r.Method == http.MethodDelete):
@@ -955,6 +1145,7 @@ func (f *Fake) issueTokenLocked(r *http.Request, h http.Header, idStr string, no
 		return notFound(h)
 	}
 	in, known := f.installations[id]
+	credentialID := id
 	switch {
 	case known && in.AppID != appID:
 		return notFound(h)
@@ -967,7 +1158,7 @@ func (f *Fake) issueTokenLocked(r *http.Request, h http.Header, idStr string, no
 	_, _ = rand.Read(b[:])
 	issued := "ghs_" + hex.EncodeToString(b[:])
 	exp := now.Add(installTokenTTL)
-	f.appTokens[issued] = issuedToken{expires: exp, install: id}
+	f.appTokens[issued] = issuedToken{expires: exp, install: id, credentialID: credentialID}
 	return jsonResponse(http.StatusCreated, h, map[string]any{
 		"token":      issued,
 		"expires_at": exp.UTC().Format(time.RFC3339),
@@ -1044,7 +1235,9 @@ func decodeSegment(seg string, v any) error {
 	return json.Unmarshal(b, v)
 }
 
-func (f *Fake) listResponseLocked(r *http.Request, h http.Header, k scopeKey) response {
+// listResponseLocked answers a list, with an ETag; a request whose
+// If-None-Match matches it gets 304 with no body.
+func (f *Fake) listResponseLocked(r *http.Request, h http.Header, k scopeKey, cred string) response {
 	q := r.URL.Query()
 	perPage := defaultPerPage
 	if v, err := strconv.Atoi(q.Get("per_page")); err == nil && v > 0 {
@@ -1054,7 +1247,7 @@ func (f *Fake) listResponseLocked(r *http.Request, h http.Header, k scopeKey) re
 	if v, err := strconv.Atoi(q.Get("page")); err == nil && v > 0 {
 		page = v
 	}
-	all := f.listLocked(k, q.Get("name"))
+	all := f.listLocked(k, q.Get("name"), true)
 	total := len(all)
 	start := min((page-1)*perPage, total)
 	end := min(start+perPage, total)
@@ -1062,13 +1255,55 @@ func (f *Fake) listResponseLocked(r *http.Request, h http.Header, k scopeKey) re
 	if runners == nil {
 		runners = []Runner{}
 	}
-	if link := linkHeader(r, page, perPage, total); link != "" {
-		h.Set("Link", link)
-	}
-	return jsonResponse(http.StatusOK, h, struct {
+	link := linkHeader(r, page, perPage, total)
+	resp := jsonResponse(http.StatusOK, h, struct {
 		TotalCount int      `json:"total_count"`
 		Runners    []Runner `json:"runners"`
 	}{total, runners})
+	etag := listETag(cred, link, resp.body)
+	h.Set("ETag", etag)
+	h.Set("Cache-Control", "private, max-age=60, s-maxage=60")
+	h.Set("Vary", "Accept, Authorization, Cookie, X-GitHub-OTP")
+	if etagMatches(r.Header.Get("If-None-Match"), etag) {
+		// GitHub documents that a 304 does not count against the primary
+		// limit when the request was correctly authorized with an
+		// Authorization header. Its secondary cost is not documented: the
+		// fake keeps the point (counted on arrival), the conservative choice.
+		if f.style != StyleGHES && cred != Anonymous {
+			f.rateRemaining++
+			f.rateHeadersLocked(h)
+		}
+		h.Del("Content-Type")
+		return response{status: http.StatusNotModified, header: h}
+	}
+	if link != "" {
+		h.Set("Link", link)
+	}
+	return resp
+}
+
+// listETag is a list answer's weak ETag: the same while the answer (body
+// and paging links) is, and per credential, as GitHub's ETags are per token.
+func listETag(cred, link string, body []byte) string {
+	sum := sha256.New()
+	for _, part := range [][]byte{[]byte(cred), []byte(link), body} {
+		sum.Write(part)
+		sum.Write([]byte{0})
+	}
+	return `W/"` + hex.EncodeToString(sum.Sum(nil)) + `"`
+}
+
+// etagMatches applies If-None-Match's weak comparison (RFC 9110 13.1.2): any
+// listed entity tag with etag's opaque tag, or "*", matches.
+func etagMatches(ifNoneMatch, etag string) bool {
+	want := strings.TrimPrefix(etag, "W/")
+	for _, tag := range strings.Split(ifNoneMatch, ",") {
+		tag = strings.TrimSpace(tag)
+		if tag == "*" || tag != "" && strings.TrimPrefix(tag, "W/") == want {
+			return true
+		}
+	}
+	return false
 }
 
 // linkHeader renders GitHub's paging header, e.g.
@@ -1111,7 +1346,7 @@ func (f *Fake) getLocked(h http.Header, k scopeKey, id int64) response {
 	if !ok || r.scope != k {
 		return notFound(h)
 	}
-	return jsonResponse(http.StatusOK, h, copyRunner(r.Runner))
+	return jsonResponse(http.StatusOK, h, r.restView())
 }
 
 func (f *Fake) removeLocked(h http.Header, k scopeKey, id int64) response {

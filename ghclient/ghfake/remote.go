@@ -208,3 +208,35 @@ func (g *Remote) Requests(ctx context.Context) ([]Request, error) {
 func (g *Remote) ResetLog(ctx context.Context) error {
 	return g.do(ctx, http.MethodDelete, "/_fake/requests", nil, nil, nil)
 }
+
+// SetListingLags makes the runner's listing show it idle while busy (or stops).
+func (g *Remote) SetListingLags(ctx context.Context, scope ghclient.Scope, name string, lags bool) error {
+	return g.do(ctx, http.MethodPost, "/_fake/runners/state", nil, RunnerRequest{Scope: scopeJSON(scope), Name: name, ListingLags: &lags}, nil)
+}
+
+// SetSecondaryLimit configures the secondary rate limit.
+func (g *Remote) SetSecondaryLimit(ctx context.Context, l SecondaryLimit) error {
+	return g.do(ctx, http.MethodPost, "/_fake/secondary", nil, l, nil)
+}
+
+// SecondaryState returns the secondary limit in force and every credential's usage.
+func (g *Remote) SecondaryState(ctx context.Context) (SecondaryState, error) {
+	var out SecondaryState
+	err := g.do(ctx, http.MethodGet, "/_fake/secondary", nil, nil, &out)
+	return out, err
+}
+
+// SecondaryUsage returns every credential's usage, keyed by credential.
+func (g *Remote) SecondaryUsage(ctx context.Context) (map[string]SecondaryUsage, error) {
+	st, err := g.SecondaryState(ctx)
+	out := make(map[string]SecondaryUsage, len(st.Usage))
+	for _, u := range st.Usage {
+		out[u.Credential] = u
+	}
+	return out, err
+}
+
+// ResetSecondaryUsage forgets every credential's usage.
+func (g *Remote) ResetSecondaryUsage(ctx context.Context) error {
+	return g.do(ctx, http.MethodDelete, "/_fake/secondary", nil, nil, nil)
+}
