@@ -20,7 +20,20 @@ type GitHub interface {
 	ResetLog()
 	InjectFault(f ghfake.Fault)
 	ClearFaults()
+	// SetSecondaryLimit, SecondaryUsage and ResetSecondaryUsage drive
+	// GitHub's secondary rate limit, which the fake enforces per credential
+	// (the webhook's is GitHubCredential()).
+	SetSecondaryLimit(l ghfake.SecondaryLimit)
+	SecondaryUsage() map[string]ghfake.SecondaryUsage
+	ResetSecondaryUsage()
+	// SetListingLags shows a busy runner idle in GitHub's listing while its
+	// DELETE still answers 422.
+	SetListingLags(scope ghclient.Scope, name string, lags bool) bool
 }
+
+// GitHubCredential is what the fake GitHub counts the webhook's requests
+// against: the key of its token in SecondaryUsage and Request.Credential.
+func GitHubCredential() string { return ghfake.TokenCredential(githubToken) }
 
 var (
 	_ GitHub = &ghfake.Fake{}
@@ -112,4 +125,30 @@ func (g *RemoteGitHub) ClearFaults() {
 	c, cancel := ctx()
 	defer cancel()
 	g.check(g.remote().ClearFaults(c))
+}
+
+func (g *RemoteGitHub) SetSecondaryLimit(l ghfake.SecondaryLimit) {
+	c, cancel := ctx()
+	defer cancel()
+	g.check(g.remote().SetSecondaryLimit(c, l))
+}
+
+func (g *RemoteGitHub) SecondaryUsage() map[string]ghfake.SecondaryUsage {
+	c, cancel := ctx()
+	defer cancel()
+	u, err := g.remote().SecondaryUsage(c)
+	g.check(err)
+	return u
+}
+
+func (g *RemoteGitHub) ResetSecondaryUsage() {
+	c, cancel := ctx()
+	defer cancel()
+	g.check(g.remote().ResetSecondaryUsage(c))
+}
+
+func (g *RemoteGitHub) SetListingLags(scope ghclient.Scope, name string, lags bool) bool {
+	c, cancel := ctx()
+	defer cancel()
+	return g.check(g.remote().SetListingLags(c, scope, name, lags))
 }

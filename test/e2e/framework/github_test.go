@@ -1,6 +1,8 @@
 package framework
 
 import (
+	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 
@@ -54,5 +56,56 @@ func TestRemoteGitHubControlsTheFake(t *testing.T) {
 	remote.ClearFaults()
 	if n := len(fake.Requests()); n != 0 {
 		t.Errorf("ResetLog left %d requests", n)
+	}
+}
+
+// The secondary limit and the lagging listing reach the fake through the
+// control API as well.
+func TestRemoteGitHubSecondaryAndLag(t *testing.T) {
+	fake := ghfake.New()
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	remote := &RemoteGitHub{BaseURL: srv.URL, Fail: func(err error) { t.Fatal(err) }}
+	org := fixture.Org("acme")
+	fake.AddRunner(org, "r1")
+
+	remote.SetSecondaryLimit(ghfake.SecondaryLimit{PointsPerMinute: 1})
+	get := func() int {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/orgs/acme/actions/runners", nil)
+		req.Header.Set("Authorization", "Bearer "+githubToken)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if first, second := get(), get(); first != 200 || second != 403 {
+		t.Errorf("GETs over a 1-point limit: %d then %d, want 200 then 403", first, second)
+	}
+	if u := remote.SecondaryUsage()[GitHubCredential()]; u.Points != 2 || u.Limited != 1 {
+		t.Errorf("usage %+v, want 2 points and 1 limited for the webhook's credential", u)
+	}
+	remote.ResetSecondaryUsage()
+	if u := fake.SecondaryUsage(); len(u) != 0 {
+		t.Errorf("usage after reset %+v", u)
+	}
+
+	fake.SetBusy(org, "r1", true)
+	if !remote.SetListingLags(org, "r1", true) || remote.SetListingLags(org, "nope", true) {
+		t.Error("SetListingLags: want true for r1, false for an unknown runner")
+	}
+	remote.SetSecondaryLimit(ghfake.SecondaryLimit{Off: true})
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/orgs/acme/actions/runners?name=r1", nil)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Runners []ghfake.Runner `json:"runners"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || len(list.Runners) != 1 || list.Runners[0].Busy {
+		t.Errorf("lagging listing %+v, %v: want r1 listed idle", list, err)
 	}
 }
