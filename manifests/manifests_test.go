@@ -141,8 +141,8 @@ func TestOverlaysRender(t *testing.T) {
 			"ClusterRole/runner-guard", "ClusterRole/runner-guard-metrics-auth", "ClusterRole/runner-guard-metrics-reader",
 			"ClusterRoleBinding/runner-guard", "ClusterRoleBinding/runner-guard-metrics-auth", "ConfigMap/runner-guard-config", "Deployment/runner-guard-webhook",
 			"Namespace/runner-guard-system", "NetworkPolicy/runner-guard-webhook", "PodDisruptionBudget/runner-guard-webhook",
-			"ResourceQuota/runner-guard-critical-pods", "Service/runner-guard-webhook",
-			"ServiceAccount/runner-guard", "ValidatingWebhookConfiguration/runner-guard",
+			"ResourceQuota/runner-guard-critical-pods", "Role/runner-guard-leader-election", "RoleBinding/runner-guard-leader-election",
+			"Service/runner-guard-webhook", "ServiceAccount/runner-guard", "ValidatingWebhookConfiguration/runner-guard",
 		},
 		"certmanager": {
 			"Certificate/runner-guard-ca", "Certificate/runner-guard-serving-cert",
@@ -403,11 +403,13 @@ func TestRBACIsMinimal(t *testing.T) {
 	objs := parse(t, render(t, "default"))
 	role := get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard")
 	want := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch", "delete"}},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-		{APIGroups: []string{"actions.github.com"}, Resources: []string{"ephemeralrunners"}, Verbs: []string{"get", "delete"}},
+		{APIGroups: []string{"actions.github.com"}, Resources: []string{"ephemeralrunners"}, Verbs: []string{"get", "list", "watch", "delete"}},
 		{APIGroups: []string{"actions.summerwind.dev"}, Resources: []string{"runners"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"policy"}, Resources: []string{"poddisruptionbudgets"}, Verbs: []string{"list"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"karpenter.sh"}, Resources: []string{"nodeclaims"}, Verbs: []string{"get", "list"}},
 	}
 	if !reflect.DeepEqual(role.Rules, want) {
 		t.Errorf("ClusterRole rules = %+v\nwant %+v", role.Rules, want)
@@ -422,9 +424,20 @@ func TestRBACIsMinimal(t *testing.T) {
 	if !reflect.DeepEqual(binding.Subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "runner-guard", Namespace: namespace}}) {
 		t.Errorf("subjects = %+v", binding.Subjects)
 	}
+	// The leader election Role may touch Leases (and their Events) in
+	// runner-guard's own namespace only.
+	lease := get[rbacv1.Role](t, objs, "Role", "runner-guard-leader-election")
+	wantLease := []rbacv1.PolicyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
+		{APIGroups: []string{"events.k8s.io", ""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}
+	if !reflect.DeepEqual(lease.Rules, wantLease) || lease.Namespace != namespace {
+		t.Errorf("leader election Role in %q: rules = %+v\nwant %+v in %s", lease.Namespace, lease.Rules, wantLease, namespace)
+	}
 	metricsRBAC := []string{"runner-guard-metrics-auth", "runner-guard-metrics-reader"}
 	for _, o := range objs {
-		if k := o.GetKind(); k == "Role" || k == "RoleBinding" || (strings.HasPrefix(k, "Cluster") && o.GetName() != "runner-guard" && !slices.Contains(metricsRBAC, o.GetName())) {
+		if k := o.GetKind(); ((k == "Role" || k == "RoleBinding") && o.GetName() != "runner-guard-leader-election") ||
+			(strings.HasPrefix(k, "Cluster") && o.GetName() != "runner-guard" && !slices.Contains(metricsRBAC, o.GetName())) {
 			t.Errorf("unexpected RBAC object %s/%s", k, o.GetName())
 		}
 	}

@@ -14,11 +14,18 @@ import (
 
 // webhookRules are the webhook's grants, cluster-wide or in each guarded namespace.
 var webhookRules = []rbacv1.PolicyRule{
-	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch", "delete"}},
 	{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-	{APIGroups: []string{"actions.github.com"}, Resources: []string{"ephemeralrunners"}, Verbs: []string{"get", "delete"}},
+	{APIGroups: []string{"actions.github.com"}, Resources: []string{"ephemeralrunners"}, Verbs: []string{"get", "list", "watch", "delete"}},
 	{APIGroups: []string{"actions.summerwind.dev"}, Resources: []string{"runners"}, Verbs: []string{"get"}},
 	{APIGroups: []string{"policy"}, Resources: []string{"poddisruptionbudgets"}, Verbs: []string{"list"}},
+}
+
+// nodeRules are the disruption controller's cluster-scoped grants: Nodes and
+// Karpenter's NodeClaims.
+var nodeRules = []rbacv1.PolicyRule{
+	{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+	{APIGroups: []string{"karpenter.sh"}, Resources: []string{"nodeclaims"}, Verbs: []string{"get", "list"}},
 }
 
 // TestWebhookRBAC: without guarded namespaces the webhook's grants are a
@@ -30,13 +37,15 @@ func TestWebhookRBAC(t *testing.T) {
 	t.Run("every namespace guarded: ClusterRole", func(t *testing.T) {
 		objs := mustTemplate(t, "--values", "testdata/values/certmanager-token.yaml")
 		role := get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard")
-		if !equalJSON(role.Rules, webhookRules) {
-			t.Errorf("ClusterRole rules %s\nwant %s", toJSON(t, role.Rules), toJSON(t, webhookRules))
+		if want := append(slices.Clone(webhookRules), nodeRules...); !equalJSON(role.Rules, want) {
+			t.Errorf("ClusterRole rules %s\nwant %s", toJSON(t, role.Rules), toJSON(t, want))
 		}
 		b := get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "runner-guard")
 		checkBinding(t, "ClusterRoleBinding runner-guard", b.RoleRef, b.Subjects, "ClusterRole")
 		for _, r := range objs.ofKind("Role") {
-			t.Errorf("Role %s/%s without guarded namespaces", r.GetNamespace(), r.GetName())
+			if r.GetName() != "runner-guard-leader-election" {
+				t.Errorf("Role %s/%s without guarded namespaces", r.GetNamespace(), r.GetName())
+			}
 		}
 		checkMetricsAuth(t, objs)
 	})
@@ -46,6 +55,9 @@ func TestWebhookRBAC(t *testing.T) {
 		objs := mustTemplate(t, "--values", vf)
 		var nss []string
 		for _, r := range objs.ofKind("Role") {
+			if r.GetName() == "runner-guard-leader-election" || r.GetName() == "runner-guard-node-events" {
+				continue
+			}
 			role := get[rbacv1.Role](t, objs.inNamespace(r.GetNamespace()), "Role", r.GetName())
 			nss = append(nss, role.Namespace)
 			if role.Name != "runner-guard" || !equalJSON(role.Rules, webhookRules) {
