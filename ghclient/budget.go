@@ -95,15 +95,15 @@ type BudgetConfig struct {
 func (c BudgetConfig) Validate() error {
 	switch {
 	case c.PointsPerMinute < 0:
-		return fmt.Errorf("PointsPerMinute must not be negative, got %d", c.PointsPerMinute)
+		return fmt.Errorf("BudgetConfig.PointsPerMinute must not be negative, got %d", c.PointsPerMinute)
 	case c.PointsPerMinute > GitHubPointsPerMinute:
-		return fmt.Errorf("PointsPerMinute %d is more than GitHub allows a credential (%d a minute): GitHub would limit or ban it", c.PointsPerMinute, GitHubPointsPerMinute)
+		return fmt.Errorf("BudgetConfig.PointsPerMinute %d is more than GitHub allows a credential (%d a minute): GitHub would limit or ban it", c.PointsPerMinute, GitHubPointsPerMinute)
 	case c.Concurrency < 0:
-		return fmt.Errorf("Concurrency must not be negative, got %d", c.Concurrency)
+		return fmt.Errorf("BudgetConfig.Concurrency must not be negative, got %d", c.Concurrency)
 	case c.Concurrency > GitHubConcurrency:
-		return fmt.Errorf("Concurrency %d is more than GitHub allows a credential (%d requests at once)", c.Concurrency, GitHubConcurrency)
+		return fmt.Errorf("BudgetConfig.Concurrency %d is more than GitHub allows a credential (%d requests at once)", c.Concurrency, GitHubConcurrency)
 	case c.Replicas < 0:
-		return fmt.Errorf("Replicas must not be negative, got %d", c.Replicas)
+		return fmt.Errorf("BudgetConfig.Replicas must not be negative, got %d", c.Replicas)
 	}
 	return nil
 }
@@ -135,7 +135,7 @@ type Budgets struct {
 // NewBudgets validates cfg.
 func NewBudgets(cfg BudgetConfig, m *Metrics) (*Budgets, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("invalid BudgetConfig: %w", err)
+		return nil, fmt.Errorf("invalid %w", err)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

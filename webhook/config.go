@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
+
+	"github.com/runner-guard/runner-guard/ghclient"
 )
 
 // OnErrorPolicy says what to do when runner-guard cannot get an answer from
@@ -36,7 +38,7 @@ func ParseOnErrorPolicy(s string) (OnErrorPolicy, error) {
 const (
 	DefaultForceAnnotation   = "runner-guard.io/force-delete"
 	DefaultBusyRetryAfter    = 10 * time.Second
-	DefaultBusyRetryMax      = time.Minute
+	DefaultBusyRetryMax      = 10 * time.Minute
 	DefaultRecentAdmittedTTL = 10 * time.Second
 	DefaultGitHubTimeout     = 5 * time.Second
 	DefaultWebhookTimeout    = 10 * time.Second
@@ -100,10 +102,32 @@ type Config struct {
 	// users, disrupted pods) answers later read-only look-ups of the same
 	// runner, so forged reviews cannot spend the rate limit.
 	ReadOnlyMemoryTTL metav1.Duration `json:"readOnlyMemoryTTL,omitempty"`
+	// GitHubBudget is how much of GitHub's rate limits runner-guard's
+	// Deployment may use, per credential.
+	GitHubBudget GitHubBudget `json:"githubBudget,omitempty"`
 
 	// OnErrorSource names the setting that chose OnError, for denial messages
 	// ("--on-error=deny", "onError: deny in --config"); empty means the flag's default.
 	OnErrorSource string `json:"-"`
+}
+
+// GitHubBudget is the Deployment's share of GitHub's secondary rate limits
+// for each credential (900 points a minute, where a GET costs 1 and a DELETE
+// 5; 100 requests at once). Each replica holds replicas' share of it, so the
+// Deployment stays inside it whichever replica the API server asks.
+type GitHubBudget struct {
+	// PointsPerMinute for the whole Deployment (default 450, half of GitHub's).
+	PointsPerMinute int `json:"pointsPerMinute,omitempty"`
+	// Concurrency for the whole Deployment (default 50).
+	Concurrency int `json:"concurrency,omitempty"`
+	// Replicas share the budget (the chart passes replicaCount; default 1).
+	// With more replicas than this, the Deployment may spend more.
+	Replicas int `json:"replicas,omitempty"`
+}
+
+// BudgetConfig is the budget for ghclient.NewBudgets.
+func (b GitHubBudget) BudgetConfig() ghclient.BudgetConfig {
+	return ghclient.BudgetConfig{PointsPerMinute: b.PointsPerMinute, Concurrency: b.Concurrency, Replicas: b.Replicas}
 }
 
 // CredentialsMode says where runners' GitHub credentials come from.
@@ -298,6 +322,15 @@ func (c *Config) Default() {
 	if c.ReadOnlyMemoryTTL.Duration == 0 {
 		c.ReadOnlyMemoryTTL.Duration = DefaultReadOnlyMemoryTTL
 	}
+	if c.GitHubBudget.PointsPerMinute == 0 {
+		c.GitHubBudget.PointsPerMinute = ghclient.DefaultBudgetPointsPerMinute
+	}
+	if c.GitHubBudget.Concurrency == 0 {
+		c.GitHubBudget.Concurrency = ghclient.DefaultBudgetConcurrency
+	}
+	if c.GitHubBudget.Replicas == 0 {
+		c.GitHubBudget.Replicas = 1
+	}
 }
 
 // Validate checks a defaulted Config and compiles its selectors. Paths are
@@ -346,6 +379,22 @@ func (c *Config) Validate() field.ErrorList {
 	}
 	for i := range c.ScopeBindings {
 		errs = append(errs, c.ScopeBindings[i].validate(field.NewPath("scopeBindings").Index(i), seen)...)
+	}
+	budget := field.NewPath("githubBudget")
+	switch b := c.GitHubBudget; {
+	case b.PointsPerMinute < 0 || b.PointsPerMinute > ghclient.GitHubPointsPerMinute:
+		errs = append(errs, field.Invalid(budget.Child("pointsPerMinute"), b.PointsPerMinute,
+			fmt.Sprintf("must be between 1 and GitHub's %d points a minute per credential", ghclient.GitHubPointsPerMinute)))
+	case b.Replicas > 0 && b.PointsPerMinute > 0 && b.PointsPerMinute/b.Replicas < 5:
+		errs = append(errs, field.Invalid(budget.Child("pointsPerMinute"), b.PointsPerMinute,
+			fmt.Sprintf("leaves each of %d replicas less than one DELETE (5 points) a minute", b.Replicas)))
+	}
+	if b := c.GitHubBudget; b.Concurrency < 0 || b.Concurrency > ghclient.GitHubConcurrency {
+		errs = append(errs, field.Invalid(budget.Child("concurrency"), b.Concurrency,
+			fmt.Sprintf("must be between 1 and GitHub's %d concurrent requests per credential", ghclient.GitHubConcurrency)))
+	}
+	if c.GitHubBudget.Replicas < 0 {
+		errs = append(errs, field.Invalid(budget.Child("replicas"), c.GitHubBudget.Replicas, "must not be negative"))
 	}
 	for i, ns := range c.RunnerNamespaces {
 		for _, msg := range validation.IsDNS1123Label(ns) {

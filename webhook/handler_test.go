@@ -37,7 +37,8 @@ type harness struct {
 
 func newHarness(t *testing.T, cfg Config, pods ...*corev1.Pod) *harness {
 	t.Helper()
-	gh, client := fixture.FakeGitHub(t)
+	clock := fixture.NewClock(time.Now())
+	gh, client := fixture.FakeGitHubClocked(t, clock.Now)
 	// ARC's legacy Runner of the pod "ci/runner-1" that arcLegacy builds.
 	objs := []runtime.Object{legacyRunner().Obj()}
 	for _, p := range pods {
@@ -46,7 +47,7 @@ func newHarness(t *testing.T, cfg Config, pods ...*corev1.Pod) *harness {
 	if err := cfg.Complete(); err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{clock: fixture.NewClock(time.Now()), github: gh, events: events.NewFakeRecorder(100), metrics: NewMetrics()}
+	h := &harness{clock: clock, github: gh, events: events.NewFakeRecorder(100), metrics: NewMetrics()}
 	reader := fake.NewClientBuilder().WithRuntimeObjects(objs...).Build()
 	handler, err := NewHandler(Options{
 		Config:  cfg,
@@ -392,10 +393,12 @@ func TestHandlerRepeatedReviewsCostOneUnregister(t *testing.T) {
 	}
 }
 
-// A "busy" answer is remembered for busyRetryAfter, growing while the runner
-// stays busy; an admission is never made from memory: once the memory runs
-// out GitHub is asked again, and the idle runner's pod goes.
-func TestHandlerBusyRememberedThenAskedAgain(t *testing.T) {
+// After GitHub's "busy" (a 422), the runner is re-checked with its scope's
+// shared listing, which costs no DELETE: a listing that shows it busy refuses,
+// one younger than ghclient.ListingTTL answers with no request at all, and
+// once it shows the runner idle the DELETE decides, and the pod goes. An
+// admission is never made from a listing or from memory.
+func TestHandlerBusyRecheckedByListing(t *testing.T) {
 	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").RunnerID(1001).Running().Obj()
 	h := newHarness(t, Config{}, pod)
 	h.github.AddRunner(acme(), "runner-1")
@@ -407,17 +410,68 @@ func TestHandlerBusyRememberedThenAskedAgain(t *testing.T) {
 			t.Fatalf("allowed = %v, result %+v; want allowed %v, reason %s", out.Response.Allowed, out.Response.Result, allowed, reason)
 		}
 	}
-	deleteAndWant(false, ReasonRunnerBusy)   // asked: busy, remembered 10s
-	deleteAndWant(false, ReasonRecentlyBusy) // from memory
+	deleteAndWant(false, ReasonRunnerBusy) // the DELETE: 422
+	deleteAndWant(false, ReasonListedBusy) // busy lately: the listing is taken, and shows it busy
+	before := h.github.Count("")
+	deleteAndWant(false, ReasonListedBusy) // the same listing, still fresh
+	if got := h.github.Count(""); got != before {
+		t.Fatalf("a fresh listing cost %d requests", got-before)
+	}
+	h.clock.Advance(ghclient.ListingTTL)
+	deleteAndWant(false, ReasonListedBusy) // renewed: still busy
+	h.github.SetBusy(acme(), "runner-1", false)
+	h.clock.Advance(ghclient.ListingTTL)
+	deleteAndWant(true, ReasonUnregistered) // renewed: idle, so the DELETE decides
+	if got := h.github.Count("DELETE"); got != 2 {
+		t.Errorf("DELETEs = %d, want 2 (the listing's refusals send none)", got)
+	}
+}
+
+// A listing that says idle never lets a pod go on its own: GitHub's listing
+// lags its broker (actions/runner#4422), so the DELETE's 422 wins.
+func TestHandlerLaggingListingNeverAdmits(t *testing.T) {
+	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").RunnerID(1001).Running().Obj()
+	h := newHarness(t, Config{}, pod)
+	h.github.AddRunner(acme(), "runner-1")
+	h.github.SetBusy(acme(), "runner-1", true)
+	h.github.SetListingLags(acme(), "runner-1", true) // listed idle, DELETE answers 422
+	for i, want := range []Reason{ReasonRunnerBusy, ReasonRunnerBusy, ReasonRunnerBusy} {
+		_, out := h.post(t, reviewJSON(t, request{op: OperationDelete, pod: pod}))
+		if out.Response.Allowed || !strings.Contains(out.Response.Result.Message, string(want)) {
+			t.Fatalf("delete %d: allowed = %v, result %+v; want a refusal with %s", i, out.Response.Allowed, out.Response.Result, want)
+		}
+		h.clock.Advance(ghclient.ListingTTL)
+	}
+	if got := h.github.Count("DELETE"); got != 3 {
+		t.Errorf("DELETEs = %d, want 3: a listing saying idle is followed by the DELETE", got)
+	}
+}
+
+// When nothing fresher can be had (the listing fails), the remembered "busy"
+// refuses, for busyRetryAfter, growing while the runner stays busy; past it
+// the DELETE asks again.
+func TestHandlerBusyRememberedWhenNoListing(t *testing.T) {
+	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").RunnerID(1001).Running().Obj()
+	h := newHarness(t, Config{}, pod)
+	h.github.AddRunner(acme(), "runner-1")
+	h.github.SetBusy(acme(), "runner-1", true)
+	deleteAndWant := func(allowed bool, reason Reason) {
+		t.Helper()
+		_, out := h.post(t, reviewJSON(t, request{op: OperationDelete, pod: pod}))
+		if out.Response.Allowed != allowed || !strings.Contains(out.Response.Result.Message, string(reason)) {
+			t.Fatalf("allowed = %v, result %+v; want allowed %v, reason %s", out.Response.Allowed, out.Response.Result, allowed, reason)
+		}
+	}
+	deleteAndWant(false, ReasonRunnerBusy) // asked: busy, remembered 10s
+	h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Method: http.MethodGet, PathContains: "/actions/runners", Status: http.StatusBadGateway})
+	deleteAndWant(false, ReasonRecentlyBusy) // the listing fails: from memory
 	h.clock.Advance(DefaultBusyRetryAfter)   // memory ran out
 	deleteAndWant(false, ReasonRunnerBusy)   // asked again: still busy, remembered 20s
-	h.clock.Advance(DefaultBusyRetryAfter)   // half of it
-	deleteAndWant(false, ReasonRecentlyBusy) // from memory
 	h.github.SetBusy(acme(), "runner-1", false)
-	h.clock.Advance(DefaultBusyRetryAfter)
+	h.clock.Advance(2 * DefaultBusyRetryAfter)
 	deleteAndWant(true, ReasonUnregistered)
 	if got := h.github.Count("DELETE"); got != 3 {
-		t.Errorf("DELETEs = %d, want 3 (the remembered refusals ask nothing)", got)
+		t.Errorf("DELETEs = %d, want 3 (the remembered refusal asks nothing)", got)
 	}
 }
 

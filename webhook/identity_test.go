@@ -148,7 +148,10 @@ func TestResolverProvenance(t *testing.T) {
 }
 
 // statusGitHub answers every look-up "idle" and counts them.
-type statusGitHub struct{ unregisters, statuses int }
+type statusGitHub struct {
+	noListing
+	unregisters, statuses int
+}
 
 func (s *statusGitHub) Unregister(context.Context, ghclient.Runner) (ghclient.Outcome, error) {
 	s.unregisters++

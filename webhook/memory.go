@@ -64,7 +64,11 @@ func targetKey(t Target) string { return t.Scope.String() + "\x00" + t.Name }
 
 // busyMemo is what the busy memory says about one runner.
 type busyMemo struct {
-	// Wait is how long a remembered "busy" is still trusted; 0: ask GitHub.
+	// Known: GitHub (or a listing) said busy recently, so the runner is
+	// re-checked with knowledge that costs less than a DELETE first.
+	Known bool
+	// Wait is how long a remembered "busy" is still trusted when nothing
+	// fresher can be had (the budget is spent); 0: not trusted any more.
 	Wait time.Duration
 	// Next is how long the "busy" GitHub just answered will be trusted.
 	Next time.Duration
@@ -96,18 +100,20 @@ func newBusyMemory(first, cap time.Duration, now func() time.Time) *busyMemory {
 	return &busyMemory{first: first, cap: max(cap, first), now: now, entries: map[string]busyEntry{}}
 }
 
-// recall returns how long a remembered "busy" is still trusted, 0 if none.
-func (m *busyMemory) recall(t Target) time.Duration {
+// recall returns what is remembered of the runner: whether it was busy
+// lately, and how long that is still trusted (0 if no longer).
+func (m *busyMemory) recall(t Target) busyMemo {
 	if m.first <= 0 {
-		return 0
+		return busyMemo{}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.entries[targetKey(t)]
-	if !ok {
-		return 0
+	now := m.now()
+	if !ok || now.Sub(e.seen) > 2*m.cap {
+		return busyMemo{}
 	}
-	return max(e.until.Sub(m.now()), 0)
+	return busyMemo{Known: true, Wait: max(e.until.Sub(now), 0)}
 }
 
 // busy records a "busy" answer and returns how long it will be trusted.

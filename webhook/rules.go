@@ -50,6 +50,9 @@ const (
 	ReasonCredentials        Reason = "credentials-unusable"
 	ReasonRecentlyAdmitted   Reason = "recently-admitted"
 	ReasonRecentlyBusy       Reason = "recently-busy"
+	ReasonJobRunning         Reason = "runner-job-running"
+	ReasonListedBusy         Reason = "runner-listed-busy"
+	ReasonBudgetSpent        Reason = "github-budget-spent"
 	ReasonPDBBlocks          Reason = "disruption-budget"
 	ReasonBypassUser         Reason = "bypass-user"
 	ReasonDisrupted          Reason = "disrupted-pod"
@@ -81,6 +84,7 @@ const (
 	EventNotOwner           = "RunnerOwnerMismatch"
 	EventRunnerLookupFailed = "RunnerLookupFailed"
 	EventScopeNotBound      = "RunnerScopeNotBound"
+	EventBudgetSpent        = "GitHubBudgetSpent"
 )
 
 // Decision is the outcome of one review.
@@ -151,7 +155,24 @@ type githubResult struct {
 	Outcome ghclient.Outcome
 	Status  *ghclient.RunnerStatus
 	Err     error
+	// listedAt is when the listing that said busy was taken.
+	listedAt time.Time
+	// From says where a "busy" came from when GitHub was not asked to
+	// unregister: the scope's listing, or the busy memory.
+	From knowledge
 }
+
+// knowledge is where a decision's word on the runner came from, for the
+// decisions-from-knowledge metric. Each source can prove "busy", never
+// "idle": only GitHub's DELETE (or a look-up) lets a pod go.
+type knowledge string
+
+const (
+	knowGitHub    knowledge = "github"     // a request about this runner
+	knowJobFields knowledge = "job-fields" // the EphemeralRunner's job fields
+	knowListing   knowledge = "listing"    // the scope's shared listing
+	knowMemory    knowledge = "memory"     // GitHub's "busy", remembered
+)
 
 // busy reports a look-up that found the runner busy.
 func (g githubResult) busy() bool {
@@ -178,6 +199,11 @@ type policy struct {
 type GitHub interface {
 	Unregister(ctx context.Context, r ghclient.Runner) (ghclient.Outcome, error)
 	Status(ctx context.Context, r ghclient.Runner) (ghclient.RunnerStatus, error)
+	// Listed answers from the runner's scope listing: from a fresh one only,
+	// or, with refresh, taking it anew (cheap: one point per 100 runners).
+	Listed(ctx context.Context, r ghclient.Runner, refresh bool) (ghclient.Listing, error)
+	// Pressed says the runner's credential budget is getting short.
+	Pressed(r ghclient.Runner) bool
 }
 
 var _ GitHub = &ghclient.Router{}
@@ -256,6 +282,11 @@ func (d *decider) decide(ctx context.Context, r review) (Decision, Target) {
 			d.resolve(ctx, &r, reached)
 		}
 		if dec, ok := rl.decide(&r, &d.policy); ok {
+			if dec.Reason == ReasonJobRunning {
+				d.metrics.knowledge(knowJobFields)
+			} else if reached == stageGitHub && !r.readOnly(&d.policy) {
+				d.metrics.knowledge(r.GitHub.From)
+			}
 			switch dec.Reason {
 			case ReasonUnregistered, ReasonRunnerNotFound:
 				d.memory.remember(r.Pod.UID, r.Target)
@@ -284,7 +315,7 @@ func (d *decider) resolve(ctx context.Context, r *review, s stage) {
 		r.resolution = d.resolver.resolve(ctx, r.Pod, r.Spec)
 		if r.askable() {
 			r.RecentlyAdmitted = d.memory.admitted(r.Pod.UID, r.Target)
-			r.Busy.Wait = d.busy.recall(r.Target)
+			r.Busy = d.busy.recall(r.Target)
 		}
 		if r.Operation == OperationEvict && !r.DryRun {
 			r.PDBBlocks, r.PDBSeveral = d.blockingPDB(ctx, r.Pod)
@@ -303,9 +334,9 @@ func (d *decider) resolve(ctx context.Context, r *review, s stage) {
 		r.GitHub = d.askGitHub(ctx, r)
 		if !r.readOnly(&d.policy) {
 			switch {
-			case r.GitHub.Err == nil && r.GitHub.Outcome == ghclient.Busy:
+			case r.GitHub.Err == nil && r.GitHub.Outcome == ghclient.Busy && r.GitHub.From != knowMemory:
 				r.Busy.Next = d.busy.busy(r.Target)
-			case r.GitHub.Err == nil:
+			case r.GitHub.Err == nil && r.GitHub.Outcome != ghclient.Busy:
 				d.busy.forget(r.Target)
 			}
 		}
@@ -344,9 +375,47 @@ func (d *decider) askGitHub(ctx context.Context, r *review) githubResult {
 		}
 		return res
 	}
-	out, err := d.github.Unregister(ctx, t.runner())
+	res, listed := d.knownBusy(ctx, r)
+	if res.Outcome == ghclient.Busy {
+		log.V(1).Info("runner known busy: not asking GitHub to unregister it", "from", res.From, "took", time.Since(start))
+		return res
+	}
+	prio := ghclient.PriorityRelease
+	if r.Busy.Known && listed == ghclient.ListedUnknown {
+		// Busy lately and nothing cheaper says its job ended: a re-check,
+		// which yields to unregisters that can let a pod go.
+		prio = ghclient.PriorityRecheck
+	}
+	out, err := d.github.Unregister(ghclient.WithPriority(ctx, prio), t.runner())
 	log.V(1).Info("asked GitHub to unregister runner", "outcome", out.String(), "error", errString(err), "took", time.Since(start))
-	return githubResult{Outcome: out, Err: err}
+	var spent *ghclient.Spent
+	if errors.As(err, &spent) && r.Busy.Wait > 0 {
+		// The budget is spent and the runner was busy moments ago: say so
+		// from memory rather than fail.
+		return githubResult{Outcome: ghclient.Busy, From: knowMemory}
+	}
+	return githubResult{Outcome: out, Err: err, From: knowGitHub}
+}
+
+// knownBusy answers "busy" from knowledge that costs less than a DELETE: the
+// scope's shared listing, taken anew only for a runner busy lately or when the
+// budget is pressed (else only a fresh one is read, at no cost). A listing
+// that says idle proves nothing (it lags GitHub's broker): the DELETE decides.
+// It also returns what the listing said (ListedUnknown: no listing).
+func (d *decider) knownBusy(ctx context.Context, r *review) (githubResult, ghclient.ListedState) {
+	refresh := r.Busy.Known || d.github.Pressed(r.Target.runner())
+	ls, err := d.github.Listed(ctx, r.Target.runner(), refresh)
+	switch {
+	case err == nil && ls.State == ghclient.ListedBusy:
+		return githubResult{Outcome: ghclient.Busy, From: knowListing, listedAt: ls.Taken}, ls.State
+	case err != nil && r.Busy.Wait > 0:
+		// No listing to be had (the budget is spent, GitHub failed): the
+		// remembered "busy" still holds.
+		return githubResult{Outcome: ghclient.Busy, From: knowMemory}, ghclient.ListedUnknown
+	case err != nil:
+		return githubResult{}, ghclient.ListedUnknown
+	}
+	return githubResult{}, ls.State
 }
 
 func errString(err error) string {
@@ -425,17 +494,21 @@ func decisionTable() []rule {
 		{[]Reason{ReasonNotOwner}, stageRunner, ruleNotOwner},
 		{[]Reason{ReasonRunnerLookupFailed}, stageRunner, ruleRunnerLookupFailed},
 		{[]Reason{ReasonRemovedByARC}, stageRunner, ruleRemovedByARC},
+		{[]Reason{ReasonNamespaceDeleting}, stageRunner, ruleNamespaceDeleting},
+		{[]Reason{ReasonJobRunning}, stageRunner, ruleJobRunning},
 		{[]Reason{ReasonScopeUnknown}, stageRunner, ruleScopeUnknown},
 		{[]Reason{ReasonScopeNotBound}, stageRunner, ruleScopeNotBound},
 		{[]Reason{ReasonCredentials}, stageRunner, ruleCredentialsUnusable},
 		{[]Reason{ReasonRecentlyAdmitted}, stageRunner, ruleRecentlyAdmitted},
-		{[]Reason{ReasonRecentlyBusy}, stageRunner, ruleRecentlyBusy},
 		{[]Reason{ReasonPDBBlocks}, stageRunner, rulePDBBlocks},
 		{[]Reason{ReasonBypassUser, ReasonDisrupted, ReasonBypassBusy}, stageGitHub, ruleBypass},
 		{[]Reason{ReasonDryRunBusy, ReasonDryRunIdle, ReasonDryRunNotFound}, stageGitHub, ruleDryRun},
+		{[]Reason{ReasonRecentlyBusy}, stageGitHub, ruleRecentlyBusy},
+		{[]Reason{ReasonListedBusy}, stageGitHub, ruleListedBusy},
 		{[]Reason{ReasonUnregistered, ReasonRunnerNotFound}, stageGitHub, ruleUnregistered},
 		{[]Reason{ReasonRunnerBusy}, stageGitHub, ruleRunnerBusy},
 		{[]Reason{ReasonDeadline}, stageGitHub, ruleDeadline},
+		{[]Reason{ReasonBudgetSpent}, stageGitHub, ruleBudgetSpent},
 		{[]Reason{ReasonRateLimited}, stageGitHub, ruleRateLimited},
 		{[]Reason{ReasonGitHubError}, stageGitHub, ruleGitHubError},
 		{[]Reason{ReasonGitHubError}, stageGitHub, ruleUnexpectedOutcome},
@@ -674,17 +747,71 @@ func ruleRecentlyAdmitted(r *review, _ *policy) (Decision, bool) {
 	return allow(ReasonRecentlyAdmitted, "deletion of this pod was admitted moments ago; runner already unregistered"), true
 }
 
-// Rule 5c: GitHub answered "busy" for this runner moments ago. A remembered
-// refusal is always safe, and it keeps retries (kubectl drain retries every
-// 5 s whatever retryAfterSeconds says) from spending the rate limit.
+// Rule 4f: ARC's listener wrote a job into the EphemeralRunner's status:
+// the runner took a job, and the fields are never cleared while it lives. No
+// GitHub request is needed to refuse. Empty fields prove nothing (a runner
+// is assigned a job before the listener hears it started), so they never let
+// a pod go. Bypass users and disrupted pods are left to their look-up: the
+// fields stay set on a runner whose node died mid-job.
+func ruleJobRunning(r *review, p *policy) (Decision, bool) {
+	if r.ARC == nil || !r.ARC.Job.Started() || (!r.DryRun && r.readOnly(p)) {
+		return Decision{}, false
+	}
+	d := busyDenial(r, p, p.BusyRetryAfter)
+	d.Reason = ReasonJobRunning
+	d.Message = strings.Replace(d.Message, "is running a job", fmt.Sprintf("is running a job (EphemeralRunner %s records it; GitHub not asked)", r.ARC.EphemeralRunner), 1)
+	return d, true
+}
+
+// Rule 6c: GitHub answered "busy" for this runner moments ago, and nothing
+// fresher can be had now (the request budget is spent, or the listing
+// failed). A remembered refusal is always safe: at worst a pod waits longer.
 func ruleRecentlyBusy(r *review, p *policy) (Decision, bool) {
-	if r.DryRun || r.Busy.Wait <= 0 {
+	if r.DryRun || r.GitHub.From != knowMemory {
 		return Decision{}, false
 	}
 	d := busyDenial(r, p, r.Busy.Wait)
 	d.Reason = ReasonRecentlyBusy
 	// One Event per GitHub answer is enough; the repeats are counted in the metric.
 	d.EventType, d.EventReason = "", ""
+	return d, true
+}
+
+// Rule 6d: the scope's listing shows the runner busy. A listing that says busy
+// is safe to refuse on (one that says idle is never enough to let a pod go),
+// and it answers every retry in the scope for the price of one request per
+// 100 runners. runner-guard looks again when the listing is renewed.
+func ruleListedBusy(r *review, p *policy) (Decision, bool) {
+	if r.DryRun || r.GitHub.Err != nil || r.GitHub.From != knowListing || r.GitHub.Outcome != ghclient.Busy {
+		return Decision{}, false
+	}
+	wait := ghclient.ListingTTL - time.Since(r.GitHub.listedAt)
+	d := busyDenial(r, p, max(wait, time.Second))
+	d.Reason = ReasonListedBusy
+	d.Message = strings.Replace(d.Message, "is running a job", "is running a job (GitHub's runner listing shows it busy)", 1)
+	if !r.Busy.Known {
+		return d, true
+	}
+	// The first refusal of a runner says so in an Event; the repeats only count.
+	d.EventType, d.EventReason = "", ""
+	return d, true
+}
+
+// Rule 8c: runner-guard's own GitHub request budget for the runner's
+// credential has no room before the API server's deadline, and nothing says
+// the runner is busy. Nothing was sent: the refusal is whatever the on-error
+// policy, since GitHub was not failing, only not asked. Drains retry the 429.
+func ruleBudgetSpent(r *review, p *policy) (Decision, bool) {
+	var spent *ghclient.Spent
+	if !errors.As(r.GitHub.Err, &spent) || spent.GitHub {
+		return Decision{}, false
+	}
+	wait := max(spent.RetryAfter, time.Second)
+	d := Decision{Reason: ReasonBudgetSpent, Code: http.StatusServiceUnavailable,
+		Message: fmt.Sprintf("runner %q of pod %s: %v; nothing was sent to GitHub, so the runner is still registered: retry in %s (the budget is githubBudget in --config)",
+			r.Target.Name, r.podRef(), spent, roundUp(wait))}
+	refusedEviction(r, p, &d, wait)
+	d.EventType, d.EventReason = corev1.EventTypeWarning, EventBudgetSpent
 	return d, true
 }
 
@@ -814,10 +941,17 @@ func ruleDeadline(r *review, p *policy) (Decision, bool) {
 // retries a 429 up to 10 times and kubectl delete would hang without output.
 func ruleRateLimited(r *review, p *policy) (Decision, bool) {
 	var rl *ghclient.RateLimited
-	if !errors.As(r.GitHub.Err, &rl) {
+	var held *ghclient.Spent
+	var wait time.Duration
+	switch {
+	case errors.As(r.GitHub.Err, &rl):
+		wait = max(rl.RetryAfter, time.Second)
+	case errors.As(r.GitHub.Err, &held) && held.GitHub:
+		// GitHub's own limit holds the credential: nothing was sent.
+		wait = max(held.RetryAfter, time.Second)
+	default:
 		return Decision{}, false
 	}
-	wait := max(rl.RetryAfter, time.Second)
 	msg := fmt.Sprintf("GitHub rate limit reached while checking runner %q in %s; retry in %s (at %s): %v",
 		r.Target.Name, r.Target.Scope, roundUp(wait), time.Now().Add(wait).UTC().Format(time.RFC3339), r.GitHub.Err)
 	d := onError(p, ReasonRateLimited, msg, http.StatusServiceUnavailable)

@@ -2,10 +2,12 @@ package webhook
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -22,7 +24,10 @@ func (o oneRunner) Resolve(context.Context, *corev1.Pod) (*arc.Runner, error) { 
 func (o oneRunner) Retire(context.Context, *arc.Runner) error                 { return nil }
 
 // countingGitHub counts questions and answers every one "busy".
-type countingGitHub struct{ calls int }
+type countingGitHub struct {
+	noListing
+	calls int
+}
 
 func (c *countingGitHub) Unregister(context.Context, ghclient.Runner) (ghclient.Outcome, error) {
 	c.calls++
@@ -83,5 +88,52 @@ func TestScaleSetGitHubComRunnerAskedAtGitHubURL(t *testing.T) {
 	dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Namespace: "ci", Name: "set-1", Pod: pod})
 	if dec.Reason != ReasonRunnerBusy || gh.calls != 1 {
 		t.Fatalf("decision %s after %d GitHub calls; want runner-busy after 1: %s", dec.Reason, gh.calls, dec.Message)
+	}
+}
+
+// ARC's listener writes a job into the EphemeralRunner's status when the job
+// starts, and never clears it: a runner whose fields are set is refused with
+// no GitHub request. Empty fields prove nothing, so the DELETE decides; bypass
+// users (pod GC after a node died) get their look-up, since the fields stay
+// set on a runner whose node died mid-job.
+func TestScaleSetJobFieldsProveBusy(t *testing.T) {
+	pod := fixture.MakeScaleSetRunnerPod("ci", "set-1").Running().Obj()
+	job := arc.Job{RequestID: 31, ID: "job-9", Repository: "acme/app", WorkflowRunID: 4242, DisplayName: "build"}
+	tests := map[string]struct {
+		job       arc.Job
+		op        Operation
+		user      string
+		dryRun    bool
+		wantCalls int
+		want      Reason
+		wantCode  int32
+	}{
+		"job fields set: refused without GitHub":   {job: job, op: OperationDelete, want: ReasonJobRunning, wantCode: http.StatusForbidden},
+		"job fields set, eviction: a 429":          {job: job, op: OperationEvict, want: ReasonJobRunning, wantCode: http.StatusTooManyRequests},
+		"only the request ID set: still proof":     {job: arc.Job{RequestID: 31}, op: OperationDelete, want: ReasonJobRunning, wantCode: http.StatusForbidden},
+		"dry run with job fields":                  {job: job, op: OperationDelete, dryRun: true, want: ReasonJobRunning, wantCode: http.StatusForbidden},
+		"empty fields: the DELETE decides":         {op: OperationDelete, wantCalls: 1, want: ReasonRunnerBusy, wantCode: http.StatusForbidden},
+		"bypass user with job fields: the look-up": {job: job, op: OperationDelete, user: "system:serviceaccount:kube-system:pod-garbage-collector", wantCalls: 1, want: ReasonBypassBusy, wantCode: http.StatusForbidden},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			gh := &countingGitHub{}
+			d := newDecider(DefaultConfig(), gh, fake.NewClientBuilder().WithObjects(pod.DeepCopy()).Build(), time.Now)
+			d.resolver.runners = oneRunner{&arc.Runner{Runner: ghclient.Runner{Scope: fixture.Org("acme"), Name: "set-1", ID: 7, IDTrusted: true},
+				BaseURL: ghclient.DefaultBaseURL, EphemeralRunner: types.NamespacedName{Namespace: "ci", Name: "set-1"}, Job: tc.job}}
+			d.resolver.githubBase = ghclient.DefaultBaseURL
+			dec, _ := d.decide(context.Background(), review{Operation: tc.op, Namespace: "ci", Name: "set-1", Pod: pod.DeepCopy(),
+				DryRun: tc.dryRun, User: authenticationv1.UserInfo{Username: tc.user}})
+			if dec.Reason != tc.want || dec.Allowed || dec.Code != tc.wantCode || gh.calls != tc.wantCalls {
+				t.Fatalf("decision %s (allowed %v, code %d), %d GitHub calls; want %s, code %d, %d calls: %s",
+					dec.Reason, dec.Allowed, dec.Code, gh.calls, tc.want, tc.wantCode, tc.wantCalls, dec.Message)
+			}
+			if !strings.Contains(dec.Message, "runner busy") {
+				t.Errorf("message lacks \"runner busy\": %s", dec.Message)
+			}
+			if tc.want == ReasonJobRunning && tc.job.Repository != "" && !strings.Contains(dec.Message, "acme/app") {
+				t.Errorf("message does not name the job's repository: %s", dec.Message)
+			}
+		})
 	}
 }

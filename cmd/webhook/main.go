@@ -99,6 +99,13 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 
 	ghMetrics := ghclient.NewMetrics()
 	gcfg.Metrics = ghMetrics
+	// One budget per credential, shared by the static client and every
+	// client built from runners' own credentials, whatever sends the request.
+	budgets, err := ghclient.NewBudgets(hcfg.GitHubBudget.BudgetConfig(), ghMetrics)
+	if err != nil {
+		return fmt.Errorf("githubBudget in --config: %w", err)
+	}
+	gcfg.Budgets = budgets
 	var static *ghclient.Client
 	if staticCreds {
 		if static, err = ghclient.New(gcfg); err != nil {
@@ -106,7 +113,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		}
 	}
 	gh, err := ghclient.NewRouter(ghclient.RouterConfig{Default: static, AllowHTTP: opts.githubAllowHTTP,
-		CABundle: ca, UserAgent: gcfg.UserAgent, Metrics: ghMetrics})
+		CABundle: ca, UserAgent: gcfg.UserAgent, Metrics: ghMetrics, Budgets: budgets})
 	if err != nil {
 		return fmt.Errorf("GitHub client: %w", err)
 	}
@@ -185,7 +192,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	if err != nil {
 		return fmt.Errorf("API client: %w", err)
 	}
-	runners := arc.NewResolver(arc.Options{Reader: mgr.GetAPIReader(), Writer: writer, CredentialsFromARC: arcMode})
+	runners := arc.NewResolver(arc.Options{Reader: mgr.GetAPIReader(), Writer: writer, CredentialsFromARC: arcMode, StaticCredentials: staticCreds})
 	// Retiring happens after the admission call, on the replica that
 	// admitted the deletion.
 	var retirements webhook.Retirements
