@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -27,6 +28,18 @@ const (
 // the EphemeralRunner's githubConfigUrl, not from the Secret.
 const fieldConfigURL = "spec.githubConfigUrl"
 
+// The EphemeralRunner fields behind a client's trust and proxy.
+const (
+	fieldServerTLS = "spec.githubServerTLS.certificateFrom.configMapKeyRef"
+	fieldProxy     = "spec.proxy"
+)
+
+// The keys of a proxy's credentialSecretRef (ARC's ProxyConfig).
+const (
+	KeyProxyUsername = "username"
+	KeyProxyPassword = "password"
+)
+
 // KeyForField names the ARC key (or EphemeralRunner field) behind a
 // ghclient.CredentialField, so errors from a ghclient.Router can point at what
 // the user wrote.
@@ -42,6 +55,10 @@ func KeyForField(f ghclient.CredentialField) string {
 		return KeyGitHubAppPrivateKey
 	case ghclient.FieldBaseURL:
 		return fieldConfigURL
+	case ghclient.FieldCABundle:
+		return fieldServerTLS
+	case ghclient.FieldProxy:
+		return fieldProxy
 	}
 	return string(f)
 }
@@ -65,7 +82,7 @@ func (r *Resolver) credentials(ctx context.Context, er *ephemeralRunner, base st
 	if err := r.reader.Get(ctx, secretKey, &secret); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
-			return nil, fail("", err)
+			return nil, &secretGoneError{&CredentialsError{EphemeralRunner: er.key, Secret: secretKey, Err: err}}
 		case apierrors.IsForbidden(err):
 			return nil, fail("", fmt.Errorf("runner-guard may not read Secrets in namespace %q (grant get on secrets there with a Role and RoleBinding): %w", secretKey.Namespace, err))
 		}
@@ -77,6 +94,14 @@ func (r *Resolver) credentials(ctx context.Context, er *ephemeralRunner, base st
 		return nil, fail(key, err)
 	}
 	creds.BaseURL = base
+	if creds.Network, err = r.network(ctx, er); err != nil {
+		var ce *CredentialsError
+		if errors.As(err, &ce) {
+			ce.Secret = secretKey
+			return nil, ce
+		}
+		return nil, err
+	}
 	if scope.Kind == ghclient.ScopeEnterprise && creds.Token == "" {
 		return nil, fail(fieldConfigURL, fmt.Errorf("%s is an enterprise URL and the Secret holds GitHub App credentials: %w", er.configURL, ghclient.ErrAppEnterpriseScope))
 	}
@@ -136,4 +161,66 @@ func credentialsFromSecret(s *corev1.Secret) (*ghclient.Credentials, string, err
 	}
 	creds.PrivateKey = key
 	return creds, "", nil
+}
+
+// secretGoneError: the githubConfigSecret does not exist. Resolve decides
+// what that means when the namespace is being deleted.
+type secretGoneError struct{ *CredentialsError }
+
+func (e *secretGoneError) Unwrap() error { return e.CredentialsError }
+
+// network reads the EphemeralRunner's spec.githubServerTLS (a PEM bundle in a
+// ConfigMap key) and spec.proxy (URLs, a credentials Secret with username and
+// password, noProxy), as ARC's own client does; ghclient validates them.
+func (r *Resolver) network(ctx context.Context, er *ephemeralRunner) (ghclient.Network, error) {
+	var n ghclient.Network
+	fail := func(field string, err error) error {
+		return &CredentialsError{EphemeralRunner: er.key, Key: field, Err: err}
+	}
+	if er.caRef.name != "" {
+		var cm corev1.ConfigMap
+		key := types.NamespacedName{Namespace: er.key.Namespace, Name: er.caRef.name}
+		if err := r.reader.Get(ctx, key, &cm); err != nil {
+			if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+				return n, fail(fieldServerTLS, fmt.Errorf("ConfigMap %s: %w", key, err))
+			}
+			return n, fmt.Errorf("reading ConfigMap %s of EphemeralRunner %s: %w", key, er.key, err)
+		}
+		pem, ok := cm.Data[er.caRef.key]
+		if !ok {
+			return n, fail(fieldServerTLS, fmt.Errorf("ConfigMap %s has no key %q", key, er.caRef.key))
+		}
+		n.CABundle = []byte(pem)
+	}
+	if er.proxy == nil {
+		return n, nil
+	}
+	p := &ghclient.Proxy{NoProxy: er.proxy.noProxy}
+	for _, srv := range []struct {
+		scheme string
+		spec   proxyServer
+		dst    *string
+	}{{"http", er.proxy.http, &p.HTTP}, {"https", er.proxy.https, &p.HTTPS}} {
+		if srv.spec.url == "" {
+			continue
+		}
+		u, err := url.Parse(srv.spec.url)
+		if err != nil {
+			return n, fail(fieldProxy+"."+srv.scheme+".url", fmt.Errorf("%q is not a URL", ghclient.RedactURL(srv.spec.url)))
+		}
+		if ref := srv.spec.credentialSecretRef; ref != "" {
+			var s corev1.Secret
+			key := types.NamespacedName{Namespace: er.key.Namespace, Name: ref}
+			if err := r.reader.Get(ctx, key, &s); err != nil {
+				if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+					return n, fail(fieldProxy+"."+srv.scheme+".credentialSecretRef", fmt.Errorf("Secret %s: %w", key, err))
+				}
+				return n, fmt.Errorf("reading Secret %s of EphemeralRunner %s: %w", key, er.key, err)
+			}
+			u.User = url.UserPassword(string(s.Data[KeyProxyUsername]), string(s.Data[KeyProxyPassword]))
+		}
+		*srv.dst = u.String()
+	}
+	n.Proxy = p
+	return n, nil
 }

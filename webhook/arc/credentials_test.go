@@ -278,6 +278,8 @@ func TestKeyForField(t *testing.T) {
 		ghclient.FieldInstallationID: arc.KeyGitHubAppInstallationID,
 		ghclient.FieldPrivateKey:     arc.KeyGitHubAppPrivateKey,
 		ghclient.FieldBaseURL:        "spec.githubConfigUrl",
+		ghclient.FieldCABundle:       "spec.githubServerTLS.certificateFrom.configMapKeyRef",
+		ghclient.FieldProxy:          "spec.proxy",
 	}
 	for f, want := range cases {
 		if got := arc.KeyForField(f); got != want {

@@ -65,7 +65,26 @@ type ephemeralRunner struct {
 	runnerName   string
 	phase        Phase
 	job          Job
+	// caRef is spec.githubServerTLS.certificateFrom.configMapKeyRef: a
+	// ConfigMap in the EphemeralRunner's namespace and the key of a PEM
+	// bundle; zero when unset.
+	caRef keyRef
+	// proxy is spec.proxy; nil when unset.
+	proxy *proxySpec
 }
+
+// keyRef names a key of a ConfigMap or Secret in the EphemeralRunner's namespace.
+type keyRef struct{ name, key string }
+
+// proxySpec is ARC's ProxyConfig: one server per scheme and hosts reached directly.
+type proxySpec struct {
+	http, https proxyServer
+	noProxy     []string
+}
+
+// proxyServer is ARC's ProxyServerConfig: a URL and, optionally, a Secret
+// with username and password keys.
+type proxyServer struct{ url, credentialSecretRef string }
 
 // Job is what ARC's listener writes into an EphemeralRunner's status when a
 // job starts (HandleJobStarted merge-patches status.jobRequestId, jobId,
@@ -146,7 +165,47 @@ func parseEphemeralRunner(u *unstructured.Unstructured) (*ephemeralRunner, error
 	if er.job, err = parseJob(u); err != nil {
 		return nil, err
 	}
+	if err := parseNetwork(u, er, invalid); err != nil {
+		return nil, err
+	}
 	return er, nil
+}
+
+// parseNetwork reads spec.githubServerTLS and spec.proxy, as ARC's
+// SecretResolver does for its own client.
+func parseNetwork(u *unstructured.Unstructured, er *ephemeralRunner, invalid func(string, error) error) error {
+	const tls = "spec.githubServerTLS.certificateFrom.configMapKeyRef"
+	var err error
+	if er.caRef.name, err = stringField(u, "spec", "githubServerTLS", "certificateFrom", "configMapKeyRef", "name"); err != nil {
+		return invalid(tls+".name", err)
+	}
+	if er.caRef.key, err = stringField(u, "spec", "githubServerTLS", "certificateFrom", "configMapKeyRef", "key"); err != nil {
+		return invalid(tls+".key", err)
+	}
+	if _, set, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "githubServerTLS"); set && (er.caRef.name == "" || er.caRef.key == "") {
+		// ARC refuses this too ("certificateFrom not specified").
+		return invalid(tls, errors.New("githubServerTLS is set but names no ConfigMap name and key"))
+	}
+	if _, set, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "proxy"); !set {
+		return nil
+	}
+	p := &proxySpec{}
+	for _, srv := range []struct {
+		scheme string
+		dst    *proxyServer
+	}{{"http", &p.http}, {"https", &p.https}} {
+		if srv.dst.url, err = stringField(u, "spec", "proxy", srv.scheme, "url"); err != nil {
+			return invalid("spec.proxy."+srv.scheme+".url", err)
+		}
+		if srv.dst.credentialSecretRef, err = stringField(u, "spec", "proxy", srv.scheme, "credentialSecretRef"); err != nil {
+			return invalid("spec.proxy."+srv.scheme+".credentialSecretRef", err)
+		}
+	}
+	if p.noProxy, _, err = unstructured.NestedStringSlice(u.Object, "spec", "proxy", "noProxy"); err != nil {
+		return invalid("spec.proxy.noProxy", err)
+	}
+	er.proxy = p
+	return nil
 }
 
 // parseJob reads the listener's job fields; a malformed one is an

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,6 +32,10 @@ type Options struct {
 	// CredentialsFromARC reads spec.githubConfigSecret in the pod's namespace
 	// with ARC's keys and sets Runner.Creds.
 	CredentialsFromARC bool
+	// StaticCredentials says the flags configure credentials of their own:
+	// in ARC credentials mode they serve a runner whose namespace is being
+	// deleted and whose Secret is already gone.
+	StaticCredentials bool
 }
 
 // Resolver reads a scale-set runner pod's EphemeralRunner and, in ARC
@@ -39,6 +44,7 @@ type Resolver struct {
 	reader   client.Reader
 	writer   client.Writer
 	arcCreds bool
+	static   bool
 	// checker validates ARC credentials with ghclient's own rules and caches
 	// the verdict per Secret resourceVersion. It never sends a request;
 	// plain-http policy is left to the caller's Router.
@@ -49,7 +55,7 @@ type Resolver struct {
 func NewResolver(opts Options) *Resolver {
 	// A zero-valued RouterConfig with AllowHTTP is always valid.
 	checker, _ := ghclient.NewRouter(ghclient.RouterConfig{AllowHTTP: true})
-	return &Resolver{reader: opts.Reader, writer: opts.Writer, arcCreds: opts.CredentialsFromARC, checker: checker}
+	return &Resolver{reader: opts.Reader, writer: opts.Writer, arcCreds: opts.CredentialsFromARC, static: opts.StaticCredentials, checker: checker}
 }
 
 // Runner is what ARC's objects say about the runner of one pod. Every field
@@ -83,6 +89,16 @@ type Runner struct {
 	// Job is the EphemeralRunner's job fields (zero for legacy Runners): set,
 	// they prove the runner took a job; empty, they prove nothing.
 	Job Job
+	// CredentialsGone, in ARC credentials mode, says why Creds is nil
+	// although the runner is not removed: its namespace is being deleted and
+	// its githubConfigSecret is already gone, so the flags' credentials ask
+	// GitHub instead.
+	CredentialsGone string
+	// NamespaceDeleting, in ARC credentials mode without static credentials,
+	// says why the pod may go although nothing can ask GitHub: its namespace
+	// is being deleted, its githubConfigSecret is gone and ARC records no job
+	// on the runner. Creds is nil then.
+	NamespaceDeleting string
 }
 
 // Resolve reads the ARC object that controls pod: an EphemeralRunner
@@ -167,11 +183,60 @@ func (r *Resolver) Resolve(ctx context.Context, pod *corev1.Pod) (*Runner, error
 	// A removed runner needs no GitHub request, so no credentials: ARC may
 	// already have deleted the Secret while it tears a scale set down.
 	if r.arcCreds && run.Removed == "" {
-		if run.Creds, err = r.credentials(ctx, er, base, scope); err != nil {
+		run.Creds, err = r.credentials(ctx, er, base, scope)
+		var gone *secretGoneError
+		if errors.As(err, &gone) {
+			err = r.secretGone(ctx, run, gone)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
 	return run, nil
+}
+
+// secretGone decides for a runner whose githubConfigSecret does not exist.
+// Outside a namespace being deleted that stays a CredentialsError (someone
+// must restore the Secret). In a namespace being deleted (a GitOps prune or
+// external-secrets removed the Secret first) nothing can recreate the pod,
+// and refusing an idle runner forever would keep the namespace Terminating:
+//   - with static credentials, those ask GitHub (run.CredentialsGone says so);
+//   - without, a job the listener recorded (status.jobId) keeps the pod
+//     until the job ends and the runner exits;
+//   - otherwise the pod goes (run.NamespaceDeleting): no job is recorded, and nothing
+//     can ask GitHub. A job assigned in the moments before the listener
+//     records it is the one risk left, and the namespace's deleter asked
+//     for everything in it to go.
+func (r *Resolver) secretGone(ctx context.Context, run *Runner, gone *secretGoneError) error {
+	ns, deleting := r.namespaceDeleting(ctx, run.EphemeralRunner.Namespace)
+	if !deleting {
+		return gone.CredentialsError
+	}
+	why := fmt.Sprintf("namespace %q is being deleted and Secret %s is gone", ns.Name, gone.Secret)
+	if ts := ns.GetDeletionTimestamp(); ts != nil {
+		why = fmt.Sprintf("namespace %q is being deleted (since %s) and Secret %s is gone", ns.Name, ts.UTC().Format(time.RFC3339), gone.Secret)
+	}
+	switch {
+	case r.static:
+		run.CredentialsGone = why + ": runner-guard asks GitHub with its static credentials"
+		return nil
+	case run.Job.Started():
+		gone.Err = fmt.Errorf("%s, runner-guard has no static credentials to ask GitHub with, and ARC records %s on the runner: the pod stays until the job ends and the runner exits (or configure static credentials): %w",
+			why, run.Job, gone.Err)
+		return gone.CredentialsError
+	}
+	run.NamespaceDeleting = why + ", runner-guard has no static credentials to ask GitHub with, and ARC records no job on the runner: no pod can be recreated there, so the pod goes unguarded; its registration stays on GitHub, offline, until removed"
+	return nil
+}
+
+// namespaceDeleting reads the namespace; one that cannot be read counts as
+// not being deleted (the Secret stays required).
+func (r *Resolver) namespaceDeleting(ctx context.Context, name string) (*corev1.Namespace, bool) {
+	var ns corev1.Namespace
+	if err := r.reader.Get(ctx, types.NamespacedName{Name: name}, &ns); err != nil {
+		return nil, false
+	}
+	return &ns, ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating
 }
 
 // get reads the object the pod references; it must exist and carry uid.

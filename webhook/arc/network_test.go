@@ -1,0 +1,167 @@
+package arc_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/runner-guard/runner-guard/certs"
+	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/test/fixture"
+	"github.com/runner-guard/runner-guard/webhook/arc"
+)
+
+func configMap(name string, data map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: data}
+}
+
+func TestResolveNetwork(t *testing.T) {
+	ca, err := certs.NewCA(certs.CAOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM := string(ca.CertPEM())
+	token := fixture.ARCSecret(ns, "creds", map[string]string{arc.KeyGitHubToken: "ghp_x"})
+	proxyCreds := fixture.ARCSecret(ns, "proxy-creds", map[string]string{arc.KeyProxyUsername: "u", arc.KeyProxyPassword: "p@ss"})
+	base := func() *fixture.EphemeralRunnerWrapper {
+		return fixture.MakeEphemeralRunner(ns, "a").ConfigURL("https://ghes.example.com/acme").ConfigSecret("creds")
+	}
+	cases := map[string]struct {
+		er      *fixture.EphemeralRunnerWrapper
+		objs    []client.Object
+		want    ghclient.Network
+		wantKey string // a CredentialsError's key; "" for success
+	}{
+		"neither": {er: base()},
+		"a CA bundle from a ConfigMap": {
+			er:   base().GitHubServerTLS("ghes-ca", "ca.crt"),
+			objs: []client.Object{configMap("ghes-ca", map[string]string{"ca.crt": caPEM})},
+			want: ghclient.Network{CABundle: []byte(caPEM)},
+		},
+		"a proxy with credentials and noProxy": {
+			er:   base().Proxy("http://proxy.corp:3128", "proxy-creds", "internal.corp", ".svc"),
+			objs: []client.Object{proxyCreds},
+			want: ghclient.Network{Proxy: &ghclient.Proxy{HTTPS: "http://u:p%40ss@proxy.corp:3128", NoProxy: []string{"internal.corp", ".svc"}}},
+		},
+		"a proxy without credentials": {
+			er:   base().Proxy("http://proxy.corp:3128", ""),
+			want: ghclient.Network{Proxy: &ghclient.Proxy{HTTPS: "http://proxy.corp:3128"}},
+		},
+		"the ConfigMap is missing": {
+			er:      base().GitHubServerTLS("ghes-ca", "ca.crt"),
+			wantKey: "spec.githubServerTLS.certificateFrom.configMapKeyRef",
+		},
+		"the ConfigMap lacks the key": {
+			er:      base().GitHubServerTLS("ghes-ca", "ca.crt"),
+			objs:    []client.Object{configMap("ghes-ca", map[string]string{"other": caPEM})},
+			wantKey: "spec.githubServerTLS.certificateFrom.configMapKeyRef",
+		},
+		"the bundle holds no certificate": {
+			er:      base().GitHubServerTLS("ghes-ca", "ca.crt"),
+			objs:    []client.Object{configMap("ghes-ca", map[string]string{"ca.crt": "not PEM"})},
+			wantKey: "spec.githubServerTLS.certificateFrom.configMapKeyRef",
+		},
+		"the proxy's Secret is missing": {
+			er:      base().Proxy("http://proxy.corp:3128", "proxy-creds"),
+			wantKey: "spec.proxy.https.credentialSecretRef",
+		},
+		"a proxy URL ghclient refuses": {
+			er:      base().Proxy("ftp://proxy.corp", ""),
+			wantKey: "spec.proxy",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			objs := append([]client.Object{tc.er.Obj(), token}, tc.objs...)
+			r := arc.NewResolver(arc.Options{Reader: newFakeClient(nil, objs...), CredentialsFromARC: true})
+			run, err := r.Resolve(context.Background(), scaleSetPod(tc.er))
+			if tc.wantKey != "" {
+				var ce *arc.CredentialsError
+				if !errors.As(err, &ce) || ce.Key != tc.wantKey {
+					t.Fatalf("err = %v, want a CredentialsError for %s", err, tc.wantKey)
+				}
+				if strings.Contains(err.Error(), "p@ss") {
+					t.Errorf("error repeats the proxy password: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Resolve: %v", err)
+			}
+			got := run.Creds.Network
+			if string(got.CABundle) != string(tc.want.CABundle) {
+				t.Errorf("CABundle = %q, want %q", got.CABundle, tc.want.CABundle)
+			}
+			switch {
+			case (got.Proxy == nil) != (tc.want.Proxy == nil):
+				t.Errorf("Proxy = %+v, want %+v", got.Proxy, tc.want.Proxy)
+			case got.Proxy != nil && (got.Proxy.HTTPS != tc.want.Proxy.HTTPS || got.Proxy.HTTP != "" ||
+				strings.Join(got.Proxy.NoProxy, ",") != strings.Join(tc.want.Proxy.NoProxy, ",")):
+				t.Errorf("Proxy = %+v, want %+v", got.Proxy, tc.want.Proxy)
+			}
+		})
+	}
+}
+
+func deletingNamespace(name string) *corev1.Namespace {
+	now := metav1.NewTime(time.Now())
+	return &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{Name: name, DeletionTimestamp: &now, Finalizers: []string{"kubernetes"}},
+		Status:     corev1.NamespaceStatus{Phase: corev1.NamespaceTerminating},
+	}
+}
+
+// A namespace being deleted whose githubConfigSecret went first never keeps
+// an idle runner's pod forever (docs/DESIGN.md, "A namespace being deleted").
+func TestResolveSecretGoneInDeletingNamespace(t *testing.T) {
+	idle := fixture.MakeEphemeralRunner(ns, "idle").ConfigSecret("gone")
+	busy := fixture.MakeEphemeralRunner(ns, "busy").ConfigSecret("gone").JobID("job-1")
+	live := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+	cases := map[string]struct {
+		er         *fixture.EphemeralRunnerWrapper
+		namespace  *corev1.Namespace
+		static     bool
+		wantErr    string // a CredentialsError containing this; "" for none
+		wantGone   bool   // CredentialsGone set: the flags' credentials ask
+		wantDelete bool   // NamespaceDeleting set: the pod goes
+	}{
+		"namespace alive: the Secret is required":           {er: idle, namespace: live, wantErr: "not found"},
+		"namespace unreadable: the Secret is required":      {er: idle, wantErr: "not found"},
+		"deleting, static credentials: they ask":            {er: idle, namespace: deletingNamespace(ns), static: true, wantGone: true},
+		"deleting, static credentials, busy: they ask":      {er: busy, namespace: deletingNamespace(ns), static: true, wantGone: true},
+		"deleting, no static credentials, no job: pod goes": {er: idle, namespace: deletingNamespace(ns), wantDelete: true},
+		"deleting, no static credentials, a job: refused":   {er: busy, namespace: deletingNamespace(ns), wantErr: "the pod stays until the job ends"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			objs := []client.Object{tc.er.Obj()}
+			if tc.namespace != nil {
+				objs = append(objs, tc.namespace)
+			}
+			r := arc.NewResolver(arc.Options{Reader: newFakeClient(nil, objs...), CredentialsFromARC: true, StaticCredentials: tc.static})
+			run, err := r.Resolve(context.Background(), scaleSetPod(tc.er))
+			if tc.wantErr != "" {
+				var ce *arc.CredentialsError
+				if !errors.As(err, &ce) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want a CredentialsError containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Resolve: %v", err)
+			}
+			if run.Creds != nil || run.Removed != "" {
+				t.Errorf("Creds = %v, Removed = %q; want neither", run.Creds, run.Removed)
+			}
+			if (run.CredentialsGone != "") != tc.wantGone || (run.NamespaceDeleting != "") != tc.wantDelete {
+				t.Errorf("CredentialsGone = %q, NamespaceDeleting = %q; want set %t, %t", run.CredentialsGone, run.NamespaceDeleting, tc.wantGone, tc.wantDelete)
+			}
+		})
+	}
+}
