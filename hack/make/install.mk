@@ -7,6 +7,10 @@ KIND             ?= $(BIN)/kind
 IMAGE_TOOL       ?= $(BIN)/image
 IMAGE_ARCH       ?= $(eval IMAGE_ARCH := $(shell $(GO) env GOARCH))$(IMAGE_ARCH)
 IMAGE_TAR        ?= $(BIN)/runner-guard-image.tar
+# The architectures of the webhook image's OCI index (make image), and where
+# it is written: an OCI image layout directory whose index.json names the index.
+IMAGE_PLATFORMS  ?= amd64 arm64
+IMAGE_OCI        ?= $(BIN)/runner-guard-image-oci
 FAKEGITHUB_TAR   ?= $(BIN)/fakegithub-image.tar
 # Recorded as org.opencontainers.image.source when set (e.g. your repository URL).
 IMAGE_SOURCE     ?=
@@ -61,7 +65,7 @@ cert-manager-crds: ## Print the directory of the pinned cert-manager CRDs used b
 
 .PHONY: test-install
 test-install: $(KUSTOMIZE) image k8s ## Run the certs, manifests and image tests (with the real API server).
-	KUBEBUILDER_ASSETS=$(K8S_ASSETS) KUSTOMIZE=$(KUSTOMIZE) CERT_MANAGER_CRDS=$(CERT_MANAGER_CRDS) RUNNER_GUARD_IMAGE=$(IMAGE_TAR) \
+	KUBEBUILDER_ASSETS=$(K8S_ASSETS) KUSTOMIZE=$(KUSTOMIZE) CERT_MANAGER_CRDS=$(CERT_MANAGER_CRDS) RUNNER_GUARD_IMAGE=$(IMAGE_TAR) RUNNER_GUARD_IMAGE_OCI=$(IMAGE_OCI) \
 	  $(GO) test -race -count=1 ./certs/... ./manifests/... ./test/image/...
 
 # image-build-binary PKG, OUT: a static linux binary for the image.
@@ -69,11 +73,17 @@ define image-build-binary
 CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(2) $(1)
 endef
 
+# image-build-binary-arch PKG, OUT, GOARCH: the same for another architecture.
+define image-build-binary-arch
+CGO_ENABLED=0 GOOS=linux GOARCH=$(3) $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(2) $(1)
+endef
+
 .PHONY: image
-image: $(IMAGE_TOOL) ## Build the webhook image without a container engine into bin/runner-guard-image.tar (docker-archive).
-	$(call image-build-binary,./cmd/webhook,$(BIN)/linux-$(IMAGE_ARCH)/webhook)
-	$(IMAGE_TOOL) -binary $(BIN)/linux-$(IMAGE_ARCH)/webhook -path /webhook -out $(IMAGE_TAR) \
-	  -tag runner-guard:$(VERSION) -tag runner-guard:latest -version $(VERSION) -arch $(IMAGE_ARCH) -ca-bundle "$(IMAGE_CA_BUNDLE)" \
+image: $(IMAGE_TOOL) ## Build the webhook image without a container engine: the OCI index of IMAGE_PLATFORMS (bin/runner-guard-image-oci) and the IMAGE_ARCH image as bin/runner-guard-image.tar (docker-archive).
+	$(foreach arch,$(IMAGE_PLATFORMS),$(call image-build-binary-arch,./cmd/webhook,$(BIN)/linux-$(arch)/webhook,$(arch)) && ) true
+	$(IMAGE_TOOL) $(foreach arch,$(IMAGE_PLATFORMS),-platform $(arch)=$(BIN)/linux-$(arch)/webhook) -path /webhook \
+	  -oci-layout $(IMAGE_OCI) -out $(IMAGE_TAR) -arch $(IMAGE_ARCH) \
+	  -tag runner-guard:$(VERSION) -tag runner-guard:latest -version $(VERSION) -revision $(COMMIT) -ca-bundle "$(IMAGE_CA_BUNDLE)" \
 	  -title runner-guard -description "Validating admission webhook that unregisters GitHub Actions runners before their pods go" \
 	  $(if $(IMAGE_SOURCE),-source $(IMAGE_SOURCE))
 

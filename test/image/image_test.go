@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
@@ -92,24 +93,7 @@ func TestImage(t *testing.T) {
 	}
 
 	// The flattened file system.
-	files := map[string]file{}
-	rc := mutate.Extract(img)
-	defer rc.Close()
-	tr := tar.NewReader(rc)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files["/"+strings.Trim(hdr.Name, "/")] = file{hdr, data}
-	}
+	files := flatten(t, img)
 	bin, ok := files["/webhook"]
 	if !ok {
 		t.Fatalf("no /webhook in the image; files: %v", keys(files))
@@ -159,6 +143,29 @@ func TestImage(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "-webhook-port") {
 		t.Errorf("/webhook --help does not mention --webhook-port:\n%s", out)
+	}
+}
+
+// flatten returns the image's flattened file system by absolute path.
+func flatten(t *testing.T, img v1.Image) map[string]file {
+	t.Helper()
+	files := map[string]file{}
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files["/"+strings.Trim(hdr.Name, "/")] = file{hdr, data}
 	}
 }
 
