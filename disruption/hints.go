@@ -55,7 +55,7 @@ type HintPatch map[string]*string
 // hintPatch computes, from a pod's annotations, whether its runner holds a
 // job (busy) and which hints are enabled, the annotations to change:
 //
-//   - busy, hint enabled: set the hint if the pod does not carry its key,
+//   - busy, hint enabled: set the hint whenever the pod does not carry its key,
 //     and record it in AnnotationOwned; a value already there (the user's,
 //     whatever it says) is left alone and not owned;
 //   - otherwise: remove a hint runner-guard owns while it still carries the
@@ -75,7 +75,7 @@ func hintPatch(annotations map[string]string, busy bool, enabled []Hint) HintPat
 		switch {
 		case want && isOwned && present && v == h.Value:
 			keep = append(keep, h.Name)
-		case want && !isOwned && !present:
+		case want && !present:
 			patch[h.Key] = ptr(h.Value)
 			keep = append(keep, h.Name)
 		case isOwned && present && v == h.Value:
