@@ -648,9 +648,14 @@ func TestConfigFile(t *testing.T) {
 	if len(cfg.RunnerNamespaces) != 0 {
 		t.Errorf("runnerNamespaces = %v: the install's ClusterRole watches runner pods cluster-wide", cfg.RunnerNamespaces)
 	}
+	// The budget is split between the Deployment's replicas.
+	dep := get[appsv1.Deployment](t, parse(t, render(t, "default")), "Deployment", "runner-guard-webhook")
+	if dep.Spec.Replicas == nil || cfg.GitHubBudget.Replicas != int(*dep.Spec.Replicas) {
+		t.Errorf("githubBudget.replicas = %d, want the Deployment's replicas %v", cfg.GitHubBudget.Replicas, dep.Spec.Replicas)
+	}
 	// The rest is the binary's defaults: only the binding is the user's to set.
 	def := webhook.DefaultConfig()
-	cfg.ScopeBindings = nil
+	cfg.ScopeBindings, cfg.GitHubBudget.Replicas = nil, def.GitHubBudget.Replicas
 	if !reflect.DeepEqual(toJSON(t, cfg), toJSON(t, def)) {
 		t.Errorf("config beyond scopeBindings differs from the binary's defaults:\n got %s\nwant %s", toJSON(t, cfg), toJSON(t, def))
 	}
