@@ -6,3 +6,33 @@
 # absent when GOFLAGS has -buildvcs=false).
 COMMIT  ?= $(eval COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown))$(COMMIT)
 LDFLAGS += -X main.commit=$(COMMIT)
+
+ACTIONLINT ?= $(BIN)/actionlint
+# shellcheck for the workflows' run: scripts (e.g. SHELLCHECK=shellcheck);
+# empty skips it, so `make test` gives the same answer on every machine.
+SHELLCHECK ?=
+# Where `make image-push` pushes the OCI index (REGISTRY/OWNER/runner-guard,
+# no tag; the release workflow passes its IMAGE_REPOSITORY variable), and the
+# file it writes the pushed index's digest to.
+IMAGE_REPOSITORY  ?=
+IMAGE_DIGEST_FILE ?= $(BIN)/image-digest
+
+# `make test` checks the GitHub workflows.
+TEST_DEPS += lint-workflows
+
+# Rebuilt only when the pinned module changes.
+$(ACTIONLINT): hack/tools/actionlint/go.mod hack/tools/actionlint/go.sum
+	cd hack/tools/actionlint && $(GO) build -trimpath -o $@ github.com/rhysd/actionlint/cmd/actionlint
+
+.PHONY: actionlint
+actionlint: $(ACTIONLINT) ## Build the pinned actionlint into bin/actionlint.
+
+.PHONY: lint-workflows
+lint-workflows: $(ACTIONLINT) ## Check .github/workflows with actionlint (SHELLCHECK=shellcheck checks the run: scripts too).
+	$(ACTIONLINT) -no-color -shellcheck="$(SHELLCHECK)" -pyflakes= .github/workflows/*.yml
+
+.PHONY: image-push
+image-push: $(IMAGE_TOOL) ## Push the OCI index of `make image` to IMAGE_REPOSITORY:VERSION (Docker config credentials); writes its digest to IMAGE_DIGEST_FILE.
+	@test -n "$(IMAGE_REPOSITORY)" || { echo "image-push: set IMAGE_REPOSITORY=REGISTRY/OWNER/runner-guard" >&2; exit 2; }
+	@test -f $(IMAGE_OCI)/index.json || { echo "image-push: no $(IMAGE_OCI): run make image first" >&2; exit 2; }
+	$(IMAGE_TOOL) push -oci-layout $(IMAGE_OCI) -ref $(IMAGE_REPOSITORY):$(VERSION) -digest-file $(IMAGE_DIGEST_FILE)
