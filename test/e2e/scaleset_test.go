@@ -50,6 +50,8 @@ const (
 type scaleSet struct {
 	*scenario
 	dyn dynamic.Interface
+	// node, when set, is the Node runner pods are bound to.
+	node string
 }
 
 // newScaleSet starts a scale-set scenario. It needs the local harness: the
@@ -71,7 +73,7 @@ func newScaleSet(t *testing.T, name string) *scaleSet {
 func (s *scaleSet) sub(t *testing.T) *scaleSet {
 	sc := *s.scenario
 	sc.t = t
-	return &scaleSet{scenario: &sc, dyn: s.dyn}
+	return &scaleSet{scenario: &sc, dyn: s.dyn, node: s.node}
 }
 
 // fakeGitHub is the in-process fake, for what the GitHub interface lacks.
@@ -159,6 +161,7 @@ func (s *scaleSet) runner(name, configURL string, scope ghclient.Scope, busy boo
 	for k, v := range arcScopeLabels(scope) {
 		pod.Labels[k] = v
 	}
+	pod.Spec.NodeName = s.node
 	s.create(pod)
 	return scaleSetRunner{name: name, scope: scope, id: id, uid: created.GetUID()}
 }
@@ -192,6 +195,18 @@ func (s *scaleSet) ephemeralRunner(name string) *unstructured.Unstructured {
 func (s *scaleSet) retired(name string) bool {
 	u := s.ephemeralRunner(name)
 	return u == nil || u.GetDeletionTimestamp() != nil
+}
+
+// waitRetired waits until runner-guard deleted the EphemeralRunner: its
+// Retirer does, right after the admission call that unregistered the runner.
+func (s *scaleSet) waitRetired(name string) {
+	s.t.Helper()
+	s.eventually("EphemeralRunner "+name+" retired after runner-guard unregistered its runner", 10*time.Second, func() error {
+		if !s.retired(name) {
+			return fmt.Errorf("EphemeralRunner %s/%s is still there", s.ns, name)
+		}
+		return nil
+	})
 }
 
 // deleteEphemeralRunner deletes it as ARC's EphemeralRunnerSet does; its
@@ -372,12 +387,10 @@ func TestScaleSetScopeFromEphemeralRunner(t *testing.T) {
 			if idle.registered() {
 				t.Errorf("runner %s still registered in %s", idle.name, c.scope)
 			}
-			if !s.retired(idle.name) {
-				t.Errorf("EphemeralRunner %s not retired after runner-guard unregistered its runner", idle.name)
-			}
+			s.waitRetired(idle.name)
 			ev := s.waitForEvent(idle.name, "RunnerUnregistered")
-			if !strings.Contains(ev, fmt.Sprintf("EphemeralRunner %s/%s deleted", s.ns, idle.name)) {
-				t.Errorf("event %q does not say the EphemeralRunner was deleted", ev)
+			if !strings.Contains(ev, fmt.Sprintf("EphemeralRunner %s/%s is retired", s.ns, idle.name)) {
+				t.Errorf("event %q does not say the EphemeralRunner is retired", ev)
 			}
 			s.requireDeleting(idle.name)
 		})
@@ -502,9 +515,7 @@ func TestScaleSetGHESConfigURL(t *testing.T) {
 			if idle.registered() {
 				t.Errorf("runner %s still registered", idle.name)
 			}
-			if !s.retired(idle.name) {
-				t.Errorf("EphemeralRunner %s not retired", idle.name)
-			}
+			s.waitRetired(idle.name)
 			s.requireDeleting(idle.name)
 		})
 	}

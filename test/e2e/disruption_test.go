@@ -1,0 +1,200 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/runner-guard/runner-guard/disruption"
+	"github.com/runner-guard/runner-guard/ghclient"
+)
+
+// setJob writes the listener's job fields into the EphemeralRunner's status,
+// as ARC's listener does on JobStarted (a merge patch of the status).
+func (s *scaleSet) setJob(name string, requestID int64, display string) {
+	s.t.Helper()
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{
+		"jobRequestId": requestID, "jobId": fmt.Sprint(requestID), "jobRepositoryName": "acme/app",
+		"jobWorkflowRef": "acme/app/.github/workflows/ci.yaml@refs/heads/main", "workflowRunId": 4242, "jobDisplayName": display,
+	}})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if _, err := s.dyn.Resource(ephemeralRunners).Namespace(s.ns).Patch(s.ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		s.t.Fatalf("set the job fields of EphemeralRunner %s: %v", name, err)
+	}
+}
+
+// annotations returns the pod's annotations (nil when it is gone).
+func (s *scenario) annotations(name string) map[string]string {
+	s.t.Helper()
+	if p := s.pod(name); p != nil {
+		return p.Annotations
+	}
+	return nil
+}
+
+// wantAnnotations waits until the pod carries exactly want for the hint keys.
+func (s *scenario) wantAnnotations(name string, want map[string]string) {
+	s.t.Helper()
+	keys := []string{disruption.AnnotationDoNotDisrupt, disruption.AnnotationSafeToEvict, disruption.AnnotationOwned}
+	s.eventually("hints of pod "+name, 10*time.Second, func() error {
+		got := s.annotations(name)
+		for _, k := range keys {
+			if got[k] != want[k] {
+				return fmt.Errorf("annotations %v, want %v", got, want)
+			}
+		}
+		return nil
+	})
+}
+
+// nodeEvents lists the Events about a Node (they live in the default namespace).
+func nodeEvents(s *scenario, node string) []string {
+	s.t.Helper()
+	list, err := env.Client.EventsV1().Events(metav1.NamespaceDefault).List(s.ctx, metav1.ListOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		if e.Regarding.Kind == "Node" && e.Regarding.Name == node {
+			out = append(out, fmt.Sprintf("%s %s: %s", e.Type, e.Reason, e.Note))
+		}
+	}
+	return out
+}
+
+// Hints follow the job fields: set within moments of the listener's
+// JobStarted patch with no GitHub request, removed when the job ends, and a
+// user's own annotation never touched.
+func TestHintsFollowJobFields(t *testing.T) {
+	s := newScaleSet(t, "hints")
+	scope := mustScope(ghclient.OrgScope("org-hints"))
+	url := "https://github.com/" + scope.Name
+	plain := s.runner("hint-plain", url, scope, true, nil)
+	users := s.runner("hint-user", url, scope, true, nil)
+	if _, stderr, err := s.kubectl("annotate", "pod", users.name, disruption.AnnotationDoNotDisrupt+"=false"); err != nil {
+		t.Fatalf("kubectl annotate: %v: %s", err, stderr)
+	}
+	// Without job fields nothing proves a job: no hints.
+	for _, r := range []scaleSetRunner{plain, users} {
+		if a := s.annotations(r.name); a[disruption.AnnotationSafeToEvict] != "" || a[disruption.AnnotationOwned] != "" {
+			t.Fatalf("pod %s has hints before any job: %v", r.name, a)
+		}
+	}
+	before := len(s.github())
+
+	s.setJob(plain.name, 101, "build")
+	s.setJob(users.name, 102, "test")
+	s.wantAnnotations(plain.name, map[string]string{
+		disruption.AnnotationDoNotDisrupt: "true", disruption.AnnotationSafeToEvict: "false", disruption.AnnotationOwned: "do-not-disrupt,safe-to-evict",
+	})
+	s.wantAnnotations(users.name, map[string]string{
+		disruption.AnnotationDoNotDisrupt: "false", disruption.AnnotationSafeToEvict: "false", disruption.AnnotationOwned: "safe-to-evict",
+	})
+	if reqs := s.github()[before:]; len(reqs) != 0 {
+		t.Errorf("hints from job fields cost GitHub requests:%s", describe(reqs))
+	}
+
+	// The job ends: ARC marks the EphemeralRunner done; the runner's pod
+	// completes. Only runner-guard's own hints go.
+	s.setPhase(plain.name, "Succeeded")
+	s.wantAnnotations(plain.name, map[string]string{})
+	p := s.pod(users.name)
+	p.Status.Phase = corev1.PodSucceeded
+	for i := range p.Status.ContainerStatuses {
+		p.Status.ContainerStatuses[i].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}
+	}
+	if _, err := env.Client.CoreV1().Pods(s.ns).UpdateStatus(s.ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.wantAnnotations(users.name, map[string]string{disruption.AnnotationDoNotDisrupt: "false"})
+	if reqs := s.github()[before:]; len(reqs) != 0 {
+		t.Errorf("hints cost GitHub requests:%s", describe(reqs))
+	}
+}
+
+// kubectl cordon of a node with idle and busy scale-set runners: the idle
+// ones are unregistered and their pods deleted at once (their
+// EphemeralRunners retired); a runner GitHub reports busy stays until its
+// job ends and then goes; one whose job fields prove a job costs no GitHub
+// request, and the Node's Events name its job.
+func TestCordonReleasesIdleRunners(t *testing.T) {
+	s := newScaleSet(t, "cordon")
+	s.node = "e2e-node-cordon"
+	if err := env.EnsureNode(s.ctx, s.node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _, _ = env.Kubectl(s.ctx, "uncordon", s.node) })
+	scope := mustScope(ghclient.OrgScope("org-cordon"))
+	url := "https://github.com/" + scope.Name
+	idle := []scaleSetRunner{s.runner("idle-1", url, scope, false, nil), s.runner("idle-2", url, scope, false, nil), s.runner("idle-3", url, scope, false, nil)}
+	busy := s.runner("busy-github", url, scope, true, nil)
+	job := s.runner("busy-job", url, scope, true, nil)
+	s.setJob(job.name, 201, "deploy")
+
+	if _, stderr, err := env.Kubectl(s.ctx, "cordon", s.node); err != nil {
+		t.Fatalf("kubectl cordon: %v: %s", err, stderr)
+	}
+	s.eventually("idle runners released", 5*time.Second, func() error {
+		for _, r := range idle {
+			if p := s.pod(r.name); p != nil && p.DeletionTimestamp == nil {
+				return fmt.Errorf("pod %s still alive", r.name)
+			}
+			if r.registered() {
+				return fmt.Errorf("runner %s still registered", r.name)
+			}
+		}
+		return nil
+	})
+	for _, r := range idle {
+		s.waitRetired(r.name)
+		s.requireDeleting(r.name)
+	}
+	s.eventually("the drain asks GitHub about the busy runner again", 30*time.Second, func() error {
+		if n := len(requestsFor(s.github(), fmt.Sprintf("/runners/%d", busy.id))); n < 2 {
+			return fmt.Errorf("%d requests for runner %s", n, busy.name)
+		}
+		return nil
+	})
+	for _, r := range []scaleSetRunner{busy, job} {
+		s.requireAlive(r.name)
+		if !r.registered() {
+			t.Fatalf("busy runner %s unregistered", r.name)
+		}
+	}
+	if reqs := requestsFor(s.github(), fmt.Sprintf("/runners/%d", job.id)); len(reqs) != 0 {
+		t.Errorf("a runner whose job fields prove a job was asked about:%s", describe(reqs))
+	}
+	s.eventually("the Node's Events say what the drain waits for", 10*time.Second, func() error {
+		evs := strings.Join(nodeEvents(s.scenario, s.node), "\n")
+		for _, want := range []string{`job "deploy" of acme/app (workflow run 4242)`, busy.name, "cordoned"} {
+			if !strings.Contains(evs, want) {
+				return fmt.Errorf("Node events lack %q:\n%s", want, evs)
+			}
+		}
+		return nil
+	})
+
+	// The job ends: GitHub's DELETE now answers 204 and the pod goes.
+	env.GitHub.SetBusy(scope, busy.name, false)
+	s.eventually("busy runner released once idle", 30*time.Second, func() error {
+		if p := s.pod(busy.name); p != nil && p.DeletionTimestamp == nil {
+			return fmt.Errorf("pod %s still alive", busy.name)
+		}
+		if busy.registered() {
+			return fmt.Errorf("runner %s still registered", busy.name)
+		}
+		return nil
+	})
+	s.waitRetired(busy.name)
+	s.requireDeleting(busy.name)
+	s.requireAlive(job.name)
+}
