@@ -84,7 +84,10 @@ func (r *Resolver) credentials(ctx context.Context, er *ephemeralRunner, base st
 		case apierrors.IsNotFound(err):
 			return nil, &secretGoneError{&CredentialsError{EphemeralRunner: er.key, Secret: secretKey, Err: err}}
 		case apierrors.IsForbidden(err):
-			return nil, fail("", fmt.Errorf("runner-guard may not read Secrets in namespace %q (grant get on secrets there with a Role and RoleBinding): %w", secretKey.Namespace, err))
+			// A namespace being deleted loses its Roles early: Resolve
+			// treats the Secret as gone then.
+			return nil, &secretGoneError{&CredentialsError{EphemeralRunner: er.key, Secret: secretKey,
+				Err: fmt.Errorf("runner-guard may not read Secrets in namespace %q (grant get on secrets there with a Role and RoleBinding): %w", secretKey.Namespace, err)}}
 		}
 		return nil, fmt.Errorf("reading Secret %s of EphemeralRunner %s: %w", secretKey, er.key, err)
 	}
@@ -163,8 +166,10 @@ func credentialsFromSecret(s *corev1.Secret) (*ghclient.Credentials, string, err
 	return creds, "", nil
 }
 
-// secretGoneError: the githubConfigSecret does not exist. Resolve decides
-// what that means when the namespace is being deleted.
+// secretGoneError: the githubConfigSecret does not exist, or may not be read
+// (a namespace being deleted loses its Roles and RoleBindings, often before
+// its pods). Resolve decides what that means when the namespace is being
+// deleted.
 type secretGoneError struct{ *CredentialsError }
 
 func (e *secretGoneError) Unwrap() error { return e.CredentialsError }

@@ -8,8 +8,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/runner-guard/runner-guard/certs"
 	"github.com/runner-guard/runner-guard/ghclient"
@@ -127,6 +130,7 @@ func TestResolveSecretGoneInDeletingNamespace(t *testing.T) {
 		er         *fixture.EphemeralRunnerWrapper
 		namespace  *corev1.Namespace
 		static     bool
+		forbidden  bool // the Secret may not be read: the namespace's Role went first
 		wantErr    string // a CredentialsError containing this; "" for none
 		wantGone   bool   // CredentialsGone set: the flags' credentials ask
 		wantDelete bool   // NamespaceDeleting set: the pod goes
@@ -137,6 +141,8 @@ func TestResolveSecretGoneInDeletingNamespace(t *testing.T) {
 		"deleting, static credentials, busy: they ask":      {er: busy, namespace: deletingNamespace(ns), static: true, wantGone: true},
 		"deleting, no static credentials, no job: pod goes": {er: idle, namespace: deletingNamespace(ns), wantDelete: true},
 		"deleting, no static credentials, a job: refused":   {er: busy, namespace: deletingNamespace(ns), wantErr: "the pod stays until the job ends"},
+		"deleting, the Role is gone: as if the Secret were": {er: idle, namespace: deletingNamespace(ns), forbidden: true, wantDelete: true},
+		"alive, the Role is missing: refused":               {er: idle, namespace: live, forbidden: true, wantErr: "may not read Secrets"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -144,7 +150,16 @@ func TestResolveSecretGoneInDeletingNamespace(t *testing.T) {
 			if tc.namespace != nil {
 				objs = append(objs, tc.namespace)
 			}
-			r := arc.NewResolver(arc.Options{Reader: newFakeClient(nil, objs...), CredentialsFromARC: true, StaticCredentials: tc.static})
+			var funcs *interceptor.Funcs
+			if tc.forbidden {
+				funcs = &interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+					if _, ok := obj.(*corev1.Secret); ok {
+						return apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, key.Name, errors.New("RBAC"))
+					}
+					return c.Get(ctx, key, obj, opts...)
+				}}
+			}
+			r := arc.NewResolver(arc.Options{Reader: newFakeClient(funcs, objs...), CredentialsFromARC: true, StaticCredentials: tc.static})
 			run, err := r.Resolve(context.Background(), scaleSetPod(tc.er))
 			if tc.wantErr != "" {
 				var ce *arc.CredentialsError

@@ -212,9 +212,13 @@ func (r *Resolver) secretGone(ctx context.Context, run *Runner, gone *secretGone
 	if !deleting {
 		return gone.CredentialsError
 	}
-	why := fmt.Sprintf("namespace %q is being deleted and Secret %s is gone", ns.Name, gone.Secret)
+	state := "is gone"
+	if apierrors.IsForbidden(gone.Err) {
+		state = "may no longer be read (the namespace's Roles go with it)"
+	}
+	why := fmt.Sprintf("namespace %q is being deleted and Secret %s %s", ns.Name, gone.Secret, state)
 	if ts := ns.GetDeletionTimestamp(); ts != nil {
-		why = fmt.Sprintf("namespace %q is being deleted (since %s) and Secret %s is gone", ns.Name, ts.UTC().Format(time.RFC3339), gone.Secret)
+		why = fmt.Sprintf("namespace %q is being deleted (since %s) and Secret %s %s", ns.Name, ts.UTC().Format(time.RFC3339), gone.Secret, state)
 	}
 	switch {
 	case r.static:
