@@ -130,7 +130,7 @@ func TestResolveSecretGoneInDeletingNamespace(t *testing.T) {
 		er         *fixture.EphemeralRunnerWrapper
 		namespace  *corev1.Namespace
 		static     bool
-		forbidden  bool // the Secret may not be read: the namespace's Role went first
+		forbidden  bool   // the Secret may not be read: the namespace's Role went first
 		wantErr    string // a CredentialsError containing this; "" for none
 		wantGone   bool   // CredentialsGone set: the flags' credentials ask
 		wantDelete bool   // NamespaceDeleting set: the pod goes
