@@ -21,5 +21,5 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 60s) one after another; see
 	done
 
 .PHONY: bench
-bench: build ## Run the benchmark program (GitHub calls per decision, throughput, latency, RSS); see docs/PERFORMANCE.md.
-	RUNNER_GUARD_BIN=$(BIN)/webhook $(GO) run ./test/bench $(BENCH_FLAGS)
+bench: build k8s kustomize ## Run the benchmark program (GitHub calls per decision, throughput, latency, RSS, the disruption controller's hint lag and drain); see docs/PERFORMANCE.md.
+	KUBEBUILDER_ASSETS=$(K8S_ASSETS) KUSTOMIZE=$(KUSTOMIZE) RUNNER_GUARD_BIN=$(BIN)/webhook $(GO) run ./test/bench $(BENCH_FLAGS)

@@ -47,6 +47,7 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/runner-guard/runner-guard/disruption"
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/fixture"
@@ -151,6 +152,7 @@ func run() ([]figure, error) {
 		{"throughput, fast path vs bare webhook", (*env).throughput},
 		{"runner-pod latency", (*env).latency},
 		{"RSS of the real binary under load", (*env).rss},
+		{"disruption controller on a real API server: hint lag, idle drain", (*env).disruptionRun},
 	}
 	for _, s := range steps {
 		if !strings.Contains(s.name, *only) {
@@ -575,9 +577,9 @@ func arcRunners(orgName string, ids map[string]int64, names []string, edit func(
 // arcHandler is an in-process handler that reads the runners' pods and
 // EphemeralRunners (arc.Resolver, static credentials) from a fake API client,
 // with a cold GitHub client. It returns the client too, to see what was retired.
-func (e *env) arcHandler(runners []arcRunner) (*webhook.Handler, client.Client, error) {
+func (e *env) arcHandler(arcs []arcRunner) (*webhook.Handler, client.Client, error) {
 	b := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme)
-	for _, r := range runners {
+	for _, r := range arcs {
 		b = b.WithObjects(r.er.DeepCopy(), r.pod.DeepCopy())
 	}
 	c := b.Build()
@@ -589,12 +591,18 @@ func (e *env) arcHandler(runners []arcRunner) (*webhook.Handler, client.Client, 
 	if err != nil {
 		return nil, nil, err
 	}
+	runners := arc.NewResolver(arc.Options{Reader: c, Writer: c})
+	// As in the binary, the EphemeralRunners of unregistered runners are
+	// retired after the admission call; the Retirer lives as long as the run.
+	retirer := disruption.NewRetirer(runners, nil, logr.Discard())
+	go func() { _ = retirer.Start(context.Background()) }()
 	h, err := webhook.NewHandler(webhook.Options{
-		Config:  webhook.DefaultConfig(),
-		GitHub:  router,
-		Pods:    c,
-		Runners: arc.NewResolver(arc.Options{Reader: c, Writer: c}),
-		Metrics: webhook.NewMetrics(),
+		Config:      webhook.DefaultConfig(),
+		GitHub:      router,
+		Pods:        c,
+		Runners:     runners,
+		Retirements: retirer,
+		Metrics:     webhook.NewMetrics(),
 	})
 	return h, c, err
 }
@@ -657,16 +665,22 @@ func (e *env) scaleSetBurst() error {
 	if allowed != deletes {
 		return fmt.Errorf("%d of %d deletes allowed", allowed, deletes)
 	}
-	retired := 0
 	for _, r := range runners {
 		if _, ok := e.gh.Runner(scope, r.pod.Name); ok {
 			return fmt.Errorf("runner %s still registered", r.pod.Name)
 		}
-		u := &unstructured.Unstructured{}
-		u.SetGroupVersionKind(arc.GroupVersionKind())
-		err := c.Get(context.Background(), types.NamespacedName{Namespace: r.er.GetNamespace(), Name: r.er.GetName()}, u)
-		if apierrors.IsNotFound(err) || err == nil && u.GetDeletionTimestamp() != nil {
-			retired++
+	}
+	// The Retirer deletes the EphemeralRunners right after the admission calls.
+	retired := 0
+	for deadline := time.Now().Add(10 * time.Second); retired < deletes && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		retired = 0
+		for _, r := range runners {
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(arc.GroupVersionKind())
+			err := c.Get(context.Background(), types.NamespacedName{Namespace: r.er.GetNamespace(), Name: r.er.GetName()}, u)
+			if apierrors.IsNotFound(err) || err == nil && u.GetDeletionTimestamp() != nil {
+				retired++
+			}
 		}
 	}
 	progress("scale-set burst: %d deletes, %d GitHub requests, %d EphemeralRunners retired", deletes, calls, retired)
