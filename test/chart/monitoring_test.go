@@ -1,0 +1,387 @@
+package chart
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/webhook"
+)
+
+// The alerts and their runbook lines in the README (charts/runner-guard and
+// the top-level one).
+var wantAlerts = []string{
+	"RunnerGuardCredentialsUnusable",
+	"RunnerGuardDenialSurge",
+	"RunnerGuardGitHubBudgetLow",
+	"RunnerGuardGitHubErrors",
+	"RunnerGuardGitHubRateLimitLow",
+	"RunnerGuardNoReadyReplica",
+}
+
+// externalMetrics are series other exporters serve that the alerts may read:
+// runner-guard cannot report that none of its replicas is ready.
+var externalMetrics = map[string]string{
+	"kube_deployment_status_replicas_available": "kube-state-metrics",
+}
+
+// targetLabels are the labels Prometheus (the Operator's ServiceMonitor) adds
+// to every scraped series.
+var targetLabels = []string{"namespace", "pod", "job", "instance", "service", "endpoint", "container"}
+
+func monitoringValues() []string {
+	return []string{"--values", filepath.Join("testdata", "values", "certmanager-token.yaml")}
+}
+
+// servedFamily is a metric family the binary registers.
+type servedFamily struct {
+	labels    []string
+	histogram bool
+}
+
+var descName = regexp.MustCompile(`fqName: "([^"]+)".*variableLabels: \{([^}]*)\}`)
+
+// servedMetrics returns runner-guard's metric families the way cmd/webhook
+// registers them (main.go: webhook.NewMetrics().Collectors(),
+// ghclient.NewMetrics().Collectors() and the Router's Collectors(), into
+// controller-runtime's registry). It reads each collector's descriptors
+// rather than a scraped /metrics page: a vector shows in /metrics only once
+// it has a series, so a page of a fresh binary would lack, e.g., every
+// decisions_total series, while the descriptors name every family and its
+// labels.
+func servedMetrics(t *testing.T) map[string]servedFamily {
+	t.Helper()
+	gm := ghclient.NewMetrics()
+	router, err := ghclient.NewRouter(ghclient.RouterConfig{Metrics: gm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	collectors := slices.Concat(webhook.NewMetrics().Collectors(), gm.Collectors(), router.Collectors())
+	reg := prometheus.NewPedanticRegistry()
+	families := map[string]servedFamily{}
+	for _, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			t.Fatalf("register %T: %v", c, err)
+		}
+		_, histogram := c.(*prometheus.HistogramVec)
+		if _, ok := c.(prometheus.Histogram); ok {
+			histogram = true
+		}
+		ch := make(chan *prometheus.Desc, 16)
+		go func() { c.Describe(ch); close(ch) }()
+		for d := range ch {
+			m := descName.FindStringSubmatch(d.String())
+			if m == nil {
+				t.Fatalf("cannot read the name of %s", d)
+			}
+			var labels []string
+			for _, l := range strings.Split(m[2], ",") {
+				if l = strings.TrimSpace(l); l != "" {
+					labels = append(labels, l)
+				}
+			}
+			families[m[1]] = servedFamily{labels: labels, histogram: histogram}
+		}
+	}
+	if len(families) < 10 {
+		t.Fatalf("read %d metric families, want every runner_guard_* one: %v", len(families), families)
+	}
+	return families
+}
+
+// checkSelectors fails for every selector of expr that names no metric the
+// binary serves (or an external one), or matches on a label the metric lacks.
+func checkSelectors(t *testing.T, where, expr string, served map[string]servedFamily) {
+	t.Helper()
+	sels, err := promSelectors(expr)
+	if err != nil {
+		t.Errorf("%s: %v", where, err)
+		return
+	}
+	if len(sels) == 0 {
+		t.Errorf("%s: %q names no metric", where, expr)
+	}
+	for _, s := range sels {
+		if _, ok := externalMetrics[s.metric]; ok {
+			continue
+		}
+		fam, ok := served[s.metric]
+		if !ok {
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				if base, cut := strings.CutSuffix(s.metric, suffix); cut && served[base].histogram {
+					fam, ok = served[base], true
+					if suffix == "_bucket" {
+						fam.labels = append(slices.Clone(fam.labels), "le")
+					}
+				}
+			}
+		}
+		if !ok {
+			t.Errorf("%s: metric %s is not served by the binary (nor by %v)", where, s.metric, externalMetrics)
+			continue
+		}
+		for _, l := range s.labels {
+			if !slices.Contains(fam.labels, l) && !slices.Contains(targetLabels, l) {
+				t.Errorf("%s: %s has no label %q (its labels: %v, target labels: %v)", where, s.metric, l, fam.labels, targetLabels)
+			}
+		}
+	}
+}
+
+type alertRule struct {
+	Alert       string            `json:"alert"`
+	Expr        string            `json:"expr"`
+	For         string            `json:"for"`
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations"`
+}
+
+func alertRules(t *testing.T, objs objects) map[string]alertRule {
+	t.Helper()
+	rules := objs.ofKind("PrometheusRule")
+	if len(rules) != 1 {
+		t.Fatalf("%d PrometheusRules, want 1: %v", len(rules), objs.names())
+	}
+	groups, _, err := nestedSlice(rules[0].Object, "spec", "groups")
+	if err != nil || len(groups) == 0 {
+		t.Fatalf("PrometheusRule spec.groups: %v (%d groups)", err, len(groups))
+	}
+	out := map[string]alertRule{}
+	for _, g := range groups {
+		raw, err := json.Marshal(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var group struct {
+			Name  string      `json:"name"`
+			Rules []alertRule `json:"rules"`
+		}
+		if err := json.Unmarshal(raw, &group); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range group.Rules {
+			if _, dup := out[r.Alert]; dup {
+				t.Errorf("alert %s defined twice", r.Alert)
+			}
+			out[r.Alert] = r
+		}
+	}
+	return out
+}
+
+type dashboard struct {
+	Panels []struct {
+		Type    string `json:"type"`
+		Title   string `json:"title"`
+		Targets []struct {
+			Expr string `json:"expr"`
+		} `json:"targets"`
+	} `json:"panels"`
+	Templating struct {
+		List []struct {
+			Name  string          `json:"name"`
+			Type  string          `json:"type"`
+			Query json.RawMessage `json:"query"`
+		} `json:"list"`
+	} `json:"templating"`
+}
+
+func dashboardOf(t *testing.T, cm *unstructured.Unstructured) dashboard {
+	t.Helper()
+	data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+	if len(data) != 1 {
+		t.Fatalf("dashboard ConfigMap data has keys %v, want one JSON file", data)
+	}
+	var d dashboard
+	for k, v := range data {
+		if !strings.HasSuffix(k, ".json") {
+			t.Errorf("dashboard key %q: want a .json file name", k)
+		}
+		if err := json.Unmarshal([]byte(v), &d); err != nil {
+			t.Fatalf("dashboard %s: %v", k, err)
+		}
+	}
+	return d
+}
+
+// labelValuesQuery is the metric of a Grafana label_values(metric, label) query.
+var labelValuesQuery = regexp.MustCompile(`^label_values\(\s*([^,]+?)\s*,\s*[a-zA-Z_]+\s*\)$`)
+
+// TestMonitoringMetricsExist: every metric an alert or a dashboard panel
+// names is one the binary serves (or kube-state-metrics', for the replica
+// alert), and every label it matches on is one that metric has.
+func TestMonitoringMetricsExist(t *testing.T) {
+	served := servedMetrics(t)
+	objs := mustTemplate(t, append(monitoringValues(),
+		"--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.grafanaDashboard.enabled=true")...)
+
+	rules := alertRules(t, objs)
+	for name, r := range rules {
+		checkSelectors(t, "alert "+name, r.Expr, served)
+	}
+
+	cm := objs.find("ConfigMap", releaseName+"-dashboard")
+	if cm == nil {
+		t.Fatalf("no dashboard ConfigMap among %v", objs.names())
+	}
+	d := dashboardOf(t, cm)
+	for _, p := range d.Panels {
+		for i, target := range p.Targets {
+			checkSelectors(t, fmt.Sprintf("panel %q target %d", p.Title, i), target.Expr, served)
+		}
+	}
+	for _, v := range d.Templating.List {
+		if v.Type != "query" {
+			continue
+		}
+		var q struct {
+			Query string `json:"query"`
+		}
+		if err := json.Unmarshal(v.Query, &q); err != nil {
+			t.Fatalf("variable %s query: %v", v.Name, err)
+		}
+		m := labelValuesQuery.FindStringSubmatch(q.Query)
+		if m == nil {
+			t.Errorf("variable %s: query %q is not label_values(metric, label)", v.Name, q.Query)
+			continue
+		}
+		checkSelectors(t, "variable "+v.Name, m[1], served)
+	}
+
+	// The credentials alert counts the reason the decision table uses.
+	if !strings.Contains(rules["RunnerGuardCredentialsUnusable"].Expr, fmt.Sprintf("reason=%q", webhook.ReasonCredentials)) {
+		t.Errorf("RunnerGuardCredentialsUnusable does not match reason %q: %s", webhook.ReasonCredentials, rules["RunnerGuardCredentialsUnusable"].Expr)
+	}
+}
+
+// TestMonitoringRenders renders with the rule and the dashboard on and off.
+func TestMonitoringRenders(t *testing.T) {
+	tests := map[string]struct {
+		set        []string
+		wantAlerts []string // nil: no PrometheusRule
+		dashboard  string   // namespace of the dashboard ConfigMap; "": none
+		check      func(t *testing.T, objs objects)
+	}{
+		"defaults: neither": {},
+		"rule only": {
+			set:        []string{"metrics.prometheusRule.enabled=true"},
+			wantAlerts: wantAlerts,
+		},
+		"dashboard only": {
+			set:       []string{"metrics.grafanaDashboard.enabled=true"},
+			dashboard: namespace,
+		},
+		"both, with labels, a selector and the dashboard elsewhere": {
+			set: []string{"metrics.prometheusRule.enabled=true", "metrics.prometheusRule.labels.release=prom",
+				"metrics.prometheusRule.additionalAlertLabels.team=ci", "metrics.prometheusRule.selector=job=\"rg\"",
+				"metrics.grafanaDashboard.enabled=true", "metrics.grafanaDashboard.namespace=monitoring",
+				"metrics.grafanaDashboard.label=dash", "metrics.grafanaDashboard.labelValue=yes",
+				"metrics.grafanaDashboard.annotations.grafana_folder=CI"},
+			wantAlerts: wantAlerts,
+			dashboard:  "monitoring",
+			check: func(t *testing.T, objs objects) {
+				pr := objs.ofKind("PrometheusRule")[0]
+				if pr.GetLabels()["release"] != "prom" {
+					t.Errorf("PrometheusRule labels %v, want release=prom", pr.GetLabels())
+				}
+				for name, r := range alertRules(t, objs) {
+					if r.Labels["team"] != "ci" {
+						t.Errorf("alert %s labels %v, want team=ci", name, r.Labels)
+					}
+					if name != "RunnerGuardNoReadyReplica" && (!strings.Contains(r.Expr, `job="rg"`) || strings.Contains(r.Expr, `namespace="`+namespace+`"`)) {
+						t.Errorf("alert %s does not use the selector job=\"rg\" alone: %s", name, r.Expr)
+					}
+				}
+				cm := objs.find("ConfigMap", releaseName+"-dashboard")
+				if cm.GetLabels()["dash"] != "yes" || cm.GetAnnotations()["grafana_folder"] != "CI" {
+					t.Errorf("dashboard labels %v annotations %v, want dash=yes and grafana_folder=CI", cm.GetLabels(), cm.GetAnnotations())
+				}
+			},
+		},
+		"no Deployment: no replica alert": {
+			set: []string{"metrics.prometheusRule.enabled=true", "deployment.enabled=false",
+				"webhook.url=https://runner-guard.example:9443", "certificates.mode=generate"},
+			wantAlerts: slices.DeleteFunc(slices.Clone(wantAlerts), func(a string) bool { return a == "RunnerGuardNoReadyReplica" }),
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			args := monitoringValues()
+			for _, s := range tc.set {
+				args = append(args, "--set", s)
+			}
+			objs := mustTemplate(t, args...)
+			if tc.wantAlerts == nil {
+				if n := len(objs.ofKind("PrometheusRule")); n != 0 {
+					t.Errorf("%d PrometheusRules, want none", n)
+				}
+			} else {
+				rules := alertRules(t, objs)
+				var got []string
+				for a, r := range rules {
+					got = append(got, a)
+					if r.Expr == "" || r.Labels["severity"] == "" || r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
+						t.Errorf("alert %s lacks an expr, a severity, a summary or a description: %+v", a, r)
+					}
+				}
+				slices.Sort(got)
+				if !slices.Equal(got, tc.wantAlerts) {
+					t.Errorf("alerts %v, want %v", got, tc.wantAlerts)
+				}
+				if r, ok := rules["RunnerGuardNoReadyReplica"]; ok && !strings.Contains(r.Expr, `deployment="`+releaseName+`-webhook"`) {
+					t.Errorf("RunnerGuardNoReadyReplica does not watch Deployment %s-webhook: %s", releaseName, r.Expr)
+				}
+			}
+			cm := objs.find("ConfigMap", releaseName+"-dashboard")
+			switch {
+			case tc.dashboard == "" && cm != nil:
+				t.Errorf("a dashboard ConfigMap, want none")
+			case tc.dashboard != "" && cm == nil:
+				t.Fatalf("no dashboard ConfigMap among %v", objs.names())
+			case tc.dashboard != "":
+				if cm.GetNamespace() != tc.dashboard {
+					t.Errorf("dashboard in namespace %q, want %q", cm.GetNamespace(), tc.dashboard)
+				}
+				if !slices.Contains(tc.set, "metrics.grafanaDashboard.label=dash") && cm.GetLabels()["grafana_dashboard"] != "1" {
+					t.Errorf("dashboard labels %v, want the sidecar's grafana_dashboard=1", cm.GetLabels())
+				}
+				d := dashboardOf(t, cm)
+				var titles []string
+				for _, p := range d.Panels {
+					if p.Type != "row" {
+						titles = append(titles, p.Title)
+					}
+				}
+				for _, want := range []string{"Decisions by reason", "GitHub requests", "GitHub latency", "GitHub budget (points per minute)"} {
+					if !slices.Contains(titles, want) {
+						t.Errorf("dashboard panels %q lack %q", titles, want)
+					}
+				}
+			}
+			if tc.check != nil {
+				tc.check(t, objs)
+			}
+		})
+	}
+}
+
+// TestMonitoringNeedsMetrics: alerts and a dashboard without the metrics they
+// read are refused, naming the value.
+func TestMonitoringNeedsMetrics(t *testing.T) {
+	for _, v := range []string{"metrics.prometheusRule.enabled", "metrics.grafanaDashboard.enabled"} {
+		t.Run(v, func(t *testing.T) {
+			_, err := template(t, append(monitoringValues(), "--set", v+"=true", "--set", "metrics.enabled=false")...)
+			if err == nil || !strings.Contains(err.Error(), v+": ") {
+				t.Errorf("error %v, want one naming %s", err, v)
+			}
+		})
+	}
+}
