@@ -91,12 +91,11 @@ func hintPatch(annotations map[string]string, busy bool, enabled []Hint) HintPat
 			keep = append(keep, n)
 		}
 	}
-	switch list := strings.Join(keep, ","); {
-	case list == annotations[AnnotationOwned]:
-	case list == "":
+	if list := strings.Join(keep, ","); list != annotations[AnnotationOwned] {
 		patch[AnnotationOwned] = nil
-	default:
-		patch[AnnotationOwned] = ptr(list)
+		if list != "" {
+			patch[AnnotationOwned] = ptr(list)
+		}
 	}
 	return patch
 }

@@ -20,6 +20,9 @@ import (
 // from the listing is looked at again: the listing changes without an event.
 const listingRecheck = 30 * time.Second
 
+// conflictRetry is how soon a patch refused for a stale resourceVersion is retried.
+const conflictRetry = 50 * time.Millisecond
+
 // hintReconciler keeps the hints of one runner pod in step with its job.
 type hintReconciler struct {
 	// pods reads pods from the cache and patches them.
@@ -57,8 +60,12 @@ func (r *hintReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	// Only metadata.annotations changes; the resourceVersion makes a patch
 	// decided on a stale pod fail with a conflict, and the next event retries.
 	if err := r.pods.Patch(ctx, pod, client.RawPatch(types.MergePatchType, body)); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return reconcile.Result{Requeue: apierrors.IsConflict(err)}, nil
+		switch {
+		case apierrors.IsNotFound(err):
+			return reconcile.Result{}, nil
+		case apierrors.IsConflict(err):
+			// The pod changed since the cache read it: decide again on the new one.
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("patching the hints of pod %s: %w", req.NamespacedName, err)
 	}

@@ -3,7 +3,6 @@ package disruption
 import (
 	"context"
 	"errors"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -123,17 +122,4 @@ func ephemeralRunnerOwned(pod *corev1.Pod) bool {
 func objectGone(err error) bool {
 	var u *arc.UnavailableError
 	return errors.As(err, &u) && u.Reason == arc.UnavailableNotFound
-}
-
-// runningFor is how long ago the pod started (its creation when it has no
-// start time), 0 when unknown.
-func runningFor(pod *corev1.Pod, now time.Time) time.Duration {
-	start := pod.CreationTimestamp.Time
-	if pod.Status.StartTime != nil {
-		start = pod.Status.StartTime.Time
-	}
-	if start.IsZero() || !now.After(start) {
-		return 0
-	}
-	return now.Sub(start)
 }
