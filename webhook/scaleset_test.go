@@ -2,6 +2,8 @@ package webhook
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -133,6 +135,60 @@ func TestScaleSetJobFieldsProveBusy(t *testing.T) {
 			}
 			if tc.want == ReasonJobRunning && tc.job.Repository != "" && !strings.Contains(dec.Message, "acme/app") {
 				t.Errorf("message does not name the job's repository: %s", dec.Message)
+			}
+		})
+	}
+}
+
+// spentGitHub's budget is spent: every unregister comes back unsent.
+type spentGitHub struct {
+	noListing
+	byGitHub bool
+}
+
+func (s spentGitHub) Unregister(context.Context, ghclient.Runner) (ghclient.Outcome, error) {
+	return 0, fmt.Errorf("remove runner: %w", &ghclient.Spent{Credential: "token:x", RetryAfter: 12 * time.Second, GitHub: s.byGitHub})
+}
+
+func (spentGitHub) Status(context.Context, ghclient.Runner) (ghclient.RunnerStatus, error) {
+	return ghclient.RunnerStatus{}, errors.New("not used")
+}
+
+// A release the budget cannot send before the deadline is refused with the
+// wait, whatever the on-error policy (nothing was decided: GitHub was not
+// asked), with a Warning Event; when GitHub's own limit holds the credential,
+// the on-error policy decides as for any rate limit.
+func TestBudgetSpentRefusesWithTheWait(t *testing.T) {
+	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
+	for name, tc := range map[string]struct {
+		byGitHub  bool
+		onError   OnErrorPolicy
+		op        Operation
+		want      Reason
+		allowed   bool
+		wantCode  int32
+		wantEvent string
+	}{
+		"delete, budget spent":                 {op: OperationDelete, onError: OnErrorDeny, want: ReasonBudgetSpent, wantCode: http.StatusServiceUnavailable, wantEvent: EventBudgetSpent},
+		"eviction, budget spent":               {op: OperationEvict, onError: OnErrorDeny, want: ReasonBudgetSpent, wantCode: http.StatusTooManyRequests, wantEvent: EventBudgetSpent},
+		"on-error allow still refuses":         {op: OperationDelete, onError: OnErrorAllow, want: ReasonBudgetSpent, wantCode: http.StatusServiceUnavailable, wantEvent: EventBudgetSpent},
+		"GitHub's limit holds, on-error deny":  {byGitHub: true, op: OperationDelete, onError: OnErrorDeny, want: ReasonRateLimited, wantCode: http.StatusServiceUnavailable, wantEvent: EventRateLimited},
+		"GitHub's limit holds, on-error allow": {byGitHub: true, op: OperationDelete, onError: OnErrorAllow, want: ReasonRateLimited, allowed: true, wantEvent: EventRateLimited},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.OnError = tc.onError
+			d := newDecider(cfg, spentGitHub{byGitHub: tc.byGitHub}, fake.NewClientBuilder().WithObjects(pod.DeepCopy()).Build(), time.Now)
+			dec, _ := d.decide(context.Background(), review{Operation: tc.op, Namespace: "ci", Name: "runner-1", Pod: pod.DeepCopy()})
+			if dec.Reason != tc.want || dec.Allowed != tc.allowed || dec.EventReason != tc.wantEvent || (!tc.allowed && dec.Code != tc.wantCode) {
+				t.Fatalf("decision %s (allowed %v, code %d, event %q); want %s, allowed %v, code %d, event %q: %s",
+					dec.Reason, dec.Allowed, dec.Code, dec.EventReason, tc.want, tc.allowed, tc.wantCode, tc.wantEvent, dec.Message)
+			}
+			if !strings.Contains(dec.Message, "12s") {
+				t.Errorf("message does not say when to retry: %s", dec.Message)
+			}
+			if tc.op == OperationEvict && dec.RetryAfter != 12*time.Second {
+				t.Errorf("retryAfter %s, want the budget's 12s", dec.RetryAfter)
 			}
 		})
 	}
