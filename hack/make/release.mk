@@ -36,3 +36,7 @@ image-push: $(IMAGE_TOOL) ## Push the OCI index of `make image` to IMAGE_REPOSIT
 	@test -n "$(IMAGE_REPOSITORY)" || { echo "image-push: set IMAGE_REPOSITORY=REGISTRY/OWNER/runner-guard" >&2; exit 2; }
 	@test -f $(IMAGE_OCI)/index.json || { echo "image-push: no $(IMAGE_OCI): run make image first" >&2; exit 2; }
 	$(IMAGE_TOOL) push -oci-layout $(IMAGE_OCI) -ref $(IMAGE_REPOSITORY):$(VERSION) -digest-file $(IMAGE_DIGEST_FILE)
+
+.PHONY: chart-docs
+chart-docs: ## Regenerate charts/runner-guard/README.md from Chart.yaml and values.yaml (hack/chartdocs); a test fails when they differ.
+	$(GO) run ./hack/chartdocs -chart $(CHART_DIR)

@@ -3,6 +3,7 @@ package chart
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -385,3 +386,39 @@ func TestMonitoringNeedsMetrics(t *testing.T) {
 		})
 	}
 }
+
+// TestRunbook: every alert the chart renders has its runbook line in the
+// README's "Alerts and runbook" section, and the section names no other.
+func TestRunbook(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n### Alerts and runbook\n")
+	if !ok {
+		t.Fatal(`README.md has no "### Alerts and runbook" section`)
+	}
+	if end := strings.Index(section, "\n#"); end >= 0 {
+		section = section[:end]
+	}
+	rules := alertRules(t, mustTemplate(t, append(monitoringValues(), "--set", "metrics.prometheusRule.enabled=true")...))
+	var documented []string
+	for _, m := range runbookLine.FindAllStringSubmatch(section, -1) {
+		documented = append(documented, m[1])
+		if r, ok := rules[m[1]]; ok && r.Labels["severity"] != m[2] {
+			t.Errorf("README says %s is %s; the rule says %s", m[1], m[2], r.Labels["severity"])
+		}
+	}
+	slices.Sort(documented)
+	var rendered []string
+	for name := range rules {
+		rendered = append(rendered, name)
+	}
+	slices.Sort(rendered)
+	if !slices.Equal(documented, rendered) {
+		t.Errorf("README runbook lines %v, want one per alert the chart renders %v", documented, rendered)
+	}
+}
+
+// runbookLine is a runbook entry: "- **AlertName** (severity): ...".
+var runbookLine = regexp.MustCompile(`(?m)^- \*\*(RunnerGuard[A-Za-z]+)\*\* \((warning|critical)\): \S`)
