@@ -45,6 +45,7 @@ type drainReconciler struct {
 	live    client.Reader
 	guard   Guard
 	github  GitHub
+	listing Listing
 	retirer *Retirer
 	events  events.EventRecorder
 	backoff *backoff
@@ -119,6 +120,14 @@ func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why st
 	}
 	if wait := r.backoff.due(pod.UID); wait > 0 {
 		return wait
+	}
+	if r.listing != nil && r.listing.Pressed(res.Runner) {
+		// The budget is pressed: a listing that shows the runner busy
+		// (shared by its scope, a point per 100 runners) saves a DELETE.
+		if busy, err := r.listing.Busy(ctx, res.Runner); err == nil && busy {
+			r.waiting(ctx, node, why, pod, res)
+			return r.backoff.retry(pod.UID)
+		}
 	}
 	gctx, cancel := context.WithTimeout(ctx, drainUnregisterDeadline)
 	out, err := r.github.Unregister(gctx, res.Runner)

@@ -35,8 +35,12 @@ type Options struct {
 	Guard Guard
 	// GitHub unregisters runners of draining nodes (the webhook's Router).
 	GitHub GitHub
-	// Listing is the job source of pods without job fields; nil: none.
+	// Listing is asked by the drain before a DELETE while the budget is
+	// pressed; nil: never.
 	Listing Listing
+	// HintListing is the job source of the hints of pods without job fields
+	// (legacy runners); nil: they get no hints.
+	HintListing Listing
 	// Retirer retires the EphemeralRunners of released runners; nil: none.
 	Retirer *Retirer
 	// Hints are the hints kept on busy runners' pods; empty turns the hint
@@ -91,7 +95,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		return guarded || pod.Annotations[AnnotationOwned] != ""
 	})
 	if len(o.Hints) > 0 {
-		r := &hintReconciler{pods: mgr.GetClient(), guard: o.Guard, listing: o.Listing, enabled: o.Hints}
+		r := &hintReconciler{pods: mgr.GetClient(), guard: o.Guard, listing: o.HintListing, enabled: o.Hints}
 		b := ctrl.NewControllerManagedBy(mgr).Named("runner-hints").
 			For(&corev1.Pod{}, builder.WithPredicates(runnerPods)).
 			WithOptions(controller.Options{MaxConcurrentReconciles: 4})
@@ -115,7 +119,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("indexing pods by node: %w", err)
 	}
 	d := &drainReconciler{
-		cached: mgr.GetClient(), live: mgr.GetAPIReader(), guard: o.Guard, github: o.GitHub, retirer: o.Retirer,
+		cached: mgr.GetClient(), live: mgr.GetAPIReader(), guard: o.Guard, github: o.GitHub, listing: o.Listing, retirer: o.Retirer,
 		events: o.Events, backoff: newBackoff(o.BusyRetryFirst, o.BusyRetryMax, o.Now), said: newOnce(), now: o.Now,
 		log: o.Log.WithName("drain"),
 	}

@@ -34,11 +34,46 @@ type GitHub interface {
 var _ GitHub = &ghclient.Router{}
 
 // Listing says whether GitHub's shared per-scope runner listing shows a
-// runner busy. Busy is proof enough for a hint; "not busy" is not proof of
-// idle (the listing lags), so it only ends hints runner-guard set.
+// runner busy. Busy is proof enough for a hint and for waiting; "not busy"
+// is not proof of idle (the listing lags), so it only ends hints
+// runner-guard set, and only the DELETE releases a runner.
 type Listing interface {
 	Busy(ctx context.Context, r ghclient.Runner) (bool, error)
+	// Pressed reports that the runner's credential budget is pressed: the
+	// drain then asks the listing before spending a DELETE.
+	Pressed(r ghclient.Runner) bool
 }
+
+// RouterListing is the Router's shared per-scope listing (ghclient/listing.go).
+// With Refresh a stale listing is taken anew (one request per 100 runners of
+// the scope, shared); without it only a listing someone else took answers.
+type RouterListing struct {
+	Router  *ghclient.Router
+	Refresh bool
+}
+
+var _ Listing = RouterListing{}
+
+// errNotListed: no listing answers for the runner (none fresh, or none taken).
+var errNotListed = errors.New("no listing of the runner's scope")
+
+// Busy asks the listing, refreshing it when it is older than its TTL.
+func (l RouterListing) Busy(ctx context.Context, r ghclient.Runner) (bool, error) {
+	li, err := l.Router.Listed(ctx, r, l.Refresh)
+	if err != nil {
+		return false, err
+	}
+	switch li.State {
+	case ghclient.ListedBusy:
+		return true, nil
+	case ghclient.ListedIdle, ghclient.ListedAbsent:
+		return false, nil
+	}
+	return false, errNotListed
+}
+
+// Pressed is the Router's budget pressure for the runner's credential.
+func (l RouterListing) Pressed(r ghclient.Runner) bool { return l.Router.Pressed(r) }
 
 // JobState is what the controller knows about a runner pod's job.
 type JobState int

@@ -6,12 +6,14 @@ import (
 	"time"
 
 	"github.com/runner-guard/runner-guard/disruption"
+	"github.com/runner-guard/runner-guard/ghclient"
 )
 
 // disruptionFlags configure the disruption controller (package disruption).
 type disruptionFlags struct {
 	hintDoNotDisrupt        bool
 	hintSafeToEvict         bool
+	hintFromListing         bool
 	drain                   bool
 	leaderElect             bool
 	leaderElectionNamespace string
@@ -21,6 +23,7 @@ type disruptionFlags struct {
 func (f *disruptionFlags) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&f.hintDoNotDisrupt, "hint-do-not-disrupt", true, `Keep `+disruption.AnnotationDoNotDisrupt+`: "true" on a runner pod while its runner holds a job (Karpenter then chooses other nodes); a value runner-guard did not set is never changed.`)
 	fs.BoolVar(&f.hintSafeToEvict, "hint-safe-to-evict", true, `Keep `+disruption.AnnotationSafeToEvict+`: "false" on a runner pod while its runner holds a job (the cluster autoscaler then scales other nodes down).`)
+	fs.BoolVar(&f.hintFromListing, "hint-from-listing", false, "Give pods without job fields (legacy runners) hints from GitHub's shared runner listing of their scope, taken every 15s while such pods run (one request per 100 runners of a scope); off, they get hints only from listings the webhook took anyway.")
 	fs.BoolVar(&f.drain, "drain-runners", true, "On a cordoned node, or one tainted "+disruption.TaintKarpenterDisrupted+" or "+disruption.TaintClusterAutoscaler+", unregister idle runners at once and delete their pods, and release busy ones when their job ends.")
 	fs.BoolVar(&f.leaderElect, "leader-elect", true, "Run the hint and drain controllers on one replica at a time (a Lease in --leader-election-namespace); the webhook serves on every replica.")
 	fs.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease (default: $POD_NAMESPACE, else runner-guard-system).")
@@ -37,6 +40,12 @@ func (f *disruptionFlags) hints() []disruption.Hint {
 		out = append(out, disruption.SafeToEvict)
 	}
 	return out
+}
+
+// hintListing is the hints' listing: one that refreshes itself with
+// --hint-from-listing, else only listings taken for decisions.
+func (f *disruptionFlags) hintListing(gh *ghclient.Router) disruption.Listing {
+	return disruption.RouterListing{Router: gh, Refresh: f.hintFromListing}
 }
 
 // enabled reports whether any leader-elected controller runs.

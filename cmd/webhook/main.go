@@ -225,7 +225,9 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 
 	if opts.disruption.enabled() {
 		if err := disruption.Setup(ctx, mgr, disruption.Options{
-			Guard: handler, GitHub: gh, Retirer: retirer, Hints: opts.disruption.hints(), Drain: opts.disruption.drain,
+			Guard: handler, GitHub: gh, Listing: disruption.RouterListing{Router: gh, Refresh: true},
+			HintListing: opts.disruption.hintListing(gh), Retirer: retirer,
+			Hints: opts.disruption.hints(), Drain: opts.disruption.drain,
 			BusyRetryMax: opts.disruption.busyRetryMax, Events: events, Log: logger.WithName("disruption"),
 		}); err != nil {
 			return err
