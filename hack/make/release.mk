@@ -12,9 +12,11 @@ ACTIONLINT ?= $(BIN)/actionlint
 # empty skips it, so `make test` gives the same answer on every machine.
 SHELLCHECK ?=
 # Where `make image-push` pushes the OCI index (REGISTRY/OWNER/runner-guard,
-# no tag; the release workflow passes its IMAGE_REPOSITORY variable), and the
-# file it writes the pushed index's digest to.
+# no tag; the release workflow passes its IMAGE_REPOSITORY variable), under
+# which tags (the release pushes X.Y.Z, the chart's default image.tag, and
+# vX.Y.Z), and the file it writes the pushed index's digest to.
 IMAGE_REPOSITORY  ?=
+IMAGE_TAGS        ?= $(VERSION)
 IMAGE_DIGEST_FILE ?= $(BIN)/image-digest
 
 # `make test` checks the GitHub workflows.
@@ -32,10 +34,10 @@ lint-workflows: $(ACTIONLINT) ## Check .github/workflows with actionlint (SHELLC
 	$(ACTIONLINT) -no-color -shellcheck="$(SHELLCHECK)" -pyflakes= .github/workflows/*.yml
 
 .PHONY: image-push
-image-push: $(IMAGE_TOOL) ## Push the OCI index of `make image` to IMAGE_REPOSITORY:VERSION (Docker config credentials); writes its digest to IMAGE_DIGEST_FILE.
+image-push: $(IMAGE_TOOL) ## Push the OCI index of `make image` to IMAGE_REPOSITORY under IMAGE_TAGS (default VERSION; Docker config credentials); writes its digest to IMAGE_DIGEST_FILE.
 	@test -n "$(IMAGE_REPOSITORY)" || { echo "image-push: set IMAGE_REPOSITORY=REGISTRY/OWNER/runner-guard" >&2; exit 2; }
 	@test -f $(IMAGE_OCI)/index.json || { echo "image-push: no $(IMAGE_OCI): run make image first" >&2; exit 2; }
-	$(IMAGE_TOOL) push -oci-layout $(IMAGE_OCI) -ref $(IMAGE_REPOSITORY):$(VERSION) -digest-file $(IMAGE_DIGEST_FILE)
+	$(IMAGE_TOOL) push -oci-layout $(IMAGE_OCI) $(foreach tag,$(IMAGE_TAGS),-ref $(IMAGE_REPOSITORY):$(tag)) -digest-file $(IMAGE_DIGEST_FILE)
 
 .PHONY: chart-docs
 chart-docs: ## Regenerate charts/runner-guard/README.md from Chart.yaml and values.yaml (hack/chartdocs); a test fails when they differ.
