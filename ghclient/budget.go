@@ -84,6 +84,9 @@ type BudgetConfig struct {
 	Concurrency int
 	// Replicas sharing the budget; default 1.
 	Replicas int
+	// Unlimited sends every request at once (GitHub's own retry-after still
+	// holds them): a GitHub Enterprise Server with rate limiting off.
+	Unlimited bool
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// Sleep waits d or until ctx ends; default a timer. Simulations that
@@ -157,7 +160,7 @@ func (bs *Budgets) For(id string) *Budget {
 	b := &Budget{
 		id: id, points: points, recheck: max(int(float64(points)*recheckShare), writePoints),
 		now: bs.cfg.Now, sleep: bs.cfg.Sleep, metrics: bs.metrics,
-		slots: make(chan struct{}, concurrent), remaining: -1,
+		slots: make(chan struct{}, concurrent), remaining: -1, unlimited: bs.cfg.Unlimited,
 	}
 	bs.all[id] = b
 	b.mu.Lock()
@@ -197,6 +200,8 @@ type Budget struct {
 	sleep   func(ctx context.Context, d time.Duration) error
 	metrics *Metrics
 	slots   chan struct{} // concurrency
+	// unlimited counts but never holds back, but for GitHub's own limit.
+	unlimited bool
 
 	mu    sync.Mutex
 	spent []spend // oldest first, within the last minute
@@ -275,6 +280,9 @@ func (b *Budget) take(ctx context.Context, method string) (func(), error) {
 			return nil, &Spent{Credential: b.id, Priority: prio, RetryAfter: wait}
 		}
 	}
+	if b.unlimited {
+		return func() {}, nil
+	}
 	select {
 	case b.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -306,6 +314,11 @@ func (b *Budget) reserve(prio Priority, points int) (time.Duration, error) {
 	b.expire(now)
 	if now.Before(b.blocked) {
 		return 0, &Spent{Credential: b.id, Priority: prio, RetryAfter: b.blocked.Sub(now), GitHub: true}
+	}
+	if b.unlimited {
+		b.spent = append(b.spent, spend{at: now, points: points})
+		b.sum += points
+		return 0, nil
 	}
 	limit := b.points
 	if prio == PriorityRecheck {
@@ -397,7 +410,7 @@ func (b *Budget) Pressed() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.expire(now)
-	return now.Before(b.blocked) || float64(b.sum) > pressedShare*float64(b.points)
+	return now.Before(b.blocked) || !b.unlimited && float64(b.sum) > pressedShare*float64(b.points)
 }
 
 // Used returns the points spent in the last minute and the budget per minute.

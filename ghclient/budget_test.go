@@ -265,3 +265,25 @@ func TestCredentialIDHidesTheToken(t *testing.T) {
 		t.Fatal("two tokens share one budget")
 	}
 }
+
+// An unlimited budget holds nothing back but GitHub's own retry-after.
+func TestBudgetUnlimited(t *testing.T) {
+	clock := newTestClock()
+	b := newTestBudget(t, BudgetConfig{PointsPerMinute: 10, Concurrency: 1, Unlimited: true}, clock)
+	held := make([]func(), 0, 50)
+	for i := range 50 {
+		done, err := b.take(WithPriority(context.Background(), PriorityRecheck), http.MethodDelete)
+		if err != nil {
+			t.Fatalf("request %d held back by an unlimited budget: %v", i, err)
+		}
+		held = append(held, done) // none released: concurrency is not limited either
+	}
+	for _, done := range held {
+		done()
+	}
+	b.observe(&http.Response{StatusCode: http.StatusForbidden, Header: http.Header{"Retry-After": []string{"30"}}})
+	var spent *Spent
+	if _, err := b.take(context.Background(), http.MethodGet); !errors.As(err, &spent) || !spent.GitHub {
+		t.Fatalf("GitHub's retry-after did not hold an unlimited budget: %v", err)
+	}
+}

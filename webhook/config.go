@@ -123,11 +123,15 @@ type GitHubBudget struct {
 	// Replicas share the budget (the chart passes replicaCount; default 1).
 	// With more replicas than this, the Deployment may spend more.
 	Replicas int `json:"replicas,omitempty"`
+	// Unlimited turns the budget off (GitHub's own retry-after still holds
+	// requests back): only for a GitHub Enterprise Server whose rate limiting
+	// is off, where holding requests back only slows drains.
+	Unlimited bool `json:"unlimited,omitempty"`
 }
 
 // BudgetConfig is the budget for ghclient.NewBudgets.
 func (b GitHubBudget) BudgetConfig() ghclient.BudgetConfig {
-	return ghclient.BudgetConfig{PointsPerMinute: b.PointsPerMinute, Concurrency: b.Concurrency, Replicas: b.Replicas}
+	return ghclient.BudgetConfig{PointsPerMinute: b.PointsPerMinute, Concurrency: b.Concurrency, Replicas: b.Replicas, Unlimited: b.Unlimited}
 }
 
 // CredentialsMode says where runners' GitHub credentials come from.

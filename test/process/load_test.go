@@ -3,6 +3,8 @@ package process_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,7 +26,13 @@ func TestLoad(t *testing.T) {
 	// and share 2 cores with other packages' tests: give GitHub the longest
 	// deadlines runner-guard allows (the API server's at most 30 s) so the
 	// fake's slowness is not a denial.
-	e := start(t, "--github-timeout=10s", "--webhook-timeout=30s")
+	// It is about load and memory, not GitHub's limits (see below): the
+	// request budget is off too.
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(cfg, []byte("githubBudget: {unlimited: true}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := start(t, "--github-timeout=10s", "--webhook-timeout=30s", "--config="+cfg)
 	scope := fixture.Org("load")
 	bodies, want, err := process.LoadMix(e.github, e.proc.Files.API, scope, 1000)
 	if err != nil {
