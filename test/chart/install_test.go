@@ -230,8 +230,10 @@ func (e *installEnv) notesNetworkPolicy(t *testing.T) {
 // dryRunMatrix applies each matrix case's render with a server-side dry run,
 // so the API server validates every field the chart writes (CEL of the
 // matchConditions, the preStop sleep action, the restricted Pod Security
-// profile). cert-manager and Prometheus Operator objects are left out: their
-// CRDs are not installed here (manifests' own test covers cert-manager's).
+// profile). cert-manager and Prometheus Operator objects (ServiceMonitor,
+// PrometheusRule) are left out: their CRDs are not installed here (manifests'
+// own test covers cert-manager's; test/chart's monitoring tests read the
+// PrometheusRule).
 func (e *installEnv) dryRunMatrix(t *testing.T) {
 	ns := "chart-dryrun"
 	if err := e.env.CreateNamespace(e.ctx, ns); err != nil {
@@ -255,7 +257,7 @@ func (e *installEnv) dryRunMatrix(t *testing.T) {
 		objs := parse(t, out)
 		var docs []string
 		for _, o := range objs {
-			if strings.HasSuffix(o.GetAPIVersion(), "cert-manager.io/v1") || o.GetKind() == "ServiceMonitor" {
+			if strings.HasSuffix(o.GetAPIVersion(), "cert-manager.io/v1") || strings.HasPrefix(o.GetAPIVersion(), "monitoring.coreos.com/") {
 				continue
 			}
 			docs = append(docs, toJSON(t, o.Object))
