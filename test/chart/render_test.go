@@ -103,6 +103,9 @@ func TestCredentialsFromARC(t *testing.T) {
 	objs := mustTemplate(t, "--values", "testdata/values/arc-credentials.yaml")
 	var nss []string
 	for _, r := range objs.ofKind("Role") {
+		if r.GetName() == "runner-guard-leader-election" {
+			continue // the disruption controller's Lease, in the release namespace
+		}
 		role := get[rbacv1.Role](t, objs.inNamespace(r.GetNamespace()), "Role", r.GetName())
 		nss = append(nss, role.Namespace)
 		want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}}
@@ -233,5 +236,38 @@ func TestProvidedCABundle(t *testing.T) {
 	}
 	if len(objs.ofKind("Certificate"))+len(objs.ofKind("Issuer")) != 0 {
 		t.Errorf("provided certificates render cert-manager objects: %v", objs.names())
+	}
+}
+
+// TestDisruptionValues: each disruption value turned away from its default
+// becomes the binary's flag, and the defaults pass none.
+func TestDisruptionValues(t *testing.T) {
+	cases := map[string]struct {
+		set  string
+		want string // "" : no disruption flag
+	}{
+		"defaults":               {"", ""},
+		"do-not-disrupt off":     {"disruption.doNotDisrupt=false", "--hint-do-not-disrupt=false"},
+		"safe-to-evict off":      {"disruption.safeToEvict=false", "--hint-safe-to-evict=false"},
+		"hints from the listing": {"disruption.hintsFromListing=true", "--hint-from-listing"},
+		"drains off":             {"disruption.drainRunners=false", "--drain-runners=false"},
+	}
+	flags := []string{"--hint-do-not-disrupt", "--hint-safe-to-evict", "--hint-from-listing", "--drain-runners"}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			args := []string{"--values", "testdata/values/certmanager-token.yaml"}
+			if c.set != "" {
+				args = append(args, "--set", c.set)
+			}
+			var got []string
+			for _, a := range webhookArgs(t, mustTemplate(t, args...)) {
+				if slices.ContainsFunc(flags, func(f string) bool { return strings.HasPrefix(a, f) }) {
+					got = append(got, a)
+				}
+			}
+			if want := slices.DeleteFunc([]string{c.want}, func(s string) bool { return s == "" }); !slices.Equal(got, want) {
+				t.Errorf("disruption flags %q, want %q", got, want)
+			}
+		})
 	}
 }

@@ -37,6 +37,18 @@ default install's args are those of dist/install.yaml plus --config.
 {{- if not .Values.policy.retireEphemeralRunners }}
 - --retire-ephemeral-runners=false
 {{- end }}
+{{- if not .Values.disruption.doNotDisrupt }}
+- --hint-do-not-disrupt=false
+{{- end }}
+{{- if not .Values.disruption.safeToEvict }}
+- --hint-safe-to-evict=false
+{{- end }}
+{{- if .Values.disruption.hintsFromListing }}
+- --hint-from-listing
+{{- end }}
+{{- if not .Values.disruption.drainRunners }}
+- --drain-runners=false
+{{- end }}
 {{- if .Values.webhook.clientCAConfigMap }}
 - --client-ca-file={{ include "runner-guard.clientCADir" . }}/ca.crt
 {{- end }}
