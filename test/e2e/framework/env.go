@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -82,6 +83,7 @@ type Env struct {
 	certDir     string
 	kubeconfig  string          // the webhook's own (ServiceAccount) kubeconfig
 	clientAuth  *clientCertAuth // nil unless Options.ClientCertAuth
+	metricsPort int             // the webhook's plain-HTTP metrics port
 	mu          sync.Mutex
 }
 
@@ -264,6 +266,12 @@ func (e *Env) WebhookCA() ([]byte, error) { return os.ReadFile(filepath.Join(e.c
 
 // StartWebhook runs the real binary and waits for /readyz.
 func (e *Env) StartWebhook(ctx context.Context, extraArgs ...string) error {
+	return e.StartWebhookWith(ctx, WebhookProcess{}, extraArgs...)
+}
+
+// StartWebhookWith is StartWebhook with environment variables for the
+// binary and a command to run it under (see WebhookProcess).
+func (e *Env) StartWebhookWith(ctx context.Context, proc WebhookProcess, extraArgs ...string) error {
 	tokenFile := filepath.Join(e.Dir, "github-token")
 	if err := os.WriteFile(tokenFile, []byte(githubToken+"\n"), 0o600); err != nil {
 		return err
@@ -276,6 +284,7 @@ func (e *Env) StartWebhook(ctx context.Context, extraArgs ...string) error {
 	if err != nil {
 		return err
 	}
+	e.metricsPort = metricsPort
 	args := []string{
 		"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", e.webhookPort),
 		"--cert-dir=" + e.certDir,
@@ -292,7 +301,11 @@ func (e *Env) StartWebhook(ctx context.Context, extraArgs ...string) error {
 	args = append(args, extraArgs...)
 	// Keep one log per start so a restart never hides the earlier run's log.
 	name := fmt.Sprintf("webhook-%d", time.Now().UnixNano())
-	e.webhook, err = startProcess(e.Dir, name, e.opts.WebhookBin, args, nil)
+	bin := e.opts.WebhookBin
+	if len(proc.Wrap) > 0 {
+		bin, args = proc.Wrap[0], append(append(slices.Clone(proc.Wrap[1:]), bin), args...)
+	}
+	e.webhook, err = startProcess(e.Dir, name, bin, args, proc.Env)
 	if err != nil {
 		return err
 	}
@@ -308,13 +321,18 @@ func (e *Env) StartWebhook(ctx context.Context, extraArgs ...string) error {
 
 // RestartWebhook stops the webhook and starts it again with other flags.
 func (e *Env) RestartWebhook(ctx context.Context, extraArgs ...string) error {
+	return e.RestartWebhookWith(ctx, WebhookProcess{}, extraArgs...)
+}
+
+// RestartWebhookWith is RestartWebhook with StartWebhookWith's process settings.
+func (e *Env) RestartWebhookWith(ctx context.Context, proc WebhookProcess, extraArgs ...string) error {
 	if e.webhook == nil {
 		return errors.New("the webhook runs in the cluster; it cannot be restarted from here")
 	}
 	if err := e.webhook.stop(15 * time.Second); err != nil {
 		return err
 	}
-	return e.StartWebhook(ctx, extraArgs...)
+	return e.StartWebhookWith(ctx, proc, extraArgs...)
 }
 
 // Local reports whether this Env runs its own control plane, webhook and fake
