@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -9,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/runner-guard/runner-guard/disruption"
@@ -197,4 +200,62 @@ func TestCordonReleasesIdleRunners(t *testing.T) {
 	s.waitRetired(busy.name)
 	s.requireDeleting(busy.name)
 	s.requireAlive(job.name)
+}
+
+var nodeClaims = schema.GroupVersionResource{Group: "karpenter.sh", Version: "v1", Resource: "nodeclaims"}
+
+// A node Karpenter disrupts whose NodeClaim is being deleted with a
+// terminationGracePeriod: a Warning Event on the Node says ahead of time
+// when that grace period ends the running job, naming it.
+func TestGracePeriodWarning(t *testing.T) {
+	s := newScaleSet(t, "tgp")
+	s.node = "e2e-node-tgp"
+	if err := env.EnsureNode(s.ctx, s.node); err != nil {
+		t.Fatal(err)
+	}
+	scope := mustScope(ghclient.OrgScope("org-tgp"))
+	job := s.runner("tgp-busy", "https://github.com/"+scope.Name, scope, true, nil)
+	s.setJob(job.name, 301, "release")
+
+	// The NodeClaim Karpenter is deleting: its finalizer keeps it, being deleted.
+	claim := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"terminationGracePeriod": "1h"}}}
+	claim.SetGroupVersionKind(schema.GroupVersionKind{Group: "karpenter.sh", Version: "v1", Kind: "NodeClaim"})
+	claim.SetName("tgp-claim")
+	claim.SetFinalizers([]string{keepFinalizer})
+	created, err := s.dyn.Resource(nodeClaims).Create(s.ctx, claim, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create NodeClaim: %v", err)
+	}
+	t.Cleanup(func() {
+		_, _ = s.dyn.Resource(nodeClaims).Patch(context.Background(), "tgp-claim", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+	if err := unstructured.SetNestedField(created.Object, s.node, "status", "nodeName"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.dyn.Resource(nodeClaims).UpdateStatus(s.ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("NodeClaim status: %v", err)
+	}
+	if err := s.dyn.Resource(nodeClaims).Delete(s.ctx, "tgp-claim", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	taint := []byte(`{"spec":{"taints":[{"key":"karpenter.sh/disrupted","effect":"NoSchedule"}]}}`)
+	if _, err := env.Client.CoreV1().Nodes().Patch(s.ctx, s.node, types.StrategicMergePatchType, taint, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = env.Client.CoreV1().Nodes().Patch(context.Background(), "e2e-node-tgp", types.MergePatchType, []byte(`{"spec":{"taints":null}}`), metav1.PatchOptions{})
+	})
+	s.eventually("a Warning that the grace period ends the job", 20*time.Second, func() error {
+		evs := strings.Join(nodeEvents(s.scenario, s.node), "\n")
+		for _, want := range []string{"Warning " + disruption.EventJobOutlivesGrace, "tgp-claim", "(1h0m0s)", `job "release" of acme/app`, s.ns + "/" + job.name} {
+			if !strings.Contains(evs, want) {
+				return fmt.Errorf("Node events lack %q:\n%s", want, evs)
+			}
+		}
+		return nil
+	})
+	s.requireAlive(job.name)
+	if reqs := requestsFor(s.github(), fmt.Sprintf("/runners/%d", job.id)); len(reqs) != 0 {
+		t.Errorf("a runner whose job fields prove a job was asked about:%s", describe(reqs))
+	}
 }
