@@ -456,7 +456,7 @@ func (r *review) deadline(webhookTimeout time.Duration) time.Time {
 type outOfTimeError struct{ left time.Duration }
 
 func (e *outOfTimeError) Error() string {
-	return fmt.Sprintf("only %s left before the API server's webhook deadline (webhookTimeout), too little to unregister the runner safely; nothing was sent to GitHub, retry", e.left.Round(time.Millisecond))
+	return fmt.Sprintf("only %s left before the API server's webhook deadline (webhookTimeout), too little to unregister the runner safely; nothing was sent to GitHub, retry", max(e.left, 0).Round(time.Millisecond))
 }
 
 // stage is how much the decider has resolved before a rule runs.
