@@ -1,0 +1,153 @@
+package karpenter
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/test/fixture"
+)
+
+// EphemeralRunners is ARC's EphemeralRunner, whose CRD the e2e environment installs.
+var EphemeralRunners = schema.GroupVersionResource{Group: "actions.github.com", Version: "v1alpha1", Resource: "ephemeralrunners"}
+
+// ScaleSetRunner is one ARC scale-set runner: its EphemeralRunner and pod
+// (both named Name) and its registration on the fake GitHub.
+type ScaleSetRunner struct {
+	Namespace, Name string
+	Scope           ghclient.Scope
+	// ID is the runner's ID on the fake GitHub.
+	ID int64
+}
+
+// Registered reports whether the fake GitHub still has the runner.
+func (c *Cluster) Registered(r ScaleSetRunner) bool {
+	_, ok := c.GitHub.Runner(r.Scope, r.Name)
+	return ok
+}
+
+// CreateScaleSetRunner registers a runner on the fake GitHub, busy or idle,
+// creates its EphemeralRunner with the status ARC's controller leaves once
+// the runner is registered (edit may change it first, e.g. set job fields),
+// and its pod as ARC builds it: controlled by the EphemeralRunner, labelled
+// with the organization, requesting RunnerCPU, in pool and bound to node.
+// scope must be an organization.
+func (c *Cluster) CreateScaleSetRunner(ctx context.Context, ns, name string, scope ghclient.Scope, busy bool, pool, node string,
+	edit func(*fixture.EphemeralRunnerWrapper)) (ScaleSetRunner, error) {
+	if scope.Kind != ghclient.ScopeOrg {
+		return ScaleSetRunner{}, fmt.Errorf("scope %s: only organizations are supported here", scope)
+	}
+	id := c.GitHub.AddRunner(scope, name)
+	c.GitHub.SetBusy(scope, name, busy)
+	w := fixture.MakeEphemeralRunner(ns, name).ConfigURL("https://github.com/" + scope.Name).RunnerID(id).RunnerName(name)
+	if edit != nil {
+		edit(w)
+	}
+	want := w.Obj()
+	want.SetUID("")
+	created, err := c.Dynamic.Resource(EphemeralRunners).Namespace(ns).Create(ctx, want, metav1.CreateOptions{})
+	if err != nil {
+		return ScaleSetRunner{}, fmt.Errorf("create EphemeralRunner %s/%s: %w", ns, name, err)
+	}
+	status, _, _ := unstructured.NestedMap(want.Object, "status")
+	if err := unstructured.SetNestedMap(created.Object, status, "status"); err != nil {
+		return ScaleSetRunner{}, err
+	}
+	if created, err = c.Dynamic.Resource(EphemeralRunners).Namespace(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return ScaleSetRunner{}, fmt.Errorf("status of EphemeralRunner %s/%s: %w", ns, name, err)
+	}
+	owner := &fixture.EphemeralRunnerWrapper{Unstructured: *created}
+	pod := fixture.MakeScaleSetRunnerPod(ns, name).OwnedByEphemeralRunner(owner).
+		Label("actions.github.com/organization", scope.Name).Obj()
+	pod.UID = ""
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, InPool(pod, pool, node, RunnerCPU), metav1.CreateOptions{}); err != nil {
+		return ScaleSetRunner{}, fmt.Errorf("create runner pod %s/%s: %w", ns, name, err)
+	}
+	return ScaleSetRunner{Namespace: ns, Name: name, Scope: scope, ID: id}, nil
+}
+
+// CreatePod creates a plain pod (no runner: runner-guard lets it go) with
+// annotations, requesting RunnerCPU, in pool and bound to node.
+func (c *Cluster) CreatePod(ctx context.Context, ns, name, pool, node string, annotations map[string]string) error {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": "runner-like"}, Annotations: annotations},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "runner-like"}}},
+	}
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, InPool(pod, pool, node, RunnerCPU), metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create pod %s/%s: %w", ns, name, err)
+	}
+	return nil
+}
+
+// ReleaseEphemeralRunners drops the finalizers of every EphemeralRunner in
+// ns (no ARC controller runs here to drop them), so they and, through the
+// garbage collector, their pods can go.
+func (c *Cluster) ReleaseEphemeralRunners(ctx context.Context, ns string) error {
+	list, err := c.Dynamic.Resource(EphemeralRunners).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	patch := []byte(`{"metadata":{"finalizers":null}}`)
+	for _, er := range list.Items {
+		_, err := c.Dynamic.Resource(EphemeralRunners).Namespace(ns).Patch(ctx, er.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("release EphemeralRunner %s/%s: %w", ns, er.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// KarpenterMetric is the sum of Karpenter's samples of metric name whose
+// labels include labels.
+func (c *Cluster) KarpenterMetric(ctx context.Context, name string, labels map[string]string) (float64, error) {
+	text, err := c.KarpenterMetrics(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := MetricSum(text, name, labels)
+	return n, nil
+}
+
+// RefusedPOSTs counts the POST requests of Karpenter's client answered 429:
+// here, only evictions are. It counts every attempt: client-go retries a 429
+// that carries Retry-After (runner-guard's refusals do) by itself, up to 10
+// times, before Karpenter sees one failed eviction, so Karpenter's own
+// karpenter_pods_eviction_requests_total moves ten times slower.
+func (c *Cluster) RefusedPOSTs(ctx context.Context) (float64, error) {
+	return c.KarpenterMetric(ctx, "client_go_request_total", map[string]string{"code": "429", "method": "POST"})
+}
+
+// WaitRefusedPOSTs waits until RefusedPOSTs reaches n.
+func (c *Cluster) WaitRefusedPOSTs(ctx context.Context, n float64, timeout time.Duration) error {
+	return WaitFor(ctx, fmt.Sprintf("%v of Karpenter's POSTs answered 429", n), timeout, func(ctx context.Context) error {
+		text, err := c.KarpenterMetrics(ctx)
+		if err != nil {
+			return err
+		}
+		got, _ := MetricSum(text, "client_go_request_total", map[string]string{"code": "429", "method": "POST"})
+		if got < n {
+			return fmt.Errorf("%w: %v; Karpenter's client requests:\n%s", errNotYet, got, grepLines(text, "client_go_request_total"))
+		}
+		return nil
+	})
+}
+
+// grepLines keeps the lines of text that contain sub.
+func grepLines(text, sub string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
