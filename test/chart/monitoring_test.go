@@ -98,41 +98,56 @@ func servedMetrics(t *testing.T) map[string]servedFamily {
 	return families
 }
 
-// checkSelectors fails for every selector of expr that names no metric the
-// binary serves (or an external one), or matches on a label the metric lacks.
-func checkSelectors(t *testing.T, where, expr string, served map[string]servedFamily) {
+// promExpr is an expression to check and where it comes from.
+type promExpr struct{ where, expr string }
+
+// checkExprs parses every expression with Prometheus' parser and fails for a
+// parse error, a selector that names no metric the binary serves (nor an
+// external one), or a matcher on a label that metric lacks.
+func checkExprs(t *testing.T, exprs []promExpr, served map[string]servedFamily) {
 	t.Helper()
-	sels, err := promSelectors(expr)
-	if err != nil {
-		t.Errorf("%s: %v", where, err)
-		return
+	src := make([]string, len(exprs))
+	for i, e := range exprs {
+		src[i] = e.expr
 	}
-	if len(sels) == 0 {
-		t.Errorf("%s: %q names no metric", where, expr)
-	}
-	for _, s := range sels {
-		if _, ok := externalMetrics[s.metric]; ok {
+	for i, p := range parsePromQL(t, src) {
+		where := exprs[i].where
+		if p.Error != "" {
+			t.Errorf("%s: %s\n%s", where, p.Error, exprs[i].expr)
 			continue
 		}
-		fam, ok := served[s.metric]
-		if !ok {
-			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-				if base, cut := strings.CutSuffix(s.metric, suffix); cut && served[base].histogram {
-					fam, ok = served[base], true
-					if suffix == "_bucket" {
-						fam.labels = append(slices.Clone(fam.labels), "le")
-					}
+		if len(p.Selectors) == 0 {
+			t.Errorf("%s: %q names no metric", where, exprs[i].expr)
+		}
+		for _, s := range p.Selectors {
+			checkSelector(t, where, s, served)
+		}
+	}
+}
+
+func checkSelector(t *testing.T, where string, s promSelector, served map[string]servedFamily) {
+	t.Helper()
+	if _, ok := externalMetrics[s.Metric]; ok {
+		return
+	}
+	fam, ok := served[s.Metric]
+	if !ok {
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if base, cut := strings.CutSuffix(s.Metric, suffix); cut && served[base].histogram {
+				fam, ok = served[base], true
+				if suffix == "_bucket" {
+					fam.labels = append(slices.Clone(fam.labels), "le")
 				}
 			}
 		}
-		if !ok {
-			t.Errorf("%s: metric %s is not served by the binary (nor by %v)", where, s.metric, externalMetrics)
-			continue
-		}
-		for _, l := range s.labels {
-			if !slices.Contains(fam.labels, l) && !slices.Contains(targetLabels, l) {
-				t.Errorf("%s: %s has no label %q (its labels: %v, target labels: %v)", where, s.metric, l, fam.labels, targetLabels)
-			}
+	}
+	if !ok {
+		t.Errorf("%s: metric %s is not served by the binary (nor by %v)", where, s.Metric, externalMetrics)
+		return
+	}
+	for _, l := range s.Labels {
+		if !slices.Contains(fam.labels, l) && !slices.Contains(targetLabels, l) {
+			t.Errorf("%s: %s has no label %q (its labels: %v, target labels: %v)", where, s.Metric, l, fam.labels, targetLabels)
 		}
 	}
 }
@@ -224,9 +239,10 @@ func TestMonitoringMetricsExist(t *testing.T) {
 	objs := mustTemplate(t, append(monitoringValues(),
 		"--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.grafanaDashboard.enabled=true")...)
 
+	var exprs []promExpr
 	rules := alertRules(t, objs)
 	for name, r := range rules {
-		checkSelectors(t, "alert "+name, r.Expr, served)
+		exprs = append(exprs, promExpr{"alert " + name, r.Expr})
 	}
 
 	cm := objs.find("ConfigMap", releaseName+"-dashboard")
@@ -236,7 +252,7 @@ func TestMonitoringMetricsExist(t *testing.T) {
 	d := dashboardOf(t, cm)
 	for _, p := range d.Panels {
 		for i, target := range p.Targets {
-			checkSelectors(t, fmt.Sprintf("panel %q target %d", p.Title, i), target.Expr, served)
+			exprs = append(exprs, promExpr{fmt.Sprintf("panel %q target %d", p.Title, i), target.Expr})
 		}
 	}
 	for _, v := range d.Templating.List {
@@ -254,8 +270,9 @@ func TestMonitoringMetricsExist(t *testing.T) {
 			t.Errorf("variable %s: query %q is not label_values(metric, label)", v.Name, q.Query)
 			continue
 		}
-		checkSelectors(t, "variable "+v.Name, m[1], served)
+		exprs = append(exprs, promExpr{"variable " + v.Name, m[1]})
 	}
+	checkExprs(t, exprs, served)
 
 	// The credentials alert counts the reason the decision table uses.
 	if !strings.Contains(rules["RunnerGuardCredentialsUnusable"].Expr, fmt.Sprintf("reason=%q", webhook.ReasonCredentials)) {
