@@ -13,3 +13,6 @@ $(PROMQL): hack/tools/promql/go.mod hack/tools/promql/go.sum hack/tools/promql/m
 
 .PHONY: promql
 promql: $(PROMQL) ## Build bin/promql (Prometheus' PromQL parser, hack/tools/promql) for the chart's monitoring tests.
+
+# The chart tests need it too when run alone.
+test-chart: $(PROMQL)
