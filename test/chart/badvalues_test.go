@@ -38,6 +38,26 @@ func TestBadValuesFail(t *testing.T) {
 			want: []string{"tokn", "github"},
 		},
 		{
+			name: "CA bundle from both a ConfigMap and a Secret",
+			args: []string{"--set", "github.caBundle.configMapRef.name=ca", "--set", "github.caBundle.secretRef.name=ca"},
+			want: []string{"github.caBundle", "not both"},
+		},
+		{
+			name: "proxy credentials without a proxy",
+			args: []string{"--set", "proxy.credentialsSecret=corp-proxy"},
+			want: []string{"proxy.credentialsSecret", "proxy.https"},
+		},
+		{
+			name: "proxy password in the URL",
+			args: []string{"--set", "proxy.https=http://u:p@proxy:3128"},
+			want: []string{"proxy.credentialsSecret", "not in the URL"},
+		},
+		{
+			name: "proxy URL without a scheme",
+			args: []string{"--set", "proxy.https=proxy.corp:3128"},
+			want: []string{"proxy", "https"},
+		},
+		{
 			name: "unknown nested key",
 			args: []string{"--set", "certificates.certManager.issuer=x"},
 			want: []string{"issuer", "certManager"},

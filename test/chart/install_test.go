@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,6 +43,9 @@ type installEnv struct {
 	webhook *exec.Cmd
 	waitErr chan error
 	starts  int // webhook starts, numbering their logs
+	// net is how the webhook reaches GitHub in scenarioChartNetwork: flags
+	// and environment from the chart's render, and a command to run it under.
+	net webhookNetwork
 }
 
 // TestHelmInstallOnControlPlane installs the chart with generated certificates
@@ -88,6 +92,8 @@ func TestHelmInstallOnControlPlane(t *testing.T) {
 	t.Run("busy runner refused after upgrade", e.scenarioBusy)
 
 	t.Run("runner of an unbound scope let go without GitHub", e.scenarioUnboundScope)
+
+	t.Run("GHES behind a private CA and a proxy, from the chart's values", e.scenarioChartNetwork)
 
 	t.Run("outage spares pods that are not running", e.scenarioOutage)
 
@@ -341,14 +347,18 @@ func (e *installEnv) startWebhook() {
 	if help, _ := exec.Command(bin, "--help").CombinedOutput(); strings.Contains(string(help), "--github-allow-http") {
 		args = append(args, "--github-allow-http")
 	}
+	args = append(args, e.net.args...)
 	e.starts++
 	logFile, err := os.Create(filepath.Join(e.dir, fmt.Sprintf("webhook-%d.log", e.starts)))
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	if len(e.net.wrap) > 0 {
+		bin, args = e.net.wrap[0], append(append(slices.Clone(e.net.wrap[1:]), bin), args...)
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = append(os.Environ(), "POD_NAMESPACE="+namespace)
+	cmd.Env = append(append(os.Environ(), "POD_NAMESPACE="+namespace), e.net.env...)
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}

@@ -108,10 +108,17 @@ func TestCredentialsFromARC(t *testing.T) {
 		}
 		role := get[rbacv1.Role](t, objs.inNamespace(r.GetNamespace()), "Role", r.GetName())
 		nss = append(nss, role.Namespace)
-		want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}}
+		// configmaps: an EphemeralRunner's githubServerTLS bundle.
+		want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets", "configmaps"}, Verbs: []string{"get"}}}
 		if !equalJSON(role.Rules, want) {
 			t.Errorf("Role %s/%s rules %+v", role.Namespace, role.Name, role.Rules)
 		}
+	}
+	// Whether a runner namespace is being deleted: those Namespaces only.
+	nsRole := get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard-arc-namespaces")
+	wantNS := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, ResourceNames: []string{"arc-runners", "arc-runners-gpu"}, Verbs: []string{"get"}}}
+	if !equalJSON(nsRole.Rules, wantNS) {
+		t.Errorf("ClusterRole runner-guard-arc-namespaces rules %+v, want %+v", nsRole.Rules, wantNS)
 	}
 	slices.Sort(nss)
 	if !slices.Equal(nss, []string{"arc-runners", "arc-runners-gpu"}) {

@@ -28,6 +28,9 @@ default install's args are those of dist/install.yaml plus --config.
 {{- if .Values.github.allowHTTP }}
 - --github-allow-http
 {{- end }}
+{{- with include "runner-guard.caBundleFile" . }}
+- --github-ca-bundle={{ . }}
+{{- end }}
 {{- if and .Values.metrics.enabled (not .Values.metrics.secure) }}
 - --metrics-secure=false
 {{- end }}

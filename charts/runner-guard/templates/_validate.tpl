@@ -12,6 +12,7 @@ names the value to change.
 {{- include "runner-guard.validateDisruptionBudget" . }}
 {{- include "runner-guard.validateMemory" . }}
 {{- include "runner-guard.validateEvictions" . }}
+{{- include "runner-guard.validateNetwork" . }}
 {{- end }}
 
 {{/* The API server gives up after timeoutSeconds; the GitHub call must end 2 s before. */}}
