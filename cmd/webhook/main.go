@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -155,26 +154,13 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		metricsOpts.SecureServing = true
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
-	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
-	if len(hcfg.RunnerNamespaces) > 0 {
-		// The controllers watch runner pods and EphemeralRunners only where
-		// runner-guard guards them (and is granted them).
-		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range hcfg.RunnerNamespaces {
-			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
-		}
-	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Metrics:                metricsOpts,
 		HealthProbeBindAddress: opts.healthProbeBindAddr,
 		WebhookServer:          server,
-		Cache:                  cacheOpts,
-		// Only the hint and drain controllers need a leader; the webhook
-		// and the Retirer serve on every replica.
-		LeaderElection:                opts.disruption.leaderElect && opts.disruption.enabled(),
-		LeaderElectionID:              "runner-guard-disruption",
-		LeaderElectionNamespace:       opts.disruption.leaseNamespace(getenv),
-		LeaderElectionReleaseOnCancel: true,
+		// No leader election here: the webhook and the Retirer serve on
+		// every replica; the hint and drain controllers elect a leader in
+		// a manager of their own (leader.go).
 	})
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)
@@ -224,14 +210,24 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	mgr.GetWebhookServer().Register(webhook.Path, &admission.Webhook{Handler: handler})
 
 	if opts.disruption.enabled() {
-		if err := disruption.Setup(ctx, mgr, disruption.Options{
-			Guard: handler, GitHub: gh, Listing: disruption.RouterListing{Router: gh, Refresh: true},
-			HintListing: opts.disruption.hintListing(gh), Retirer: retirer,
-			Hints: opts.disruption.hints(), Drain: opts.disruption.drain,
-			BusyRetryMax: opts.disruption.busyRetryMax, Events: events, Log: logger.WithName("disruption"),
-		}); err != nil {
-			return err
+		controllers := newLeaderElected(restCfg, cacheOpts, opts.disruption.leaderElect, opts.disruption.leaseNamespace(getenv),
+			logger.WithName("disruption"), func(ctx context.Context, cmgr ctrl.Manager) error {
+				return disruption.Setup(ctx, cmgr, disruption.Options{
+					Guard: handler, GitHub: gh, Listing: disruption.RouterListing{Router: gh, Refresh: true},
+					HintListing: opts.disruption.hintListing(gh), Retirer: retirer,
+					Hints: opts.disruption.hints(), Drain: opts.disruption.drain,
+					BusyRetryMax: opts.disruption.busyRetryMax, Events: events, Log: logger.WithName("disruption"),
+			// Watched only where runner-guard guards pods (and is granted them).
+			Namespaces: hcfg.RunnerNamespaces,
+				})
+			})
+		if err := mgr.Add(controllers); err != nil {
+			return fmt.Errorf("disruption controllers: %w", err)
 		}
+	}
+
+	if err := opts.activation.setup(mgr, restCfg, opts.webhookHost, opts.webhookPort, logger.WithName("activation")); err != nil {
+		return err
 	}
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

@@ -71,12 +71,14 @@ type Runner struct {
 
 // Request is one API request the fake answered (control requests are not logged).
 type Request struct {
-	Method string      `json:"method"`
-	Path   string      `json:"path"` // as received, including any /api/v3 prefix
-	Query  url.Values  `json:"query"`
-	Status int         `json:"status"` // 0 when the client went away before an answer
-	Time   time.Time   `json:"time"`
-	Header http.Header `json:"-"`
+	Method string     `json:"method"`
+	Path   string     `json:"path"` // as received, including any /api/v3 prefix
+	Query  url.Values `json:"query"`
+	Status int        `json:"status"` // 0 when the client went away before an answer
+	Time   time.Time  `json:"time"`   // when it was answered (or the client went away)
+	// Arrived is when the request reached the fake, before any latency.
+	Arrived time.Time   `json:"arrived"`
+	Header  http.Header `json:"-"`
 
 	// Op is what the request asked for (empty for a path the fake does not
 	// serve), Scope the runners' scope it named (lower case) and RunnerID
@@ -717,6 +719,7 @@ func (f *Fake) arriveLocked(r *http.Request) Request {
 		Header:     r.Header.Clone(),
 		Credential: f.credentialLocked(r),
 		Points:     requestPoints(r.Method),
+		Arrived:    f.now(),
 	}
 	path, _ := strings.CutPrefix(r.URL.Path, "/api/v3")
 	parts := strings.Split(strings.Trim(path, "/"), "/")
