@@ -187,7 +187,7 @@ func (r *Resolver) network(ctx context.Context, er *ephemeralRunner) (ghclient.N
 		key := types.NamespacedName{Namespace: er.key.Namespace, Name: er.caRef.name}
 		if err := r.reader.Get(ctx, key, &cm); err != nil {
 			if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
-				return n, fail(fieldServerTLS, fmt.Errorf("ConfigMap %s: %w", key, err))
+				return n, fail(fieldServerTLS, fmt.Errorf("reading ConfigMap %s: %w", key, err))
 			}
 			return n, fmt.Errorf("reading ConfigMap %s of EphemeralRunner %s: %w", key, er.key, err)
 		}
@@ -218,7 +218,7 @@ func (r *Resolver) network(ctx context.Context, er *ephemeralRunner) (ghclient.N
 			key := types.NamespacedName{Namespace: er.key.Namespace, Name: ref}
 			if err := r.reader.Get(ctx, key, &s); err != nil {
 				if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
-					return n, fail(fieldProxy+"."+srv.scheme+".credentialSecretRef", fmt.Errorf("Secret %s: %w", key, err))
+					return n, fail(fieldProxy+"."+srv.scheme+".credentialSecretRef", fmt.Errorf("reading Secret %s: %w", key, err))
 				}
 				return n, fmt.Errorf("reading Secret %s of EphemeralRunner %s: %w", key, er.key, err)
 			}
