@@ -98,7 +98,8 @@ func (l *leaderElected) runOnce(ctx context.Context) error {
 	// Shutting down: controllers still waiting for a cache that cannot sync
 	// (RBAC, a partition) must not hold the webhook's exit past its grace.
 	select {
-	case <-done:
+	case err := <-done:
+		return err
 	case <-time.After(controllersShutdownGrace):
 		l.log.Info("the disruption controllers did not stop in time; exiting without them", "grace", controllersShutdownGrace)
 	}
