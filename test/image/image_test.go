@@ -21,19 +21,26 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
-func imagePath(t *testing.T) string {
+// artifact is the file env names, else def: something `make image` builds.
+// It skips the test when the file is missing, and fails it under CI.
+func artifact(t *testing.T, env, def, what string) string {
 	t.Helper()
-	p := os.Getenv("RUNNER_GUARD_IMAGE")
+	p := os.Getenv(env)
 	if p == "" {
-		p = "../../bin/runner-guard-image.tar"
+		p = def
 	}
 	if _, err := os.Stat(p); err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("image tarball: %v (make image builds it; make test does too)", err)
+			t.Fatalf("%s: %v (make image builds it; make test does too)", what, err)
 		}
-		t.Skipf("image tarball: %v: run make image", err)
+		t.Skipf("%s: %v: run make image", what, err)
 	}
 	return p
+}
+
+// imagePath is this machine's image as a docker-archive.
+func imagePath(t *testing.T) string {
+	return artifact(t, "RUNNER_GUARD_IMAGE", "../../bin/runner-guard-image.tar", "image tarball")
 }
 
 type file struct {

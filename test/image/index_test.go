@@ -3,7 +3,6 @@ package image_test
 import (
 	"bytes"
 	"debug/elf"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -18,17 +17,8 @@ import (
 // ociLayoutPath is the OCI image layout `make image` writes (the multi-arch
 // index the release workflow pushes).
 func ociLayoutPath(t *testing.T) string {
-	t.Helper()
-	p := os.Getenv("RUNNER_GUARD_IMAGE_OCI")
-	if p == "" {
-		p = "../../bin/runner-guard-image-oci"
-	}
-	if _, err := os.Stat(filepath.Join(p, "index.json")); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("image index: %v (make image builds it; make test does too)", err)
-		}
-		t.Skipf("image index: %v: run make image", err)
-	}
+	p := artifact(t, "RUNNER_GUARD_IMAGE_OCI", "../../bin/runner-guard-image-oci", "image index")
+	artifact(t, "", filepath.Join(p, "index.json"), "image index")
 	return p
 }
 

@@ -22,18 +22,7 @@ import (
 
 // imageTool is bin/image (hack/tools/image), which `make image` builds.
 func imageTool(t *testing.T) string {
-	t.Helper()
-	p := os.Getenv("IMAGE_TOOL")
-	if p == "" {
-		p = "../../bin/image"
-	}
-	if _, err := os.Stat(p); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("image tool: %v (make image builds it)", err)
-		}
-		t.Skipf("image tool: %v: run make image", err)
-	}
-	return p
+	return artifact(t, "IMAGE_TOOL", "../../bin/image", "image tool")
 }
 
 // TestPushIndex pushes the index the way the release workflow does
