@@ -1,0 +1,277 @@
+package activation
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	admissionregistrationclient "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+)
+
+// FieldManager names runner-guard's patches in the configuration's
+// managedFields.
+const FieldManager = "runner-guard-activation"
+
+// DefaultRecheck is how often a replica looks again without an event: the
+// served certificate and the server's start are not watched.
+const DefaultRecheck = 5 * time.Second
+
+// Options configure an Activator.
+type Options struct {
+	// Name of the ValidatingWebhookConfiguration to activate.
+	Name string
+	// Client reads, watches and patches it (RBAC: get, list, watch, patch
+	// with resourceNames [Name]).
+	Client admissionregistrationclient.ValidatingWebhookConfigurationsGetter
+	// Served returns the certificate chain this replica serves now, leaf
+	// first; an error while it serves none.
+	Served func(context.Context) ([]*x509.Certificate, error)
+	// Recheck is how often to look again without an event (DefaultRecheck).
+	Recheck time.Duration
+	Log     logr.Logger
+	// Now is the clock certificates are verified at (time.Now).
+	Now func() time.Time
+}
+
+// Activator runs on every replica and keeps the configuration's entries at
+// their wanted failurePolicy once this replica serves a certificate their
+// caBundle verifies.
+type Activator struct {
+	opts Options
+}
+
+var (
+	_ manager.Runnable               = &Activator{}
+	_ manager.LeaderElectionRunnable = &Activator{}
+)
+
+// New checks opts and returns an Activator.
+func New(opts Options) (*Activator, error) {
+	switch {
+	case opts.Name == "":
+		return nil, errors.New("activation: no ValidatingWebhookConfiguration name")
+	case opts.Client == nil:
+		return nil, errors.New("activation: no client")
+	case opts.Served == nil:
+		return nil, errors.New("activation: no served-certificate source")
+	}
+	if opts.Recheck <= 0 {
+		opts.Recheck = DefaultRecheck
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Activator{opts: opts}, nil
+}
+
+// NeedLeaderElection is false: every replica may activate, and the patches
+// are idempotent and tested against the resourceVersion they were made from.
+func (a *Activator) NeedLeaderElection() bool { return false }
+
+// Start follows the configuration (a field selector on its name, so RBAC
+// can name it) and reconciles on each change and every Recheck until ctx
+// ends.
+func (a *Activator) Start(ctx context.Context) error {
+	observed := make(chan *admissionregistrationv1.ValidatingWebhookConfiguration, 1)
+	go a.follow(ctx, observed)
+	ticker := time.NewTicker(a.opts.Recheck)
+	defer ticker.Stop()
+	var (
+		current     *admissionregistrationv1.ValidatingWebhookConfiguration
+		seen        bool
+		lastWaiting string
+	)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case current = <-observed:
+			seen = true
+		case <-ticker.C:
+		}
+		switch {
+		case !seen:
+		case current == nil:
+			a.logWaiting(&lastWaiting, "ValidatingWebhookConfiguration "+a.opts.Name+" does not exist")
+		default:
+			waiting, err := a.reconcile(ctx, current)
+			if err != nil {
+				a.opts.Log.Error(err, "activating the webhook configuration", "name", a.opts.Name)
+			}
+			a.logWaiting(&lastWaiting, waiting)
+		}
+	}
+}
+
+// follow lists and watches the one configuration, sending each version it
+// observes (nil: there is none) to out, which holds only the newest.
+func (a *Activator) follow(ctx context.Context, out chan *admissionregistrationv1.ValidatingWebhookConfiguration) {
+	vwcs := a.opts.Client.ValidatingWebhookConfigurations()
+	sel := fields.OneTermEqualSelector("metadata.name", a.opts.Name).String()
+	send := func(v *admissionregistrationv1.ValidatingWebhookConfiguration) {
+		select {
+		case <-out: // superseded
+		default:
+		}
+		out <- v
+	}
+	pause := func() bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(a.opts.Recheck):
+			return true
+		}
+	}
+	for ctx.Err() == nil {
+		list, err := vwcs.List(ctx, metav1.ListOptions{FieldSelector: sel})
+		if err != nil {
+			a.opts.Log.Error(err, "listing the webhook configuration", "name", a.opts.Name)
+			if !pause() {
+				return
+			}
+			continue
+		}
+		var first *admissionregistrationv1.ValidatingWebhookConfiguration
+		if len(list.Items) > 0 {
+			first = &list.Items[0]
+		}
+		send(first)
+		w, err := vwcs.Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: list.ResourceVersion})
+		if err != nil {
+			a.opts.Log.Error(err, "watching the webhook configuration", "name", a.opts.Name)
+			if !pause() {
+				return
+			}
+			continue
+		}
+		a.drain(ctx, w, send)
+		w.Stop()
+	}
+}
+
+// drain sends each version a watch delivers until it ends or fails.
+func (a *Activator) drain(ctx context.Context, w watch.Interface, send func(*admissionregistrationv1.ValidatingWebhookConfiguration)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return
+			}
+			switch ev.Type {
+			case watch.Added, watch.Modified:
+				if v, ok := ev.Object.(*admissionregistrationv1.ValidatingWebhookConfiguration); ok {
+					send(v)
+				}
+			case watch.Deleted:
+				send(nil)
+			case watch.Error:
+				return // relist
+			}
+		}
+	}
+}
+
+// logWaiting logs why the configuration is not activated yet, once per reason.
+func (a *Activator) logWaiting(last *string, waiting string) {
+	if waiting == *last {
+		return
+	}
+	*last = waiting
+	if waiting != "" {
+		a.opts.Log.Info("webhook configuration not activated yet: failed calls are ignored until it is", "name", a.opts.Name, "waiting", waiting)
+	}
+}
+
+// reconcile makes one plan for vwc and patches it. It returns why entries
+// wait, "" when none does.
+func (a *Activator) reconcile(ctx context.Context, vwc *admissionregistrationv1.ValidatingWebhookConfiguration) (string, error) {
+	served, servedErr := a.opts.Served(ctx)
+	plan, err := PlanFor(vwc, served, a.opts.Now())
+	if err != nil {
+		return "", err
+	}
+	var waiting []string
+	for _, w := range plan.Waiting {
+		reason := w.Reason
+		if servedErr != nil {
+			reason = "this replica does not serve yet: " + servedErr.Error()
+		}
+		waiting = append(waiting, w.Name+": "+reason)
+	}
+	if len(plan.Changes) == 0 {
+		return strings.Join(waiting, "; "), nil
+	}
+	patch, err := plan.Patch()
+	if err != nil {
+		return "", err
+	}
+	if _, err := a.opts.Client.ValidatingWebhookConfigurations().Patch(ctx, vwc.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+		// Another replica or an apply changed it first: the watch brings
+		// the new version and the next plan.
+		return strings.Join(waiting, "; "), fmt.Errorf("patch ValidatingWebhookConfiguration %s: %w", vwc.Name, err)
+	}
+	for _, c := range plan.Changes {
+		a.opts.Log.Info("webhook entry activated", "name", vwc.Name, "entry", c.Name, "kind", c.Kind, "from", c.From, "failurePolicy", c.To)
+	}
+	return strings.Join(waiting, "; "), nil
+}
+
+// DialServed returns a Served that completes a TLS handshake with the
+// webhook server at addr and returns the chain it presents: what the API
+// server is served, from the server itself, so a server not listening yet
+// or a certificate not loaded yet both read as "not serving".
+func DialServed(addr string) func(context.Context) ([]*x509.Certificate, error) {
+	return func(ctx context.Context) ([]*x509.Certificate, error) {
+		var chain []*x509.Certificate
+		cfg := &tls.Config{
+			// The chain is checked against the configuration's caBundle by
+			// Verify, not here; a server requiring client certificates
+			// still presents its own before refusing us.
+			InsecureSkipVerify: true, //nolint:gosec // only reads the peer's chain
+			MinVersion:         tls.VersionTLS12,
+			VerifyConnection: func(cs tls.ConnectionState) error {
+				chain = slices.Clone(cs.PeerCertificates)
+				return nil
+			},
+		}
+		d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 2 * time.Second}, Config: cfg}
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if conn != nil {
+			_ = conn.Close()
+		}
+		if len(chain) > 0 {
+			return chain, nil
+		}
+		if err == nil {
+			err = errors.New("the server presented no certificate")
+		}
+		return nil, fmt.Errorf("webhook server %s: %w", addr, err)
+	}
+}
+
+// ServedAddr is the address to dial for a server bound to host:port: the
+// loopback address when it binds every interface.
+func ServedAddr(host string, port int) string {
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, fmt.Sprint(port))
+}

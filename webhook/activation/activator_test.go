@@ -1,0 +1,167 @@
+package activation
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+)
+
+// TestActivatorRaisesOnceServingAndRestoresAfterAnApply runs an Activator
+// against a fake API: nothing is raised while the replica serves no
+// certificate, every entry is raised once it does, and an apply that resets
+// an entry to Ignore is undone.
+func TestActivatorRaisesOnceServingAndRestoresAfterAnApply(t *testing.T) {
+	c := newTestCerts(t)
+	vwc := config(bothFail, deleteEntry("legacy", serviceConfig(c.caPEM), ignore), evictionEntry(serviceConfig(c.caPEM), ignore))
+	client := fake.NewClientset(vwc)
+	var serving atomic.Bool
+	checked := make(chan struct{}, 16)
+	a, err := New(Options{
+		Name: "runner-guard", Client: client.AdmissionregistrationV1(), Recheck: 10 * time.Millisecond, Log: logr.Discard(),
+		Now: func() time.Time { return now },
+		Served: func(context.Context) ([]*x509.Certificate, error) {
+			select {
+			case checked <- struct{}{}:
+			default:
+			}
+			if !serving.Load() {
+				return nil, errors.New("not listening")
+			}
+			return c.served, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	policies := func() []admissionregistrationv1.FailurePolicyType {
+		got, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "runner-guard", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []admissionregistrationv1.FailurePolicyType
+		for _, wh := range got.Webhooks {
+			out = append(out, *wh.FailurePolicy)
+		}
+		return out
+	}
+	// Two checks while not serving: the first could precede the informer's sync.
+	<-checked
+	<-checked
+	for _, p := range policies() {
+		if p != ignore {
+			t.Fatalf("failurePolicy %s before the replica serves, want Ignore", p)
+		}
+	}
+	serving.Store(true)
+	waitFor(t, "every entry Fail", func() bool { return all(policies(), fail) })
+
+	// kubectl apply of the shipped file again sets Ignore back.
+	live, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "runner-guard", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live.Webhooks[1].FailurePolicy = ptr.To(ignore)
+	live.ResourceVersion = "43"
+	if _, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, live, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the reset entry Fail again", func() bool { return all(policies(), fail) })
+}
+
+func all(ps []admissionregistrationv1.FailurePolicyType, want admissionregistrationv1.FailurePolicyType) bool {
+	for _, p := range ps {
+		if p != want {
+			return false
+		}
+	}
+	return len(ps) > 0
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestDialServedReadsThePresentedChain(t *testing.T) {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	chain, err := DialServed(srv.Listener.Addr().String())(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chain) == 0 || !chain[0].Equal(srv.Certificate()) {
+		t.Errorf("chain %v, want the server's certificate", chain)
+	}
+}
+
+// A server requiring client certificates (--client-ca-file) still presents
+// its own chain before refusing a client without one.
+func TestDialServedWithClientCertificatesRequired(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.NotFoundHandler())
+	srv.TLS = &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: x509.NewCertPool()}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	chain, err := DialServed(srv.Listener.Addr().String())(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chain) == 0 || !chain[0].Equal(srv.Certificate()) {
+		t.Errorf("chain %v, want the server's certificate", chain)
+	}
+}
+
+func TestDialServedNotListening(t *testing.T) {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	addr := srv.Listener.Addr().String()
+	srv.Close()
+	if _, err := DialServed(addr)(context.Background()); err == nil || !strings.Contains(err.Error(), addr) {
+		t.Errorf("DialServed of a closed server: %v, want an error naming %s", err, addr)
+	}
+}
+
+func TestNewNamesWhatIsMissing(t *testing.T) {
+	served := func(context.Context) ([]*x509.Certificate, error) { return nil, nil }
+	client := fake.NewClientset().AdmissionregistrationV1()
+	for name, tc := range map[string]struct {
+		opts Options
+		want string
+	}{
+		"no name":   {Options{Client: client, Served: served}, "name"},
+		"no client": {Options{Name: "x", Served: served}, "client"},
+		"no served": {Options{Name: "x", Client: client}, "served"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := New(tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New: %v, want an error about the %s", err, tc.want)
+			}
+		})
+	}
+}
