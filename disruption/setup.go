@@ -13,12 +13,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
@@ -54,12 +55,20 @@ type Options struct {
 	// Events records Events on Nodes; nil records none.
 	Events events.EventRecorder
 	Log    logr.Logger
+	// Namespaces limits the controllers' watches of pods and EphemeralRunners
+	// (the webhook's runnerNamespaces); empty: every namespace.
+	Namespaces []string
 	// Now is the clock of messages; default time.Now.
 	Now func() time.Time
 }
 
 // Setup adds the hint and drain controllers (leader-elected) to mgr. The
 // Retirer is added by the caller: it runs on every replica.
+//
+// The controllers read from a cache of their own, started with them on the
+// leader only: the manager's cache stays empty, so nothing the webhook or
+// the Retirer needs waits for a watch that cannot sync (RBAC missing, an API
+// server that is slow), and a replica that does not lead watches nothing.
 func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if o.Guard == nil {
 		return errors.New("disruption: Options.Guard is required")
@@ -80,28 +89,44 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		o.BusyRetryMax = DefaultBusyRetryMax
 	}
 	erServed, err := ephemeralRunnersServed(mgr.GetRESTMapper())
-	if err != nil {
-		return err
-	}
-	if !erServed {
+	switch {
+	case err != nil:
+		o.Log.Error(err, "cannot tell whether the API server serves EphemeralRunners: scale-set pods get no hints from job fields until a restart")
+	case !erServed:
 		o.Log.Info("the API server serves no EphemeralRunners (actions.github.com/v1alpha1): scale-set pods get no hints from job fields; restart runner-guard after installing ARC's CRDs")
 	}
-	runnerPods := predicate.NewPredicateFuncs(func(obj client.Object) bool {
-		pod, ok := obj.(*corev1.Pod)
-		if !ok {
-			return false
+	copts := cache.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), DefaultTransform: cache.TransformStripManagedFields()}
+	if len(o.Namespaces) > 0 {
+		copts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range o.Namespaces {
+			copts.DefaultNamespaces[ns] = cache.Config{}
 		}
+	}
+	c, err := cache.New(mgr.GetConfig(), copts)
+	if err != nil {
+		return fmt.Errorf("disruption cache: %w", err)
+	}
+	// A cache.Cache is no LeaderElectionRunnable: the manager starts it on the leader.
+	if err := mgr.Add(c); err != nil {
+		return fmt.Errorf("disruption cache: %w", err)
+	}
+	// Reads from the controllers' cache, writes to the API server.
+	cl, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), Cache: &client.CacheOptions{Reader: c}})
+	if err != nil {
+		return fmt.Errorf("disruption client: %w", err)
+	}
+	runnerPods := predicate.NewTypedPredicateFuncs(func(pod *corev1.Pod) bool {
 		_, guarded := o.Guard.RunnerContainer(pod)
 		return guarded || pod.Annotations[AnnotationOwned] != ""
 	})
 	if len(o.Hints) > 0 {
-		r := &hintReconciler{pods: mgr.GetClient(), guard: o.Guard, listing: o.HintListing, enabled: o.Hints}
+		r := &hintReconciler{pods: cl, guard: o.Guard, listing: o.HintListing, enabled: o.Hints}
 		b := ctrl.NewControllerManagedBy(mgr).Named("runner-hints").
-			For(&corev1.Pod{}, builder.WithPredicates(runnerPods)).
+			WatchesRawSource(source.Kind(c, &corev1.Pod{}, &handler.TypedEnqueueRequestForObject[*corev1.Pod]{}, runnerPods)).
 			WithOptions(controller.Options{MaxConcurrentReconciles: 4})
 		if erServed {
-			r.ephemeral = arc.NewResolver(arc.Options{Reader: mgr.GetCache()})
-			b = b.Watches(ephemeralRunner(), handler.EnqueueRequestsFromMapFunc(samePod))
+			r.ephemeral = arc.NewResolver(arc.Options{Reader: c})
+			b = b.WatchesRawSource(source.Kind(c, ephemeralRunner(), handler.TypedEnqueueRequestsFromMapFunc(samePod)))
 		}
 		if err := b.Complete(r); err != nil {
 			return fmt.Errorf("hint controller: %w", err)
@@ -110,7 +135,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if !o.Drain {
 		return nil
 	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podNodeNameIndex, func(obj client.Object) []string {
+	if err := c.IndexField(ctx, &corev1.Pod{}, podNodeNameIndex, func(obj client.Object) []string {
 		if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName != "" {
 			return []string{pod.Spec.NodeName}
 		}
@@ -119,31 +144,25 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("indexing pods by node: %w", err)
 	}
 	d := &drainReconciler{
-		cached: mgr.GetClient(), live: mgr.GetAPIReader(), guard: o.Guard, github: o.GitHub, listing: o.Listing, retirer: o.Retirer,
+		cached: cl, live: mgr.GetAPIReader(), guard: o.Guard, github: o.GitHub, listing: o.Listing, retirer: o.Retirer,
 		events: o.Events, backoff: newBackoff(o.BusyRetryFirst, o.BusyRetryMax, o.Now), said: newOnce(), now: o.Now,
 		log: o.Log.WithName("drain"),
 	}
-	cached := mgr.GetClient()
+	draining := predicate.NewTypedPredicateFuncs(func(node *corev1.Node) bool { return drainReason(node) != "" })
 	b := ctrl.NewControllerManagedBy(mgr).Named("runner-drain").
-		For(&corev1.Node{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(obj client.Object) bool {
-			node, ok := obj.(*corev1.Node)
-			return ok && drainReason(node) != ""
-		}))).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
-			if pod, ok := obj.(*corev1.Pod); ok {
-				return nodeOfPod(pod)
-			}
-			return nil
-		}), builder.WithPredicates(runnerPods)).
+		WatchesRawSource(source.Kind(c, &corev1.Node{}, &handler.TypedEnqueueRequestForObject[*corev1.Node]{}, draining)).
+		WatchesRawSource(source.Kind(c, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, pod *corev1.Pod) []reconcile.Request {
+			return nodeOfPod(pod)
+		}), runnerPods)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4})
 	if erServed {
-		b = b.Watches(ephemeralRunner(), handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
+		b = b.WatchesRawSource(source.Kind(c, ephemeralRunner(), handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, er *unstructured.Unstructured) []reconcile.Request {
 			pod := &corev1.Pod{}
-			if err := cached.Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}, pod); err != nil {
+			if err := cl.Get(ctx, types.NamespacedName{Namespace: er.GetNamespace(), Name: er.GetName()}, pod); err != nil {
 				return nil
 			}
 			return nodeOfPod(pod)
-		}))
+		})))
 	}
 	if err := b.Complete(d); err != nil {
 		return fmt.Errorf("drain controller: %w", err)
@@ -159,7 +178,7 @@ func ephemeralRunner() *unstructured.Unstructured {
 }
 
 // samePod maps an EphemeralRunner to its pod: ARC names them alike.
-func samePod(_ context.Context, obj client.Object) []reconcile.Request {
+func samePod(_ context.Context, obj *unstructured.Unstructured) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}}}
 }
 

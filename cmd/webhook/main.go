@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -154,6 +155,15 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		metricsOpts.SecureServing = true
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
+	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	if len(hcfg.RunnerNamespaces) > 0 {
+		// The controllers watch runner pods and EphemeralRunners only where
+		// runner-guard guards them (and is granted them).
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range hcfg.RunnerNamespaces {
+			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Metrics:                metricsOpts,
 		HealthProbeBindAddress: opts.healthProbeBindAddr,
@@ -217,8 +227,8 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 					HintListing: opts.disruption.hintListing(gh), Retirer: retirer,
 					Hints: opts.disruption.hints(), Drain: opts.disruption.drain,
 					BusyRetryMax: opts.disruption.busyRetryMax, Events: events, Log: logger.WithName("disruption"),
-			// Watched only where runner-guard guards pods (and is granted them).
-			Namespaces: hcfg.RunnerNamespaces,
+					// Watched only where runner-guard guards pods (and is granted them).
+					Namespaces: hcfg.RunnerNamespaces,
 				})
 			})
 		if err := mgr.Add(controllers); err != nil {
