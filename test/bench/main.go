@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -1011,18 +1012,38 @@ func (e *env) rss() error {
 	// chart's resources.limits.memory) is sized from this peak.
 	const limitMiB = 256
 	e.record("rss_1000_conns_mib", mib(peak), "MiB", fmt.Sprintf("< %d (the memory limit)", limitMiB), mib(peak) < limitMiB, "peak with 1,000 simultaneous TLS connections")
-	return nil
+	return e.rss10kPods(bin)
 }
 
 // loadBinary starts a fresh webhook process, sends n mixed requests from
 // `conns` concurrent connections, checks every answer, and returns the
 // process's resident memory before and its peak.
-func (e *env) loadBinary(bin, scopeName string, n, conns int) (base, peak int64, took time.Duration, err error) {
-	p, err := process.Start(process.Config{Bin: bin, Files: e.files, GitHubURL: e.ghURL}, 60*time.Second)
+func (e *env) loadBinary(bin, scopeName string, n, conns int, args ...string) (base, peak int64, took time.Duration, err error) {
+	return e.loadBinaryAfter(bin, scopeName, n, conns, nil, args...)
+}
+
+// loadBinaryAfter is loadBinary with ready, when set, waited on before the
+// baseline is read (the process's caches filled).
+func (e *env) loadBinaryAfter(bin, scopeName string, n, conns int, ready <-chan struct{}, args ...string) (base, peak int64, took time.Duration, err error) {
+	// The load is about memory, not GitHub's limits: 1,000 decisions at once
+	// spend far more than the request budget, which would refuse some.
+	cfg := filepath.Join(e.dir, "unlimited-budget.yaml")
+	if err := os.WriteFile(cfg, []byte("githubBudget: {unlimited: true}\n"), 0o600); err != nil {
+		return 0, 0, 0, err
+	}
+	args = append([]string{"--config=" + cfg}, args...)
+	p, err := process.Start(process.Config{Bin: bin, Files: e.files, GitHubURL: e.ghURL, Args: args}, 60*time.Second)
 	if err != nil {
 		return 0, 0, 0, err
 	}
 	defer func() { _, _ = p.Stop(30 * time.Second) }()
+	if ready != nil {
+		select {
+		case <-ready:
+		case <-time.After(2 * time.Minute):
+			return 0, 0, 0, errors.New("the process's caches did not list the pods within 2 minutes")
+		}
+	}
 	if base, _, err = p.RSS(); err != nil {
 		return 0, 0, 0, err
 	}
@@ -1048,7 +1069,11 @@ func (e *env) loadBinary(bin, scopeName string, n, conns int) (base, peak int64,
 				resp, err := process.Send(context.Background(), c, p.WebhookURL, bodies[i])
 				if err != nil || resp.Allowed != want[i] {
 					bad.Add(1)
-					firstErr.CompareAndSwap(nil, fmt.Errorf("request %d: %v (allowed=%v want %v)", i, err, resp != nil && resp.Allowed, want[i]))
+					var msg string
+					if resp != nil && resp.Result != nil {
+						msg = resp.Result.Message
+					}
+					firstErr.CompareAndSwap(nil, fmt.Errorf("request %d: %v (allowed=%v want %v): %s", i, err, resp != nil && resp.Allowed, want[i], msg))
 				}
 			}
 		})

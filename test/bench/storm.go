@@ -275,3 +275,29 @@ func (e *env) busyRetryScope() error {
 		"one scope of 100 busy runners, each eviction retried every 5s for an hour (62 for one runner alone before the shared listing)")
 	return nil
 }
+
+// rss10kPods: the binary with 10,000 runner pods in its controllers' caches
+// (the hint and drain controllers watch runner pods), under the bench's load.
+func (e *env) rss10kPods(bin string) error {
+	api := process.NewPodAPI()
+	defer api.Close()
+	for i := range 10000 {
+		api.Add(fixture.MakeLegacyRunnerPod(fmt.Sprintf("ci-%02d", i%50), fmt.Sprintf("cached-%05d", i)).
+			Org("cached").RunnerID(int64(100000+i)).Node(fmt.Sprintf("node-%03d", i%200)).Running().Obj())
+	}
+	files := *e.files
+	if err := files.UseAPI(api); err != nil {
+		return err
+	}
+	saved := e.files
+	e.files = &files
+	defer func() { e.files = saved }()
+	base, peak, took, err := e.loadBinaryAfter(bin, "load-10k", 1000, clients, api.PodWatchOpened(), "--leader-elect=false")
+	if err != nil {
+		return err
+	}
+	progress("rss: 10,000 runner pods cached: baseline %.1f MiB, peak %.1f MiB; 1,000 requests answered in %s", mib(base), mib(peak), took.Round(time.Millisecond))
+	e.record("rss_10k_runner_pods_mib", mib(peak), "MiB", "<= 100", mib(peak) <= 100,
+		fmt.Sprintf("peak (VmHWM) with 10,000 runner pods in the controllers' caches, %d clients; baseline %.1f MiB after the list", clients, mib(base)))
+	return nil
+}

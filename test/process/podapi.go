@@ -15,19 +15,23 @@ import (
 
 // PodAPI stands in for the API server where the process tests have none: it
 // serves the reads the webhook makes before asking GitHub (GET of a pod, the
-// namespace's PodDisruptionBudgets) from pods a test added, answers the
-// discovery those reads need, and accepts Events. Everything else is 404.
-// The e2e suite (test/e2e) runs the webhook against a real kube-apiserver.
+// namespace's PodDisruptionBudgets) from pods a test added, the lists and
+// watches of pods and nodes the disruption controllers' caches make (a watch
+// sends the initial events a watch-list asks for, then nothing), answers the
+// discovery those need, and accepts Events. Everything else is 404. The e2e
+// suite (test/e2e) runs the webhook against a real kube-apiserver.
 type PodAPI struct {
 	srv *httptest.Server
 
-	mu   sync.Mutex
-	pods map[string]*corev1.Pod // namespace/name
+	mu          sync.Mutex
+	pods        map[string]*corev1.Pod // namespace/name
+	podWatches  int                    // pod watches opened
+	watchOpened chan struct{}          // closed when the first pod watch opens
 }
 
 // NewPodAPI starts a PodAPI on loopback over TLS.
 func NewPodAPI() *PodAPI {
-	a := &PodAPI{pods: map[string]*corev1.Pod{}}
+	a := &PodAPI{pods: map[string]*corev1.Pod{}, watchOpened: make(chan struct{})}
 	a.srv = httptest.NewTLSServer(http.HandlerFunc(a.serve))
 	return a
 }
@@ -47,9 +51,23 @@ func (a *PodAPI) Add(pods ...*corev1.Pod) {
 	}
 }
 
+// PodWatchOpened is closed once a client watches pods: its cache has listed
+// them all.
+func (a *PodAPI) PodWatchOpened() <-chan struct{} { return a.watchOpened }
+
 func (a *PodAPI) serve(w http.ResponseWriter, r *http.Request) {
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	switch {
+	case r.Method == http.MethodGet && isPodCollection(parts):
+		ns := ""
+		if len(parts) == 5 {
+			ns = parts[3]
+		}
+		a.servePods(w, r, ns)
+		return
+	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes":
+		serveList(w, r, "NodeList", nil)
+		return
 	case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/events"):
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
@@ -63,7 +81,8 @@ func (a *PodAPI) serve(w http.ResponseWriter, r *http.Request) {
 			group("policy", "v1"), group("events.k8s.io", "v1"),
 		}})
 	case r.URL.Path == "/api/v1":
-		writeJSON(w, resources("v1", metav1.APIResource{Name: "pods", Kind: "Pod", Namespaced: true, Verbs: []string{"get", "list"}},
+		writeJSON(w, resources("v1", metav1.APIResource{Name: "pods", Kind: "Pod", Namespaced: true, Verbs: []string{"get", "list", "watch"}},
+			metav1.APIResource{Name: "nodes", Kind: "Node", Verbs: []string{"get", "list", "watch"}},
 			metav1.APIResource{Name: "events", Kind: "Event", Namespaced: true, Verbs: []string{"create"}}))
 	case r.URL.Path == "/apis/policy/v1":
 		writeJSON(w, resources("policy/v1", metav1.APIResource{Name: "poddisruptionbudgets", Kind: "PodDisruptionBudget", Namespaced: true, Verbs: []string{"list"}}))
@@ -85,6 +104,66 @@ func (a *PodAPI) serve(w http.ResponseWriter, r *http.Request) {
 	default:
 		notFound(w)
 	}
+}
+
+// isPodCollection: /api/v1/pods or /api/v1/namespaces/NS/pods.
+func isPodCollection(parts []string) bool {
+	return len(parts) == 3 && parts[0] == "api" && parts[2] == "pods" ||
+		len(parts) == 5 && parts[0] == "api" && parts[2] == "namespaces" && parts[4] == "pods"
+}
+
+// servePods lists or watches the pods of ns ("": all).
+func (a *PodAPI) servePods(w http.ResponseWriter, r *http.Request, ns string) {
+	a.mu.Lock()
+	var items []any
+	for _, p := range a.pods {
+		if ns == "" || p.Namespace == ns {
+			out := p.DeepCopy()
+			out.APIVersion, out.Kind = "v1", "Pod"
+			if out.ResourceVersion == "" {
+				out.ResourceVersion = "1"
+			}
+			items = append(items, out)
+		}
+	}
+	if r.URL.Query().Get("watch") == "true" {
+		a.podWatches++
+		if a.podWatches == 1 {
+			close(a.watchOpened)
+		}
+	}
+	a.mu.Unlock()
+	serveList(w, r, "PodList", items)
+}
+
+// serveList answers a list with items, or a watch: the items as ADDED events
+// and the bookmark that ends a watch-list's initial events when asked for
+// them, then nothing until the client leaves.
+func serveList(w http.ResponseWriter, r *http.Request, kind string, items []any) {
+	q := r.URL.Query()
+	if q.Get("watch") != "true" {
+		if items == nil {
+			items = []any{}
+		}
+		writeJSON(w, map[string]any{"apiVersion": "v1", "kind": kind, "metadata": map[string]any{"resourceVersion": "1"}, "items": items})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	if q.Get("sendInitialEvents") == "true" {
+		for _, it := range items {
+			_ = enc.Encode(map[string]any{"type": "ADDED", "object": it})
+		}
+		_ = enc.Encode(map[string]any{"type": "BOOKMARK", "object": map[string]any{
+			"apiVersion": "v1", "kind": strings.TrimSuffix(kind, "List"),
+			"metadata": map[string]any{"resourceVersion": "1", "annotations": map[string]string{"k8s.io/initial-events-end": "true"}},
+		}})
+	}
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	<-r.Context().Done()
 }
 
 func group(name, version string) metav1.APIGroup {

@@ -182,7 +182,19 @@ func NewFiles(dir, token string) (*Files, error) {
 	if err := b.WriteDir(f.CertDir); err != nil {
 		return nil, err
 	}
-	f.API = NewPodAPI()
+	if err := f.UseAPI(NewPodAPI()); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(f.TokenFile, []byte(token+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// UseAPI points the files' kubeconfig (a copy, beside the original) at api.
+func (f *Files) UseAPI(api *PodAPI) error {
+	f.API = api
+	f.Kubeconfig = filepath.Join(f.Dir, fmt.Sprintf("kubeconfig-%s", strings.NewReplacer(":", "-", "/", "-").Replace(api.URL())))
 	kc := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
@@ -198,13 +210,7 @@ users:
 - name: none
   user: {token: unused}
 `, f.API.URL())
-	if err := os.WriteFile(f.Kubeconfig, []byte(kc), 0o600); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(f.TokenFile, []byte(token+"\n"), 0o600); err != nil {
-		return nil, err
-	}
-	return f, nil
+	return os.WriteFile(f.Kubeconfig, []byte(kc), 0o600)
 }
 
 // Proc is a running webhook process.
