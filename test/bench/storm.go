@@ -283,7 +283,7 @@ func (e *env) rss10kPods(bin string) error {
 	defer api.Close()
 	for i := range 10000 {
 		api.Add(fixture.MakeLegacyRunnerPod(fmt.Sprintf("ci-%02d", i%50), fmt.Sprintf("cached-%05d", i)).
-			Org("cached").RunnerID(int64(100000+i)).Node(fmt.Sprintf("node-%03d", i%200)).Running().Obj())
+			Org("cached").RunnerID(int64(100000 + i)).Node(fmt.Sprintf("node-%03d", i%200)).Running().Obj())
 	}
 	files := *e.files
 	if err := files.UseAPI(api); err != nil {
