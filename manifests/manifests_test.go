@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/runner-guard/runner-guard/webhook"
+	"github.com/runner-guard/runner-guard/webhook/activation"
 )
 
 const (
@@ -138,8 +139,8 @@ func get[T any](t *testing.T, objs objects, kind, name string) *T {
 func TestOverlaysRender(t *testing.T) {
 	want := map[string][]string{
 		"base": {
-			"ClusterRole/runner-guard", "ClusterRole/runner-guard-metrics-auth", "ClusterRole/runner-guard-metrics-reader",
-			"ClusterRoleBinding/runner-guard", "ClusterRoleBinding/runner-guard-metrics-auth", "ConfigMap/runner-guard-config", "Deployment/runner-guard-webhook",
+			"ClusterRole/runner-guard", "ClusterRole/runner-guard-activation", "ClusterRole/runner-guard-metrics-auth", "ClusterRole/runner-guard-metrics-reader",
+			"ClusterRoleBinding/runner-guard", "ClusterRoleBinding/runner-guard-activation", "ClusterRoleBinding/runner-guard-metrics-auth", "ConfigMap/runner-guard-config", "Deployment/runner-guard-webhook",
 			"Namespace/runner-guard-system", "NetworkPolicy/runner-guard-webhook", "PodDisruptionBudget/runner-guard-webhook",
 			"ResourceQuota/runner-guard-critical-pods", "Role/runner-guard-leader-election", "RoleBinding/runner-guard-leader-election",
 			"Service/runner-guard-webhook", "ServiceAccount/runner-guard", "ValidatingWebhookConfiguration/runner-guard",
@@ -271,10 +272,11 @@ func TestWebhookConfiguration(t *testing.T) {
 			if wh.SideEffects == nil || *wh.SideEffects != admissionregistrationv1.SideEffectClassNoneOnDryRun {
 				t.Errorf("sideEffects = %v, want NoneOnDryRun", deref(wh.SideEffects))
 			}
-			// Fail on both: the DELETE entries see only running runner pods,
-			// the evictions entry only the namespaces the user labelled.
-			if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Fail {
-				t.Errorf("failurePolicy = %v, want Fail", deref(wh.FailurePolicy))
+			// Ignore as shipped (the install window), Fail once a replica
+			// serves: the DELETE entries see only running runner pods, the
+			// evictions entry only the namespaces the user labelled.
+			if got := activatedPolicy(t, vwc, wh); got != admissionregistrationv1.Fail {
+				t.Errorf("failurePolicy once activated = %v, want Fail", got)
 			}
 			if wh.MatchPolicy == nil || *wh.MatchPolicy != admissionregistrationv1.Equivalent {
 				t.Errorf("matchPolicy = %v, want Equivalent", deref(wh.MatchPolicy))
@@ -315,6 +317,12 @@ func TestWebhookConfiguration(t *testing.T) {
 		wh.ClientConfig, base.ClientConfig = admissionregistrationv1.WebhookClientConfig{}, admissionregistrationv1.WebhookClientConfig{}
 		checkNamespaces(t, wh.NamespaceSelector, true)
 		wh.NamespaceSelector, base.NamespaceSelector = nil, nil
+		// Nothing activates the local variant (the webhook runs outside,
+		// started first): it ships with the activated policy.
+		if want := activatedPolicy(t, vwc, vwc.Webhooks[i]); deref(wh.FailurePolicy) != want {
+			t.Errorf("local %s failurePolicy = %v, want %v", wh.Name, deref(wh.FailurePolicy), want)
+		}
+		wh.FailurePolicy, base.FailurePolicy = nil, nil
 		if !reflect.DeepEqual(&wh, base) {
 			t.Errorf("local webhook %d differs from default beyond clientConfig:\n%+v\n%+v", i, wh, *base)
 		}
@@ -434,7 +442,20 @@ func TestRBACIsMinimal(t *testing.T) {
 	if !reflect.DeepEqual(lease.Rules, wantLease) || lease.Namespace != namespace {
 		t.Errorf("leader election Role in %q: rules = %+v\nwant %+v in %s", lease.Namespace, lease.Rules, wantLease, namespace)
 	}
-	metricsRBAC := []string{"runner-guard-metrics-auth", "runner-guard-metrics-reader"}
+	// Activation reads, watches and patches runner-guard's own webhook
+	// configuration only.
+	act := get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard-activation")
+	wantAct := []rbacv1.PolicyRule{{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"},
+		ResourceNames: []string{"runner-guard"}, Verbs: []string{"get", "list", "watch", "patch"}}}
+	if !reflect.DeepEqual(act.Rules, wantAct) {
+		t.Errorf("activation ClusterRole rules = %+v\nwant %+v", act.Rules, wantAct)
+	}
+	actBinding := get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "runner-guard-activation")
+	if actBinding.RoleRef.Name != "runner-guard-activation" ||
+		!reflect.DeepEqual(actBinding.Subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "runner-guard", Namespace: namespace}}) {
+		t.Errorf("activation ClusterRoleBinding = %+v %+v", actBinding.RoleRef, actBinding.Subjects)
+	}
+	metricsRBAC := []string{"runner-guard-activation", "runner-guard-metrics-auth", "runner-guard-metrics-reader"}
 	for _, o := range objs {
 		if k := o.GetKind(); ((k == "Role" || k == "RoleBinding") && o.GetName() != "runner-guard-leader-election") ||
 			(strings.HasPrefix(k, "Cluster") && o.GetName() != "runner-guard" && !slices.Contains(metricsRBAC, o.GetName())) {
@@ -514,6 +535,7 @@ func TestDeployment(t *testing.T) {
 		"--github-token-file=/etc/runner-guard/github/token",
 		"--metrics-bind-address=:8443",
 		"--health-probe-bind-address=:8081",
+		"--webhook-configuration-name=runner-guard",
 		"--config=" + configDir + "/config.yaml",
 	}
 	if !reflect.DeepEqual(c.Args, wantArgs) {
@@ -812,8 +834,8 @@ func TestE2EKindOverlay(t *testing.T) {
 	vwc := get[admissionregistrationv1.ValidatingWebhookConfiguration](t, objs, "ValidatingWebhookConfiguration", "runner-guard")
 	for _, wh := range vwc.Webhooks {
 		checkNamespaces(t, wh.NamespaceSelector, true)
-		if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Fail {
-			t.Errorf("%s failurePolicy = %v, want Fail", wh.Name, deref(wh.FailurePolicy))
+		if got := activatedPolicy(t, vwc, wh); got != admissionregistrationv1.Fail {
+			t.Errorf("%s failurePolicy once activated = %v, want Fail", wh.Name, got)
 		}
 	}
 	svc := get[corev1.Service](t, objs, "Service", "fakegithub")
@@ -1076,4 +1098,23 @@ func mustAbs(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return abs
+}
+
+// activatedPolicy checks an entry ships with failurePolicy Ignore (nothing
+// fails before a replica serves) and returns the policy a serving replica
+// sets it to, as package activation reads the configuration's annotations.
+func activatedPolicy(t *testing.T, vwc *admissionregistrationv1.ValidatingWebhookConfiguration, wh admissionregistrationv1.ValidatingWebhook) admissionregistrationv1.FailurePolicyType {
+	t.Helper()
+	if got := deref(wh.FailurePolicy); got != admissionregistrationv1.Ignore {
+		t.Errorf("%s ships with failurePolicy %s, want Ignore until a replica serves", wh.Name, got)
+	}
+	wanted, err := activation.Wanted(vwc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := wanted[activation.KindOf(wh)]
+	if !ok {
+		t.Fatalf("%s has no wanted failurePolicy annotation", wh.Name)
+	}
+	return p
 }

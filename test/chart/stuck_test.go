@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/runner-guard/runner-guard/webhook/activation"
 )
 
 // The tests of this file keep runner-guard from ever being the reason a
@@ -57,8 +59,8 @@ func TestFailurePolicyPerEntry(t *testing.T) {
 				if eviction {
 					want = c.evictions
 				}
-				if got := deref(wh.FailurePolicy); got != want {
-					t.Errorf("%s failurePolicy %s, want %s", wh.Name, got, want)
+				if got := activatedPolicy(t, vwc, wh); got != want {
+					t.Errorf("%s failurePolicy once activated %s, want %s", wh.Name, got, want)
 				}
 				sel := mustNamespaceSelector(t, wh)
 				other := labels.Set{"kubernetes.io/metadata.name": "team-web"}
@@ -86,10 +88,30 @@ func TestFailurePolicyPerEntry(t *testing.T) {
 			sel.Matches(labels.Merge(labels.Set{"kubernetes.io/metadata.name": "team-web"}, guardLabel)) {
 			t.Errorf("%s namespaceSelector %s, want only the guarded namespace ci", wh.Name, sel)
 		}
-		if deref(wh.FailurePolicy) != admissionregistrationv1.Fail {
-			t.Errorf("%s failurePolicy %s, want Fail", wh.Name, deref(wh.FailurePolicy))
+		if got := activatedPolicy(t, vwc, wh); got != admissionregistrationv1.Fail {
+			t.Errorf("%s failurePolicy once activated %s, want Fail", wh.Name, got)
 		}
 	}
+}
+
+// activatedPolicy checks an entry is rendered with failurePolicy Ignore (the
+// install window) and returns the policy a serving replica sets it to, as
+// package activation reads the configuration's annotations.
+func activatedPolicy(t *testing.T, vwc *admissionregistrationv1.ValidatingWebhookConfiguration, wh admissionregistrationv1.ValidatingWebhook) admissionregistrationv1.FailurePolicyType {
+	t.Helper()
+	if got := deref(wh.FailurePolicy); got != admissionregistrationv1.Ignore {
+		t.Errorf("%s is rendered with failurePolicy %s, want Ignore until a replica serves", wh.Name, got)
+	}
+	wanted, err := activation.Wanted(vwc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kind := activation.KindOf(wh)
+	p, ok := wanted[kind]
+	if !ok {
+		t.Fatalf("%s (%q) has no wanted failurePolicy annotation", wh.Name, kind)
+	}
+	return p
 }
 
 func renderWebhooks(t *testing.T, args ...string) *admissionregistrationv1.ValidatingWebhookConfiguration {

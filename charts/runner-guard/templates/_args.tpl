@@ -55,5 +55,6 @@ default install's args are those of dist/install.yaml plus --config.
 {{- if .Values.webhook.clientCAConfigMap }}
 - --client-ca-file={{ include "runner-guard.clientCADir" . }}/ca.crt
 {{- end }}
+- --webhook-configuration-name={{ include "runner-guard.fullname" . }}
 - --config={{ include "runner-guard.configDir" . }}/config.yaml
 {{- end }}

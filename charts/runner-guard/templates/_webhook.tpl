@@ -96,11 +96,10 @@ namespaceSelector:
       {{- end }}
 admissionReviewVersions: ["v1"]
 sideEffects: NoneOnDryRun
-{{- if .evictions }}
-failurePolicy: {{ include "runner-guard.evictionsFailurePolicy" $root }}
-{{- else }}
-failurePolicy: {{ include "runner-guard.deletesFailurePolicy" $root }}
-{{- end }}
+{{- /* Ignore until a replica serves a certificate this entry's caBundle
+verifies; it then sets the configuration's runner-guard.io/*-failure-policy
+annotation (webhook.yaml, package webhook/activation). */}}
+failurePolicy: Ignore
 matchPolicy: Equivalent
 timeoutSeconds: {{ $p.timeoutSeconds }}
 {{- end }}
