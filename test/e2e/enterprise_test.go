@@ -75,6 +75,7 @@ func (s *scaleSet) allowConfigMaps() {
 	s.role("runner-guard-arc-configmaps", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}})
 }
 
+// role grants the webhook's ServiceAccount rule in the scenario's namespace.
 func (s *scaleSet) role(name string, rule rbacv1.PolicyRule) {
 	s.t.Helper()
 	if _, err := env.Client.RbacV1().Roles(s.ns).Create(s.ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{rule}}, metav1.CreateOptions{}); err != nil {

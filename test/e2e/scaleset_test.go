@@ -25,6 +25,7 @@ import (
 
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
+	"github.com/runner-guard/runner-guard/test/e2e/framework"
 	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
@@ -286,38 +287,14 @@ func requireOneRequest(t *testing.T, what string, reqs []ghfake.Request, apiPref
 // flags when the test ends.
 func restartWebhook(t *testing.T, args ...string) {
 	t.Helper()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := env.RestartWebhook(ctx); err != nil {
-			t.Errorf("restore the webhook's default flags: %v", err)
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := env.RestartWebhook(ctx, args...); err != nil {
-		t.Fatal(err)
-	}
+	restartWebhookWith(t, framework.WebhookProcess{}, args...)
 }
 
 // allowSecrets lets the webhook get Secrets in the scenario's namespace, as
 // the manifests grant it per runner namespace in ARC credentials mode.
 func (s *scaleSet) allowSecrets() {
 	s.t.Helper()
-	name := "runner-guard-arc-credentials"
-	if _, err := env.Client.RbacV1().Roles(s.ns).Create(s.ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}},
-	}, metav1.CreateOptions{}); err != nil {
-		s.t.Fatal(err)
-	}
-	if _, err := env.Client.RbacV1().RoleBindings(s.ns).Create(s.ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: webhookSAName, Namespace: webhookSANamespace}},
-	}, metav1.CreateOptions{}); err != nil {
-		s.t.Fatal(err)
-	}
+	s.role("runner-guard-arc-credentials", rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}})
 }
 
 // secret creates an ARC githubConfigSecret with data.
