@@ -917,7 +917,10 @@ func ruleRunnerBusy(r *review, p *policy) (Decision, bool) {
 	if wait <= 0 {
 		wait = p.BusyRetryAfter
 	}
-	return busyDenial(r, p, wait), true
+	// The next retry reads the scope's listing, renewed every ListingTTL:
+	// that is when runner-guard looks again, however long the memory trusts
+	// this answer when nothing fresher can be had.
+	return busyDenial(r, p, min(wait, ghclient.ListingTTL)), true
 }
 
 // Rule 8b: too little time was left to unregister before the API server
