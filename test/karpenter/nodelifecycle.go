@@ -2,12 +2,10 @@ package karpenter
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
@@ -59,23 +57,17 @@ type nodeLifecycle struct {
 
 func startNodeLifecycle(ctx context.Context, client kubernetes.Interface, logf func(string, ...any)) (*nodeLifecycle, error) {
 	l := &nodeLifecycle{client: client, stop: make(chan struct{}), logf: logf}
-	factory := informers.NewSharedInformerFactory(client, 0)
-	inf := factory.Core().V1().Nodes().Informer()
 	handle := func(obj any) {
 		if n, ok := obj.(*corev1.Node); ok && needsUntaint(n) {
 			go l.untaint(n.Name)
 		}
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	err := watchNodes(ctx, client, l.stop, cache.ResourceEventHandlerFuncs{
 		AddFunc:    handle,
 		UpdateFunc: func(_, obj any) { handle(obj) },
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
-	}
-	factory.Start(l.stop)
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		close(l.stop)
-		return nil, fmt.Errorf("node informer did not sync: %w", ctx.Err())
 	}
 	return l, nil
 }

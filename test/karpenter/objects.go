@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 )
@@ -350,9 +351,7 @@ type NodeLog struct {
 // WatchNodes starts a NodeLog; Stop ends it.
 func (c *Cluster) WatchNodes(ctx context.Context) (*NodeLog, error) {
 	l := &NodeLog{nodes: map[string]*NodeRecord{}, stop: make(chan struct{})}
-	factory := informers.NewSharedInformerFactory(c.Client, 0)
-	inf := factory.Core().V1().Nodes().Informer()
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	err := watchNodes(ctx, c.Client, l.stop, cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { l.observe(obj, false) },
 		UpdateFunc: func(_, obj any) { l.observe(obj, false) },
 		DeleteFunc: func(obj any) { l.observe(obj, true) },
@@ -360,12 +359,24 @@ func (c *Cluster) WatchNodes(ctx context.Context) (*NodeLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	factory.Start(l.stop)
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		close(l.stop)
-		return nil, fmt.Errorf("node informer did not sync: %w", ctx.Err())
-	}
 	return l, nil
+}
+
+// watchNodes runs a Node informer with handlers until stop closes, and
+// waits for its first list. On error it closes stop.
+func watchNodes(ctx context.Context, client kubernetes.Interface, stop chan struct{}, handlers cache.ResourceEventHandler) error {
+	factory := informers.NewSharedInformerFactory(client, 0)
+	inf := factory.Core().V1().Nodes().Informer()
+	if _, err := inf.AddEventHandler(handlers); err != nil {
+		close(stop)
+		return err
+	}
+	factory.Start(stop)
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		close(stop)
+		return fmt.Errorf("node informer did not sync: %w", ctx.Err())
+	}
+	return nil
 }
 
 func (l *NodeLog) observe(obj any, deleted bool) {
