@@ -350,6 +350,26 @@ func TestProxy(t *testing.T) {
 			}
 		})
 	}
+
+	// The proxy wants basic auth: without the credentialSecretRef it refuses
+	// the tunnel, so the pod is refused and the runner stays registered.
+	t.Run("spec.proxy without its credentialSecretRef", func(t *testing.T) {
+		s := s.sub(t)
+		restartWebhookWith(t, framework.WebhookProcess{Env: []string{"HTTPS_PROXY=", "NO_PROXY="}, Wrap: wrap}, "--credentials-mode=arc")
+		scope := mustScope(ghclient.OrgScope("org-proxy-noauth"))
+		idle := s.runner("proxy-noauth-idle", srv.URL+"/"+scope.Name, scope, false, func(w *fixture.EphemeralRunnerWrapper) {
+			w.ConfigSecret("ghes-token").GitHubServerTLS("ghes-ca", "ca.crt").Proxy(tp.URL, "")
+		})
+		accepted := srv.Accepted()
+		_, err := s.deletePod(idle.name, scope)
+		if err == nil || !strings.Contains(err.Error(), "Proxy Authentication Required") {
+			t.Errorf("delete through the proxy without credentials: %v; want refused, Proxy Authentication Required", err)
+		}
+		if !idle.registered() || srv.Accepted() != accepted {
+			t.Errorf("registered %t, server accepted %d connections; want the runner registered and nothing reaching GitHub", idle.registered(), srv.Accepted()-accepted)
+		}
+		s.requireAlive(idle.name)
+	})
 }
 
 // 200 scale sets, each with its own githubConfigSecret, whose Secrets hold
