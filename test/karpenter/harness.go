@@ -365,6 +365,7 @@ type proxy struct {
 	target string
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
+	closed bool
 	wg     sync.WaitGroup
 }
 
@@ -391,14 +392,20 @@ func (p *proxy) serve() {
 	}
 }
 
-func (p *proxy) track(c net.Conn, add bool) {
+// track adds or removes c from the open connections; adding fails once the
+// proxy is closed.
+func (p *proxy) track(c net.Conn, add bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if add {
-		p.conns[c] = struct{}{}
-	} else {
+	if !add {
 		delete(p.conns, c)
+		return true
 	}
+	if p.closed {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
 }
 
 func (p *proxy) forward(in net.Conn) {
@@ -409,9 +416,13 @@ func (p *proxy) forward(in net.Conn) {
 		return
 	}
 	defer out.Close()
-	p.track(in, true)
-	p.track(out, true)
+	if !p.track(in, true) {
+		return
+	}
 	defer p.track(in, false)
+	if !p.track(out, true) {
+		return
+	}
 	defer p.track(out, false)
 	done := make(chan struct{}, 2)
 	cp := func(dst, src net.Conn) {
@@ -431,6 +442,7 @@ func (p *proxy) forward(in net.Conn) {
 func (p *proxy) close() {
 	_ = p.l.Close()
 	p.mu.Lock()
+	p.closed = true
 	for c := range p.conns {
 		_ = c.Close()
 	}

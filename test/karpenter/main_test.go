@@ -64,6 +64,11 @@ func optionsFromEnv() (Options, string) {
 	if _, err := exec.LookPath("nsenter"); err != nil {
 		return Options{}, "nsenter (util-linux) not found"
 	}
+	ns, err := newNetns()
+	if err != nil {
+		return Options{}, fmt.Sprintf("cannot create a network namespace: %v", err)
+	}
+	ns.close()
 	assets := os.Getenv("KARPENTER_ASSETS")
 	if assets == "" {
 		return Options{}, "KARPENTER_ASSETS is not set (run make e2e-karpenter)"
