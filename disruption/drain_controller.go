@@ -73,17 +73,34 @@ func (r *drainReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	if err := r.cached.List(ctx, &pods, client.MatchingFields{podNodeNameIndex: node.Name}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing the pods of node %s: %w", node.Name, err)
 	}
-	var next time.Duration
-	later := func(d time.Duration) {
-		if d > 0 && (next == 0 || d < next) {
-			next = d
-		}
-	}
+	// Release the node's runners side by side: a GitHub DELETE takes a few
+	// hundred milliseconds, and a node of idle runners should empty at once.
+	var (
+		mu   sync.Mutex
+		next time.Duration
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, releaseConcurrency)
+	)
 	for i := range pods.Items {
-		later(r.release(ctx, node, why, &pods.Items[i]))
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			d := r.release(ctx, node, why, &pods.Items[i])
+			mu.Lock()
+			defer mu.Unlock()
+			if d > 0 && (next == 0 || d < next) {
+				next = d
+			}
+		})
 	}
+	wg.Wait()
 	return reconcile.Result{RequeueAfter: next}, nil
 }
+
+// releaseConcurrency bounds the GitHub requests one node's drain has in
+// flight (GitHub allows 100 concurrent requests per credential, shared with
+// the webhook).
+const releaseConcurrency = 8
 
 // release handles one pod of a draining node and returns when to look again
 // (0: nothing more to do for it).
