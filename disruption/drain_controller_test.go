@@ -1,0 +1,185 @@
+package disruption
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/webhook"
+	"github.com/runner-guard/runner-guard/webhook/arc"
+)
+
+// guardStub answers for runner pods labelled runner=true; runs maps a pod
+// name to its ARC object (nil: a legacy pod).
+type guardStub struct {
+	runs         map[string]*arc.Runner
+	mu           sync.Mutex
+	unregistered []string
+}
+
+var _ Guard = &guardStub{}
+
+func (g *guardStub) RunnerContainer(pod *corev1.Pod) (string, bool) {
+	return "runner", pod.Labels["runner"] == "true"
+}
+
+func (g *guardStub) RunnerRunning(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodRunning
+}
+
+func (g *guardStub) Resolve(_ context.Context, pod *corev1.Pod) (webhook.Resolved, error) {
+	rn := ghclient.Runner{Scope: ghclient.Scope{Kind: ghclient.ScopeOrg, Name: "acme"}, Name: pod.Name}
+	return webhook.Resolved{Runner: rn, Target: webhook.Target{Scope: rn.Scope, Name: rn.Name}, ARC: g.runs[pod.Name]}, nil
+}
+
+func (g *guardStub) Unregistered(pod *corev1.Pod, _ webhook.Target) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.unregistered = append(g.unregistered, pod.Name)
+}
+
+// githubStub answers the DELETE by runner name.
+type githubStub struct {
+	mu      sync.Mutex
+	busy    map[string]bool
+	deletes map[string]int
+}
+
+func (g *githubStub) Unregister(_ context.Context, r ghclient.Runner) (ghclient.Outcome, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.deletes[r.Name]++
+	if g.busy[r.Name] {
+		return ghclient.Busy, nil
+	}
+	return ghclient.Removed, nil
+}
+
+func runnerPod(name, node string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{"runner": "true"}},
+		Spec:       corev1.PodSpec{NodeName: node},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+}
+
+func TestDrainReleasesIdleRunnersAndWaitsForBusyOnes(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Unschedulable: true}}
+	other := runnerPod("elsewhere", "n2")
+	notRunner := runnerPod("web", "n1")
+	notRunner.Labels = nil
+	objs := []client.Object{node, runnerPod("idle", "n1"), runnerPod("busy", "n1"), runnerPod("job", "n1"), runnerPod("done", "n1"), other, notRunner}
+	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(objs...).
+		WithIndex(&corev1.Pod{}, podNodeNameIndex, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
+	guard := &guardStub{runs: map[string]*arc.Runner{
+		"idle": {Kind: arc.Kind, EphemeralRunner: types.NamespacedName{Namespace: "ci", Name: "idle"}, UID: "er-idle"},
+		"job":  {Kind: arc.Kind, Job: arc.Job{ID: "9", DisplayName: "build", Repository: "acme/app"}},
+		"done": {Kind: arc.Kind, Removed: "phase Succeeded"},
+	}}
+	gh := &githubStub{busy: map[string]bool{"busy": true}, deletes: map[string]int{}}
+	rec := events.NewFakeRecorder(20)
+	retired := &retireStub{}
+	now := time.Unix(1000, 0)
+	r := &drainReconciler{cached: c, live: c, guard: guard, github: gh, events: rec, said: newOnce(), log: logr.Discard(),
+		backoff: newBackoff(time.Second, 15*time.Second, func() time.Time { return now }), now: func() time.Time { return now },
+		retirer: NewRetirer(retired, nil, logr.Discard())}
+
+	res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The idle runner: unregistered, recorded for the webhook, pod deleted, EphemeralRunner queued.
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "ci", Name: "idle"}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Errorf("idle runner's pod: %v, want deleted", err)
+	}
+	if len(guard.unregistered) != 1 || guard.unregistered[0] != "idle" {
+		t.Errorf("recorded unregistered %v, want [idle]", guard.unregistered)
+	}
+	if r.retirer.Len() != 1 {
+		t.Errorf("%d EphemeralRunners queued for retiring, want 1", r.retirer.Len())
+	}
+	// The busy one: asked once, kept, and the node comes back at the first backoff.
+	if gh.deletes["busy"] != 1 || res.RequeueAfter != time.Second {
+		t.Errorf("busy runner asked %d times, requeue after %s; want 1 and 1s", gh.deletes["busy"], res.RequeueAfter)
+	}
+	for _, name := range []string{"busy", "job", "done", "web"} {
+		if err := c.Get(context.Background(), types.NamespacedName{Namespace: "ci", Name: name}, &corev1.Pod{}); err != nil {
+			t.Errorf("pod %s: %v, want kept", name, err)
+		}
+	}
+	// Job fields prove a job, and a runner ARC removed is ARC's: neither is asked.
+	for _, name := range []string{"job", "done", "web", "elsewhere"} {
+		if gh.deletes[name] != 0 {
+			t.Errorf("runner %s asked %d times, want never", name, gh.deletes[name])
+		}
+	}
+	var notes []string
+	for len(rec.Events) > 0 {
+		notes = append(notes, <-rec.Events)
+	}
+	all := strings.Join(notes, "\n")
+	for _, want := range []string{EventRunnerReleased, EventDrainWaitsForJob + ` node n1 is cordoned; runner "job" of pod ci/job is running job "build" of acme/app`, `runner "busy" of pod ci/busy is running a job`} {
+		if !strings.Contains(all, want) {
+			t.Errorf("events lack %q:\n%s", want, all)
+		}
+	}
+
+	// The same node again before the backoff ends: no DELETE, no new Event.
+	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if gh.deletes["busy"] != 1 || len(rec.Events) != 0 {
+		t.Errorf("before the backoff: %d DELETEs, %d new events; want 1 and 0", gh.deletes["busy"], len(rec.Events))
+	}
+	// The job ends: the next DELETE after the backoff releases it.
+	now = now.Add(time.Second)
+	gh.busy["busy"] = false
+	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "ci", Name: "busy"}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Errorf("busy runner's pod after its job: %v, want deleted", err)
+	}
+}
+
+func TestDrainLeavesASchedulableNodeAlone(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(node, runnerPod("idle", "n1")).
+		WithIndex(&corev1.Pod{}, podNodeNameIndex, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
+	gh := &githubStub{busy: map[string]bool{}, deletes: map[string]int{}}
+	r := &drainReconciler{cached: c, live: c, guard: &guardStub{}, github: gh, events: events.NewFakeRecorder(5), said: newOnce(), log: logr.Discard(),
+		backoff: newBackoff(time.Second, 15*time.Second, time.Now), now: time.Now}
+	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if gh.deletes["idle"] != 0 {
+		t.Errorf("a runner of a schedulable node was asked %d times", gh.deletes["idle"])
+	}
+}
+
+// retireStub counts Retire calls.
+type retireStub struct {
+	mu    sync.Mutex
+	calls int
+}
+
+func (r *retireStub) Retire(context.Context, *arc.Runner) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls++
+	return nil
+}
