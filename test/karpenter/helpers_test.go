@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
 // scenario is one test's namespace, NodePool (both named after it), GitHub
@@ -74,6 +75,22 @@ func (s *scenario) cleanup() {
 	}
 }
 
+// webhookFlags restarts the webhook with flags for this scenario, and with
+// the default flags again when it ends.
+func (s *scenario) webhookFlags(flags ...string) {
+	s.t.Helper()
+	if err := cluster.RestartWebhook(s.ctx, flags...); err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := cluster.RestartWebhook(ctx); err != nil {
+			s.t.Errorf("cleanup: restart the webhook with its default flags: %v", err)
+		}
+	})
+}
+
 // launch makes Karpenter launch n nodes and returns the filler pods that
 // hold them and the nodes.
 func (s *scenario) launch(n int) (fillers, nodes []string) {
@@ -104,10 +121,23 @@ func (s *scenario) pod(name, node string, annotations map[string]string) {
 	}
 }
 
-// runner creates a scale-set runner bound to node and waits until its pod runs.
+// runner creates a scale-set runner bound to node, without job fields, and
+// waits until its pod runs.
 func (s *scenario) runner(name, node string, busy bool) ScaleSetRunner {
 	s.t.Helper()
-	r, err := cluster.CreateScaleSetRunner(s.ctx, s.name, name, s.scope, busy, s.name, node, nil)
+	return s.runnerWith(name, node, busy, nil)
+}
+
+// jobRunner creates a scale-set runner busy on GitHub whose EphemeralRunner
+// carries the job fields of job id, bound to node, and waits until its pod runs.
+func (s *scenario) jobRunner(name, node string, id int64) ScaleSetRunner {
+	s.t.Helper()
+	return s.runnerWith(name, node, true, WithJob(id))
+}
+
+func (s *scenario) runnerWith(name, node string, busy bool, edit func(*fixture.EphemeralRunnerWrapper)) ScaleSetRunner {
+	s.t.Helper()
+	r, err := cluster.CreateScaleSetRunner(s.ctx, s.name, name, s.scope, busy, s.name, node, edit)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -166,4 +196,22 @@ func (s *scenario) requireConsolidated(node, pod string) NodeRecord {
 		s.t.Errorf("node %s went without the %s taint", node, DisruptedTaint)
 	}
 	return r
+}
+
+// requireReleased waits until the runner's pod is gone and fails unless
+// runner-guard unregistered the runner on GitHub (a DELETE answered 204)
+// before the pod was seen gone.
+func (s *scenario) requireReleased(r ScaleSetRunner) {
+	s.t.Helper()
+	if err := cluster.WaitPodGone(s.ctx, s.name, r.Name, 2*time.Minute); err != nil {
+		s.t.Fatal(err)
+	}
+	gone := time.Now()
+	del, ok := cluster.Unregistered(r)
+	switch {
+	case !ok || cluster.Registered(r):
+		s.t.Errorf("runner %s: pod gone, but not unregistered on GitHub (registered: %v)", r.Name, cluster.Registered(r))
+	case del.Time.After(gone):
+		s.t.Errorf("runner %s unregistered at %v, after its pod was seen gone at %v", r.Name, del.Time, gone)
+	}
 }

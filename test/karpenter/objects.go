@@ -309,6 +309,25 @@ func (c *Cluster) SetAnnotation(ctx context.Context, ns, pod, key, value string,
 	})
 }
 
+// WaitAnnotation waits until the pod's annotation key is value (absent when
+// value is ""), e.g. runner-guard's hint on a busy runner's pod.
+func (c *Cluster) WaitAnnotation(ctx context.Context, ns, pod, key, value string, timeout time.Duration) error {
+	what := fmt.Sprintf("pod %s/%s annotated %s=%q", ns, pod, key, value)
+	if value == "" {
+		what = fmt.Sprintf("pod %s/%s without annotation %s", ns, pod, key)
+	}
+	return WaitFor(ctx, what, timeout, func(ctx context.Context) error {
+		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got, ok := p.Annotations[key]; got != value || (value == "" && ok) {
+			return fmt.Errorf("%w: annotations %v", errNotYet, p.Annotations)
+		}
+		return nil
+	})
+}
+
 // Nudge makes Karpenter look at consolidation again. Karpenter re-evaluates
 // only when its cluster state changes (a pod bound or deleted, a node or
 // NodeClaim changed) or every 5 minutes, never on a pod's annotation: after

@@ -3,6 +3,7 @@ package karpenter
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
@@ -73,6 +75,41 @@ func (c *Cluster) CreateScaleSetRunner(ctx context.Context, ns, name string, sco
 		return ScaleSetRunner{}, fmt.Errorf("create runner pod %s/%s: %w", ns, name, err)
 	}
 	return ScaleSetRunner{Namespace: ns, Name: name, Scope: scope, ID: id}, nil
+}
+
+// WithJob sets the job fields ARC's listener writes into an EphemeralRunner's
+// status on JobStarted (a job of request id on acme/app): an edit for
+// CreateScaleSetRunner.
+func WithJob(id int64) func(*fixture.EphemeralRunnerWrapper) {
+	return func(w *fixture.EphemeralRunnerWrapper) {
+		w.JobID(fmt.Sprint(id)).Field(id, "status", "jobRequestId").
+			Field("acme/app", "status", "jobRepositoryName").
+			Field("acme/app/.github/workflows/ci.yaml@refs/heads/main", "status", "jobWorkflowRef").
+			Field(int64(4242), "status", "workflowRunId").Field("build", "status", "jobDisplayName")
+	}
+}
+
+// SetEphemeralRunnerPhase sets the EphemeralRunner's status.phase, as ARC's
+// controller does (Succeeded once the runner has exited after its job).
+func (c *Cluster) SetEphemeralRunnerPhase(ctx context.Context, r ScaleSetRunner, phase string) error {
+	patch := []byte(fmt.Sprintf(`{"status":{"phase":%q}}`, phase))
+	_, err := c.Dynamic.Resource(EphemeralRunners).Namespace(r.Namespace).Patch(ctx, r.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return fmt.Errorf("phase of EphemeralRunner %s/%s: %w", r.Namespace, r.Name, err)
+	}
+	return nil
+}
+
+// Unregistered returns the fake GitHub's answered DELETE that removed the
+// runner (status 204), ok false when there was none.
+func (c *Cluster) Unregistered(r ScaleSetRunner) (ghfake.Request, bool) {
+	for _, req := range c.GitHub.Requests() {
+		if req.Op == ghfake.OpRemove && req.RunnerID == r.ID && req.Status == http.StatusNoContent &&
+			req.Scope != nil && strings.EqualFold(req.Scope.Name, r.Scope.Name) {
+			return req, true
+		}
+	}
+	return ghfake.Request{}, false
 }
 
 // CreatePod creates a plain pod (no runner: runner-guard lets it go) with
