@@ -17,5 +17,7 @@ echo "installing Debian package: tinyproxy" >&2
 apt-get update -qq >&2
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tinyproxy >&2
 # The package's service is not wanted: the tests start their own instances.
+# Stop the one the package may have started (by its pid file, nothing else).
 if command -v systemctl >/dev/null 2>&1; then systemctl disable --now tinyproxy >/dev/null 2>&1 || true; fi
+if [[ -x /etc/init.d/tinyproxy ]]; then /etc/init.d/tinyproxy stop >/dev/null 2>&1 || true; fi
 command -v tinyproxy
