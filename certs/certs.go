@@ -150,12 +150,6 @@ func (ca *CA) CertPEM() []byte { return append([]byte(nil), ca.certPEM...) }
 // Issue signs a new serving certificate with a fresh P-256 key. It is safe to
 // call concurrently.
 func (ca *CA) Issue(opts Options) (*Bundle, error) {
-	if opts.Validity < 0 {
-		return nil, fmt.Errorf("certs: validity %v is negative", opts.Validity)
-	}
-	if opts.Validity == 0 {
-		opts.Validity = DefaultValidity
-	}
 	dnsNames, ips := opts.DNSNames, opts.IPs
 	if len(dnsNames) == 0 && len(ips) == 0 {
 		dnsNames, ips = DefaultDNSNames(), DefaultIPs()
@@ -170,17 +164,7 @@ func (ca *CA) Issue(opts Options) (*Bundle, error) {
 			return nil, fmt.Errorf("certs: invalid IP address %v", []byte(ip))
 		}
 	}
-	now := nowFunc(opts.Now)()
-	notAfter := now.Add(opts.Validity)
-	if notAfter.After(ca.cert.NotAfter) {
-		return nil, fmt.Errorf("certs: certificate would expire at %s, after its CA (%s)",
-			notAfter.UTC().Format(time.RFC3339), ca.cert.NotAfter.UTC().Format(time.RFC3339))
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("certs: generate key: %w", err)
-	}
-	serial, err := newSerial()
+	leaf, err := ca.newLeaf(opts.Validity, opts.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -189,17 +173,50 @@ func (ca *CA) Issue(opts Options) (*Bundle, error) {
 		cn = dnsNames[0]
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
+		SerialNumber:          leaf.serial,
 		Subject:               pkix.Name{CommonName: cn, Organization: []string{"runner-guard"}},
 		DNSNames:              append([]string(nil), dnsNames...),
 		IPAddresses:           append([]net.IP(nil), ips...),
-		NotBefore:             now.Add(-backdate),
-		NotAfter:              notAfter,
+		NotBefore:             leaf.notBefore,
+		NotAfter:              leaf.notAfter,
 		KeyUsage:              x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
 	}
-	return ca.sign(tmpl, key)
+	return ca.sign(tmpl, leaf.key)
+}
+
+// leaf is what every certificate ca signs starts from: a fresh P-256 key, a
+// serial, and a validity window inside the CA's.
+type leaf struct {
+	key                 *ecdsa.PrivateKey
+	serial              *big.Int
+	notBefore, notAfter time.Time
+}
+
+// newLeaf checks validity (0: DefaultValidity) against the CA's own expiry
+// and makes the key and serial.
+func (ca *CA) newLeaf(validity time.Duration, clock func() time.Time) (leaf, error) {
+	if validity < 0 {
+		return leaf{}, fmt.Errorf("certs: validity %v is negative", validity)
+	}
+	if validity == 0 {
+		validity = DefaultValidity
+	}
+	now := nowFunc(clock)()
+	l := leaf{notBefore: now.Add(-backdate), notAfter: now.Add(validity)}
+	if l.notAfter.After(ca.cert.NotAfter) {
+		return leaf{}, fmt.Errorf("certs: certificate would expire at %s, after its CA (%s)",
+			l.notAfter.UTC().Format(time.RFC3339), ca.cert.NotAfter.UTC().Format(time.RFC3339))
+	}
+	var err error
+	if l.key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
+		return leaf{}, fmt.Errorf("certs: generate key: %w", err)
+	}
+	if l.serial, err = newSerial(); err != nil {
+		return leaf{}, err
+	}
+	return l, nil
 }
 
 // Generate creates a new CA (valid DefaultCAValidity, or longer if the leaf

@@ -1,13 +1,9 @@
 package certs
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -30,34 +26,18 @@ func (ca *CA) IssueClient(opts ClientOptions) (*Bundle, error) {
 	if opts.CommonName == "" {
 		return nil, errors.New("certs: client certificate needs a common name")
 	}
-	if opts.Validity < 0 {
-		return nil, fmt.Errorf("certs: validity %v is negative", opts.Validity)
-	}
-	if opts.Validity == 0 {
-		opts.Validity = DefaultValidity
-	}
-	now := nowFunc(opts.Now)()
-	notAfter := now.Add(opts.Validity)
-	if notAfter.After(ca.cert.NotAfter) {
-		return nil, fmt.Errorf("certs: certificate would expire at %s, after its CA (%s)",
-			notAfter.UTC().Format(time.RFC3339), ca.cert.NotAfter.UTC().Format(time.RFC3339))
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("certs: generate key: %w", err)
-	}
-	serial, err := newSerial()
+	leaf, err := ca.newLeaf(opts.Validity, opts.Now)
 	if err != nil {
 		return nil, err
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
+		SerialNumber:          leaf.serial,
 		Subject:               pkix.Name{CommonName: opts.CommonName, Organization: []string{"runner-guard"}},
-		NotBefore:             now.Add(-backdate),
-		NotAfter:              notAfter,
+		NotBefore:             leaf.notBefore,
+		NotAfter:              leaf.notAfter,
 		KeyUsage:              x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		BasicConstraintsValid: true,
 	}
-	return ca.sign(tmpl, key)
+	return ca.sign(tmpl, leaf.key)
 }
