@@ -1,6 +1,7 @@
 package ghclient
 
 import (
+	"bytes"
 	"container/list"
 	"context"
 	"crypto/sha256"
@@ -240,7 +241,8 @@ func (c *Credentials) Fingerprint() string {
 	for _, s := range []string{c.BaseURL, c.Token, c.AppID, strconv.FormatInt(c.InstallationID, 10)} {
 		field(h, []byte(s))
 	}
-	field(h, c.PrivateKey)
+	// A key file's trailing newline does not make it another key.
+	field(h, bytes.TrimSpace(c.PrivateKey))
 	field(h, c.Network.CABundle)
 	if p := c.Network.Proxy; p != nil {
 		field(h, []byte("proxy"))

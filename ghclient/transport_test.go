@@ -186,6 +186,9 @@ func TestFingerprint(t *testing.T) {
 	same := map[string]func(c *ghclient.Credentials){
 		"another Secret":  func(c *ghclient.Credentials) { c.Key = "other-ns/b" },
 		"another version": func(c *ghclient.Credentials) { c.Version = "2" },
+		"the key file's trailing newline": func(c *ghclient.Credentials) {
+			c.PrivateKey = append([]byte(nil), "k\n"...)
+		},
 	}
 	differ := map[string]func(c *ghclient.Credentials){
 		"API base":        func(c *ghclient.Credentials) { c.BaseURL = "https://other.example/api/v3/" },
