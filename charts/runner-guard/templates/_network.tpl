@@ -79,10 +79,10 @@ proxies".
 - name: HTTP_PROXY
   value: {{ include "runner-guard.proxyURL" (list . $auth) | quote }}
 {{- end }}
-{{- with $p.noProxy }}
+{{- /* The Kubernetes API is always reached directly: client-go honours the
+same variables, and an egress proxy rarely reaches the cluster's own API. */}}
 - name: NO_PROXY
-  value: {{ join "," . | quote }}
-{{- end }}
+  value: {{ join "," (concat (list "$(KUBERNETES_SERVICE_HOST)" "kubernetes.default.svc" ".svc" ".cluster.local") ($p.noProxy | default list)) | quote }}
 {{- end }}
 {{- end }}
 
