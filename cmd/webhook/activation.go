@@ -19,11 +19,11 @@ type activationFlags struct {
 }
 
 func (f *activationFlags) bind(fs *flag.FlagSet) {
-	fs.StringVar(&f.configurationName, "webhook-configuration-name", "", "Name of runner-guard's own ValidatingWebhookConfiguration, installed with failurePolicy Ignore: once this replica serves a certificate an entry's caBundle verifies, set the entry to the policy of its annotation "+activation.AnnotationDeletes+" or "+activation.AnnotationEvictions+". Empty: leave the configuration alone.")
+	fs.StringVar(&f.configurationName, "webhook-configuration-name", "", "Name of runner-guard's own ValidatingWebhookConfiguration, installed with failurePolicy Ignore: once the entry's Service (or URL) answers with a certificate its caBundle verifies, set the entry to the policy of its annotation "+activation.AnnotationDeletes+" or "+activation.AnnotationEvictions+". Empty: leave the configuration alone.")
 }
 
 // setupActivation adds the Activator to mgr when --webhook-configuration-name is set.
-func (f *activationFlags) setup(mgr manager.Manager, cfg *rest.Config, host string, port int, log logr.Logger) error {
+func (f *activationFlags) setup(mgr manager.Manager, cfg *rest.Config, _ string, _ int, log logr.Logger) error {
 	if f.configurationName == "" {
 		return nil
 	}
@@ -34,7 +34,7 @@ func (f *activationFlags) setup(mgr manager.Manager, cfg *rest.Config, host stri
 	a, err := activation.New(activation.Options{
 		Name:   f.configurationName,
 		Client: cs.AdmissionregistrationV1(),
-		Served: activation.DialServed(activation.ServedAddr(host, port)),
+		Served: activation.DialServed,
 		Log:    log,
 	})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -40,6 +41,13 @@ type installEnv struct {
 	fake    *ghfake.Fake
 	fakeURL string
 	port    int // the webhook's port, in webhook.url
+	// front plays the Service at webhook.url's port, forwarding to the
+	// running webhook process, so a new one can take over first (rollWebhook).
+	front *framework.ServiceProxy
+	// http2 starts the webhook with --enable-http2 (rollWebhook's phase).
+	http2 bool
+	// windows numbers startWindow's loops, naming their pods.
+	windows int
 	webhook *exec.Cmd
 	waitErr chan error
 	starts  int // webhook starts, numbering their logs
@@ -58,6 +66,9 @@ func TestHelmInstallOnControlPlane(t *testing.T) {
 
 	e.installRejectsBadValues()
 	t.Run("every matrix render is valid on the API server", e.dryRunMatrix)
+	// Deletes and evictions go on in a guarded namespace from before the
+	// install to after the upgrade's rollout: none may fail.
+	window := e.startWindow()
 	notes := e.helm("install", releaseName, chartDir(t), "--namespace", namespace, "--create-namespace", "--wait", "--timeout", "2m",
 		"--values", "testdata/values/external-url.yaml",
 		"--set", "webhook.url="+e.webhookURL(), "--set", "github.credentials.token="+githubToken)
@@ -69,7 +80,15 @@ func TestHelmInstallOnControlPlane(t *testing.T) {
 	}
 	t.Run("NOTES say what the NetworkPolicy admits", e.notesNetworkPolicy)
 	caBefore, certBefore := e.caBundle(), e.servingCert()
+	// Installed, no webhook serving: every entry is Ignore, and deletes
+	// and evictions go on.
+	e.requireFailurePolicies(admissionregistrationv1.Ignore)
+	window.passes(2)
 	e.startWebhook()
+	// Serving a certificate the caBundle verifies: the webhook sets the
+	// annotated policy (Fail), and from then on a runner pod is guarded.
+	e.waitActivated()
+	window.passes(2)
 	e.waitForWebhook()
 
 	t.Run("busy runner refused", e.scenarioBusy)
@@ -83,6 +102,26 @@ func TestHelmInstallOnControlPlane(t *testing.T) {
 		"--values", "testdata/values/external-url.yaml",
 		"--set", "webhook.url="+e.webhookURL(), "--set", "github.credentials.token="+githubToken,
 		"--set", "policy.busyRetryAfter=20s")
+	// helm upgrade wrote Ignore back (a three-way merge re-applies the
+	// rendered value); the running webhook sets Fail again.
+	e.waitActivated()
+	window.passes(2)
+	window.stop()
+	// A rollout: a new webhook takes over, then the old one stops. Over
+	// HTTP/1.1 (the default) a review in flight on a keep-alive connection
+	// the stopping webhook closes fails (EOF), so this runs with
+	// --enable-http2, whose GOAWAY lets the API server retry on the new one.
+	e.http2 = true
+	e.stopWebhook()
+	e.startWebhook()
+	e.waitActivated()
+	rollout := e.startWindow()
+	rollout.passes(2)
+	e.rollWebhook()
+	e.waitActivated()
+	rollout.passes(2)
+	rollout.stop()
+	e.http2 = false
 	if after := e.caBundle(); after != caBefore {
 		t.Fatal("helm upgrade replaced the CA in the webhook configuration")
 	}
@@ -95,6 +134,8 @@ func TestHelmInstallOnControlPlane(t *testing.T) {
 
 	t.Run("GHES behind a private CA and a proxy, from the chart's values", e.scenarioChartNetwork)
 
+	// The configuration is active again after the last upgrade's restart.
+	e.waitActivated()
 	t.Run("outage spares pods that are not running", e.scenarioOutage)
 
 	// Guarded namespaces: the webhook's grants become a Role in each and the
@@ -151,6 +192,10 @@ func startInstallEnv(t *testing.T) *installEnv {
 	if e.port, err = process.FreePort(); err != nil {
 		t.Fatal(err)
 	}
+	if e.front, err = framework.NewServiceProxy(fmt.Sprintf("127.0.0.1:%d", e.port)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.front.Close)
 	return e
 }
 
@@ -330,13 +375,16 @@ func (e *installEnv) startWebhook() {
 	}
 	kubeconfig := e.serviceAccountKubeconfig()
 
-	ports, err := process.FreePorts(2)
+	ports, err := process.FreePorts(3)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	bin := tool(e.t, "RUNNER_GUARD_BIN", "bin/webhook", "")
 	args := []string{
-		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(e.port),
+		// Behind e.front, as a pod behind the chart's Service; it activates
+		// the chart's webhook configuration as the Deployment's pods do.
+		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(ports[2]),
+		"--webhook-configuration-name=" + releaseName,
 		"--cert-dir=" + certDir, "--kubeconfig=" + kubeconfig,
 		"--github-url=" + e.fakeURL, "--github-token-file=" + filepath.Join(files, "github_token"),
 		"--config=" + configFile,
@@ -348,6 +396,9 @@ func (e *installEnv) startWebhook() {
 		args = append(args, "--github-allow-http")
 	}
 	args = append(args, e.net.args...)
+	if e.http2 {
+		args = append(args, "--enable-http2")
+	}
 	e.starts++
 	logFile, err := os.Create(filepath.Join(e.dir, fmt.Sprintf("webhook-%d.log", e.starts)))
 	if err != nil {
@@ -362,8 +413,11 @@ func (e *installEnv) startWebhook() {
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
-	e.webhook, e.waitErr = cmd, make(chan error, 1)
-	go func() { e.waitErr <- cmd.Wait(); logFile.Close() }()
+	// This process's own channel: rollWebhook replaces e.waitErr before
+	// the process it replaces exits.
+	waitErr := make(chan error, 1)
+	e.webhook, e.waitErr = cmd, waitErr
+	go func() { waitErr <- cmd.Wait(); logFile.Close() }()
 	e.eventually("webhook ready", 60*time.Second, func() error {
 		select {
 		case err := <-e.waitErr:
@@ -381,23 +435,30 @@ func (e *installEnv) startWebhook() {
 		}
 		return nil
 	})
+	// Ready: the Service sends it new connections.
+	e.front.SetBackend(fmt.Sprintf("127.0.0.1:%d", ports[2]))
 }
 
 func (e *installEnv) stopWebhook() {
-	if e.webhook == nil || e.webhook.Process == nil {
+	e.stopProcess(e.webhook, e.waitErr)
+	e.webhook = nil
+}
+
+// stopProcess interrupts a webhook process and waits for it to exit.
+func (e *installEnv) stopProcess(cmd *exec.Cmd, waitErr chan error) {
+	if cmd == nil || cmd.Process == nil {
 		return
 	}
-	_ = e.webhook.Process.Signal(os.Interrupt)
+	_ = cmd.Process.Signal(os.Interrupt)
 	var err error
 	select {
-	case err = <-e.waitErr:
+	case err = <-waitErr:
 	case <-time.After(20 * time.Second):
-		_ = e.webhook.Process.Kill()
-		err = <-e.waitErr
+		_ = cmd.Process.Kill()
+		err = <-waitErr
 	}
 	// Stopped on purpose: the exit status is only worth a log line.
 	e.t.Logf("webhook stopped: %v", err)
-	e.webhook = nil
 }
 
 // writeSecret copies keys of a Secret the chart created into files in dir.

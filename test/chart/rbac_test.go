@@ -144,20 +144,22 @@ func TestAllowAnyScope(t *testing.T) {
 	}
 }
 
-// TestWebhookSources: networkPolicy.webhookSources become the only peers of
+// TestWebhookSources: networkPolicy.webhookSources and runner-guard's own
+// pods (activation checks that the Service answers) become the only peers of
 // the webhook port's rule; without them the port admits every source. The
 // metrics rule is the same either way.
 func TestWebhookSources(t *testing.T) {
 	metricsRule := `{"ports":[{"protocol":"TCP","port":8443}],"from":[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]}`
+	self := `{"podSelector":{"matchLabels":{"app.kubernetes.io/component":"webhook","app.kubernetes.io/instance":"runner-guard","app.kubernetes.io/name":"runner-guard"}}}`
 	cases := map[string]struct {
 		args []string
 		from string // the webhook port rule's from, as JSON
 	}{
 		"unset: every source": {valid, "null"},
 		"an address": {append(slices.Clone(valid), "--set", "networkPolicy.webhookSources[0].ipBlock.cidr=10.0.0.10/32"),
-			`[{"ipBlock":{"cidr":"10.0.0.10/32"}}]`},
+			`[{"ipBlock":{"cidr":"10.0.0.10/32"}},` + self + `]`},
 		"a CIDR and in-cluster pods": {[]string{"--values", "testdata/values/generate-app.yaml"},
-			`[{"ipBlock":{"cidr":"10.0.0.0/24"}},{"podSelector":{"matchLabels":{"k8s-app":"konnectivity-agent"}},"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"kube-system"}}}]`},
+			`[{"ipBlock":{"cidr":"10.0.0.0/24"}},{"podSelector":{"matchLabels":{"k8s-app":"konnectivity-agent"}},"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"kube-system"}}},` + self + `]`},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

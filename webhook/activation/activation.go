@@ -1,10 +1,11 @@
 // Package activation raises runner-guard's own ValidatingWebhookConfiguration
 // from failurePolicy Ignore, which it is installed with, to the policy the
-// installer chose, once the API server can actually be answered: this replica
-// serves a certificate that the configuration's caBundle verifies for the
-// host the API server calls. Until then a failed call is ignored, so a fresh
-// install (cert-manager has not injected the caBundle yet, no replica is
-// Ready yet) never fails a deletion or an eviction.
+// installer chose, once the API server can actually be answered: the
+// address it calls (the Service, so a replica the Service routes to, or the
+// URL) presents a certificate the configuration's caBundle verifies for the
+// host it calls. Until then a failed call is ignored, so a fresh install
+// (cert-manager has not injected the caBundle yet, no replica is Ready yet)
+// never fails a deletion or an eviction.
 //
 // The wanted policies are annotations on the configuration itself, so every
 // replica of every version reads the same ones and a rollout never has an old
@@ -135,6 +136,26 @@ func ServerName(cc admissionregistrationv1.WebhookClientConfig) (string, error) 
 	return "", errors.New("clientConfig has neither service nor url")
 }
 
+// Address is the host:port the API server dials for a clientConfig: the
+// Service's DNS name and port (443 by default), or the URL's host and port.
+func Address(cc admissionregistrationv1.WebhookClientConfig) (string, error) {
+	host, err := ServerName(cc)
+	if err != nil {
+		return "", err
+	}
+	port := "443"
+	switch {
+	case cc.Service != nil && cc.Service.Port != nil:
+		port = fmt.Sprint(*cc.Service.Port)
+	case cc.URL != nil:
+		u, _ := url.Parse(*cc.URL) // parsed by ServerName
+		if p := u.Port(); p != "" {
+			port = p
+		}
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
 // Verify checks that caBundle verifies the served chain (leaf first) as a
 // serving certificate for serverName at now, as the API server would.
 func Verify(caBundle []byte, served []*x509.Certificate, serverName string, now time.Time) error {
@@ -192,12 +213,17 @@ func appendPEM(pool *x509.CertPool, b []byte) bool {
 	return found
 }
 
-// PlanFor decides, for a configuration as observed and the chain this
-// replica serves (nil while it serves none), which entries to set to their
-// wanted policy. Lowering to Ignore needs no proof and is always planned;
-// raising to Fail only for an entry whose caBundle verifies the served chain
-// for the host the API server calls.
-func PlanFor(vwc *admissionregistrationv1.ValidatingWebhookConfiguration, served []*x509.Certificate, now time.Time) (Plan, error) {
+// Served returns the certificate chain (leaf first) presented at an entry's
+// clientConfig: what the API server is served when it calls that entry, or
+// an error when nothing answers there.
+type Served func(admissionregistrationv1.WebhookClientConfig) ([]*x509.Certificate, error)
+
+// PlanFor decides, for a configuration as observed and what its entries'
+// clientConfigs serve, which entries to set to their wanted policy. Lowering
+// to Ignore needs no proof and is always planned; raising to Fail only for
+// an entry whose clientConfig answers with a chain its caBundle verifies for
+// the host the API server calls.
+func PlanFor(vwc *admissionregistrationv1.ValidatingWebhookConfiguration, served Served, now time.Time) (Plan, error) {
 	wanted, err := Wanted(vwc)
 	if err != nil {
 		return Plan{}, err
@@ -218,8 +244,12 @@ func PlanFor(vwc *admissionregistrationv1.ValidatingWebhookConfiguration, served
 		}
 		if want == admissionregistrationv1.Fail {
 			name, err := ServerName(wh.ClientConfig)
+			var chain []*x509.Certificate
 			if err == nil {
-				err = Verify(wh.ClientConfig.CABundle, served, name, now)
+				chain, err = served(wh.ClientConfig)
+			}
+			if err == nil {
+				err = Verify(wh.ClientConfig.CABundle, chain, name, now)
 			}
 			if err != nil {
 				p.Waiting = append(p.Waiting, Waiting{Name: wh.Name, Reason: err.Error()})

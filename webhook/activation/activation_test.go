@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"net"
 	"reflect"
 	"strings"
@@ -119,7 +120,7 @@ func TestPlanFor(t *testing.T) {
 		},
 		"not serving yet: waits": {
 			vwc:     config(bothFail, deleteEntry("legacy", ok, ignore)),
-			waiting: map[string]string{"legacy": "no certificate is served"},
+			waiting: map[string]string{"legacy": "connection refused"},
 		},
 		"certificate not for the Service's name: waits": {
 			vwc: config(bothFail, deleteEntry("legacy", admissionregistrationv1.WebhookClientConfig{CABundle: c.caPEM,
@@ -163,7 +164,7 @@ func TestPlanFor(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			p, err := PlanFor(tc.vwc, tc.served, now)
+			p, err := PlanFor(tc.vwc, servedChain(tc.served), now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -192,12 +193,45 @@ func TestPlanFor(t *testing.T) {
 func TestPlanForExpiredCertificateWaits(t *testing.T) {
 	c := newTestCerts(t)
 	vwc := config(bothFail, deleteEntry("legacy", serviceConfig(c.caPEM), ignore))
-	p, err := PlanFor(vwc, c.served, now.Add(2*certs.DefaultValidity))
+	p, err := PlanFor(vwc, servedChain(c.served), now.Add(2*certs.DefaultValidity))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(p.Changes) != 0 || len(p.Waiting) != 1 || !strings.Contains(p.Waiting[0].Reason, "expired") {
 		t.Errorf("plan with an expired certificate: %+v, want the entry waiting on expiry", p)
+	}
+}
+
+// servedChain is a Served presenting chain at every address, or refusing
+// connections when chain is nil.
+func servedChain(chain []*x509.Certificate) Served {
+	return func(admissionregistrationv1.WebhookClientConfig) ([]*x509.Certificate, error) {
+		if chain == nil {
+			return nil, errors.New("dial: connection refused")
+		}
+		return chain, nil
+	}
+}
+
+func TestAddress(t *testing.T) {
+	for name, tc := range map[string]struct {
+		cc   admissionregistrationv1.WebhookClientConfig
+		want string
+	}{
+		"service, default port": {admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Name: "rg", Namespace: "ns"}}, "rg.ns.svc:443"},
+		"service port":          {admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Name: "rg", Namespace: "ns", Port: ptr.To(int32(8443))}}, "rg.ns.svc:8443"},
+		"url with port":         {admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:9443/validate")}, "127.0.0.1:9443"},
+		"url without port":      {admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://guard.example/validate")}, "guard.example:443"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := Address(tc.cc)
+			if err != nil || got != tc.want {
+				t.Errorf("Address = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+	if _, err := Address(admissionregistrationv1.WebhookClientConfig{}); err == nil {
+		t.Error("Address of an empty clientConfig: no error")
 	}
 }
 

@@ -36,9 +36,9 @@ type Options struct {
 	// Client reads, watches and patches it (RBAC: get, list, watch, patch
 	// with resourceNames [Name]).
 	Client admissionregistrationclient.ValidatingWebhookConfigurationsGetter
-	// Served returns the certificate chain this replica serves now, leaf
-	// first; an error while it serves none.
-	Served func(context.Context) ([]*x509.Certificate, error)
+	// Served returns the chain presented at a clientConfig's address, leaf
+	// first (DialServed).
+	Served func(context.Context, admissionregistrationv1.WebhookClientConfig) ([]*x509.Certificate, error)
 	// Recheck is how often to look again without an event (DefaultRecheck).
 	Recheck time.Duration
 	Log     logr.Logger
@@ -47,8 +47,8 @@ type Options struct {
 }
 
 // Activator runs on every replica and keeps the configuration's entries at
-// their wanted failurePolicy once this replica serves a certificate their
-// caBundle verifies.
+// their wanted failurePolicy once their Service (or URL) answers with a
+// certificate their caBundle verifies.
 type Activator struct {
 	opts Options
 }
@@ -201,18 +201,15 @@ func (a *Activator) logWaiting(last *string, waiting string) {
 // reconcile makes one plan for vwc and patches it. It returns why entries
 // wait, "" when none does.
 func (a *Activator) reconcile(ctx context.Context, vwc *admissionregistrationv1.ValidatingWebhookConfiguration) (string, error) {
-	served, servedErr := a.opts.Served(ctx)
-	plan, err := PlanFor(vwc, served, a.opts.Now())
+	plan, err := PlanFor(vwc, func(cc admissionregistrationv1.WebhookClientConfig) ([]*x509.Certificate, error) {
+		return a.opts.Served(ctx, cc)
+	}, a.opts.Now())
 	if err != nil {
 		return "", err
 	}
 	var waiting []string
 	for _, w := range plan.Waiting {
-		reason := w.Reason
-		if servedErr != nil {
-			reason = "this replica does not serve yet: " + servedErr.Error()
-		}
-		waiting = append(waiting, w.Name+": "+reason)
+		waiting = append(waiting, w.Name+": "+w.Reason)
 	}
 	if len(plan.Changes) == 0 {
 		return strings.Join(waiting, "; "), nil
@@ -232,46 +229,46 @@ func (a *Activator) reconcile(ctx context.Context, vwc *admissionregistrationv1.
 	return strings.Join(waiting, "; "), nil
 }
 
-// DialServed returns a Served that completes a TLS handshake with the
-// webhook server at addr and returns the chain it presents: what the API
-// server is served, from the server itself, so a server not listening yet
-// or a certificate not loaded yet both read as "not serving".
-func DialServed(addr string) func(context.Context) ([]*x509.Certificate, error) {
-	return func(ctx context.Context) ([]*x509.Certificate, error) {
-		var chain []*x509.Certificate
-		cfg := &tls.Config{
-			// The chain is checked against the configuration's caBundle by
-			// Verify, not here; a server requiring client certificates
-			// still presents its own before refusing us.
-			InsecureSkipVerify: true, //nolint:gosec // only reads the peer's chain
-			MinVersion:         tls.VersionTLS12,
-			VerifyConnection: func(cs tls.ConnectionState) error {
-				chain = slices.Clone(cs.PeerCertificates)
-				return nil
-			},
-		}
-		d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 2 * time.Second}, Config: cfg}
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		conn, err := d.DialContext(ctx, "tcp", addr)
-		if conn != nil {
-			_ = conn.Close()
-		}
-		if len(chain) > 0 {
-			return chain, nil
-		}
-		if err == nil {
-			err = errors.New("the server presented no certificate")
-		}
-		return nil, fmt.Errorf("webhook server %s: %w", addr, err)
+// DialServed completes a TLS handshake with the address the API server
+// dials for cc (the Service, so a replica the Service routes to, or the
+// URL) and returns the chain presented there. A Service with no Ready
+// endpoint yet, a server not listening or a certificate not loaded all read
+// as an error: the API server could not be answered either.
+func DialServed(ctx context.Context, cc admissionregistrationv1.WebhookClientConfig) ([]*x509.Certificate, error) {
+	addr, err := Address(cc)
+	if err != nil {
+		return nil, err
 	}
+	return dialChain(ctx, addr)
 }
 
-// ServedAddr is the address to dial for a server bound to host:port: the
-// loopback address when it binds every interface.
-func ServedAddr(host string, port int) string {
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
+// dialChain completes a TLS handshake with addr and returns the chain the
+// server presents.
+func dialChain(ctx context.Context, addr string) ([]*x509.Certificate, error) {
+	var chain []*x509.Certificate
+	cfg := &tls.Config{
+		// The chain is checked against the configuration's caBundle by
+		// Verify, not here; a server requiring client certificates
+		// still presents its own before refusing us.
+		InsecureSkipVerify: true, //nolint:gosec // only reads the peer's chain
+		MinVersion:         tls.VersionTLS12,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			chain = slices.Clone(cs.PeerCertificates)
+			return nil
+		},
 	}
-	return net.JoinHostPort(host, fmt.Sprint(port))
+	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 2 * time.Second}, Config: cfg}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if conn != nil {
+		_ = conn.Close()
+	}
+	if len(chain) > 0 {
+		return chain, nil
+	}
+	if err == nil {
+		err = errors.New("the server presented no certificate")
+	}
+	return nil, fmt.Errorf("webhook at %s: %w", addr, err)
 }

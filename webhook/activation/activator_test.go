@@ -32,7 +32,7 @@ func TestActivatorRaisesOnceServingAndRestoresAfterAnApply(t *testing.T) {
 	a, err := New(Options{
 		Name: "runner-guard", Client: client.AdmissionregistrationV1(), Recheck: 10 * time.Millisecond, Log: logr.Discard(),
 		Now: func() time.Time { return now },
-		Served: func(context.Context) ([]*x509.Certificate, error) {
+		Served: func(context.Context, admissionregistrationv1.WebhookClientConfig) ([]*x509.Certificate, error) {
 			select {
 			case checked <- struct{}{}:
 			default:
@@ -113,7 +113,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestDialServedReadsThePresentedChain(t *testing.T) {
 	srv := httptest.NewTLSServer(http.NotFoundHandler())
 	t.Cleanup(srv.Close)
-	chain, err := DialServed(srv.Listener.Addr().String())(context.Background())
+	chain, err := DialServed(context.Background(), urlConfig(srv.Listener.Addr().String()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestDialServedWithClientCertificatesRequired(t *testing.T) {
 	srv.TLS = &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: x509.NewCertPool()}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	chain, err := DialServed(srv.Listener.Addr().String())(context.Background())
+	chain, err := DialServed(context.Background(), urlConfig(srv.Listener.Addr().String()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,13 +142,15 @@ func TestDialServedNotListening(t *testing.T) {
 	srv := httptest.NewTLSServer(http.NotFoundHandler())
 	addr := srv.Listener.Addr().String()
 	srv.Close()
-	if _, err := DialServed(addr)(context.Background()); err == nil || !strings.Contains(err.Error(), addr) {
+	if _, err := DialServed(context.Background(), urlConfig(addr)); err == nil || !strings.Contains(err.Error(), addr) {
 		t.Errorf("DialServed of a closed server: %v, want an error naming %s", err, addr)
 	}
 }
 
 func TestNewNamesWhatIsMissing(t *testing.T) {
-	served := func(context.Context) ([]*x509.Certificate, error) { return nil, nil }
+	served := func(context.Context, admissionregistrationv1.WebhookClientConfig) ([]*x509.Certificate, error) {
+		return nil, nil
+	}
 	client := fake.NewClientset().AdmissionregistrationV1()
 	for name, tc := range map[string]struct {
 		opts Options
@@ -164,4 +166,8 @@ func TestNewNamesWhatIsMissing(t *testing.T) {
 			}
 		})
 	}
+}
+
+func urlConfig(addr string) admissionregistrationv1.WebhookClientConfig {
+	return admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + addr + "/validate-runner-pods")}
 }
