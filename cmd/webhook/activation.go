@@ -23,7 +23,7 @@ func (f *activationFlags) bind(fs *flag.FlagSet) {
 }
 
 // setupActivation adds the Activator to mgr when --webhook-configuration-name is set.
-func (f *activationFlags) setup(mgr manager.Manager, cfg *rest.Config, _ string, _ int, log logr.Logger) error {
+func (f *activationFlags) setup(mgr manager.Manager, cfg *rest.Config, log logr.Logger) error {
 	if f.configurationName == "" {
 		return nil
 	}

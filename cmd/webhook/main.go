@@ -236,7 +236,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		}
 	}
 
-	if err := opts.activation.setup(mgr, restCfg, opts.webhookHost, opts.webhookPort, logger.WithName("activation")); err != nil {
+	if err := opts.activation.setup(mgr, restCfg, logger.WithName("activation")); err != nil {
 		return err
 	}
 

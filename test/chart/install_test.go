@@ -75,6 +75,9 @@ func TestHelmInstallOnControlPlane(t *testing.T) {
 	if !strings.Contains(notes, "--dry-run=server") || !strings.Contains(notes, "kubectl delete validatingwebhookconfiguration runner-guard") {
 		t.Errorf("helm install NOTES do not show the dry-run check and the uninstall order:\n%s", notes)
 	}
+	if !strings.Contains(notes, "every entry is failurePolicy Ignore") || !strings.Contains(notes, "--webhook-configuration-name=runner-guard") {
+		t.Errorf("helm install NOTES do not say the entries start at Ignore, or that an outside webhook needs --webhook-configuration-name:\n%s", notes)
+	}
 	if !strings.Contains(notes, "1 scope binding(s) (policy.scopeBindings)") {
 		t.Errorf("helm install NOTES do not count the scope bindings:\n%s", notes)
 	}
