@@ -142,7 +142,8 @@ func TestOverlaysRender(t *testing.T) {
 			"ClusterRole/runner-guard", "ClusterRole/runner-guard-activation", "ClusterRole/runner-guard-metrics-auth", "ClusterRole/runner-guard-metrics-reader",
 			"ClusterRoleBinding/runner-guard", "ClusterRoleBinding/runner-guard-activation", "ClusterRoleBinding/runner-guard-metrics-auth", "ConfigMap/runner-guard-config", "Deployment/runner-guard-webhook",
 			"Namespace/runner-guard-system", "NetworkPolicy/runner-guard-webhook", "PodDisruptionBudget/runner-guard-webhook",
-			"ResourceQuota/runner-guard-critical-pods", "Role/runner-guard-leader-election", "RoleBinding/runner-guard-leader-election",
+			"ResourceQuota/runner-guard-critical-pods", "Role/runner-guard-activation", "Role/runner-guard-leader-election",
+			"RoleBinding/runner-guard-activation", "RoleBinding/runner-guard-leader-election",
 			"Service/runner-guard-webhook", "ServiceAccount/runner-guard", "ValidatingWebhookConfiguration/runner-guard",
 		},
 		"certmanager": {
@@ -455,9 +456,14 @@ func TestRBACIsMinimal(t *testing.T) {
 		!reflect.DeepEqual(actBinding.Subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "runner-guard", Namespace: namespace}}) {
 		t.Errorf("activation ClusterRoleBinding = %+v %+v", actBinding.RoleRef, actBinding.Subjects)
 	}
+	svc := get[rbacv1.Role](t, objs, "Role", "runner-guard-activation")
+	wantSvc := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services"}, ResourceNames: []string{"runner-guard-webhook"}, Verbs: []string{"get"}}}
+	if !reflect.DeepEqual(svc.Rules, wantSvc) || svc.Namespace != namespace {
+		t.Errorf("activation Role in %q: rules = %+v\nwant %+v in %s", svc.Namespace, svc.Rules, wantSvc, namespace)
+	}
 	metricsRBAC := []string{"runner-guard-activation", "runner-guard-metrics-auth", "runner-guard-metrics-reader"}
 	for _, o := range objs {
-		if k := o.GetKind(); ((k == "Role" || k == "RoleBinding") && o.GetName() != "runner-guard-leader-election") ||
+		if k := o.GetKind(); ((k == "Role" || k == "RoleBinding") && o.GetName() != "runner-guard-leader-election" && o.GetName() != "runner-guard-activation") ||
 			(strings.HasPrefix(k, "Cluster") && o.GetName() != "runner-guard" && !slices.Contains(metricsRBAC, o.GetName())) {
 			t.Errorf("unexpected RBAC object %s/%s", k, o.GetName())
 		}

@@ -34,7 +34,7 @@ func (f *activationFlags) setup(mgr manager.Manager, cfg *rest.Config, log logr.
 	a, err := activation.New(activation.Options{
 		Name:   f.configurationName,
 		Client: cs.AdmissionregistrationV1(),
-		Served: activation.DialServed,
+		Served: activation.DialViaClusterIP(cs.CoreV1()),
 		Log:    log,
 	})
 	if err != nil {

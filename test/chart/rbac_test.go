@@ -43,7 +43,7 @@ func TestWebhookRBAC(t *testing.T) {
 		b := get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "runner-guard")
 		checkBinding(t, "ClusterRoleBinding runner-guard", b.RoleRef, b.Subjects, "ClusterRole")
 		for _, r := range objs.ofKind("Role") {
-			if r.GetName() != "runner-guard-leader-election" {
+			if r.GetName() != "runner-guard-leader-election" && r.GetName() != "runner-guard-activation" {
 				t.Errorf("Role %s/%s without guarded namespaces", r.GetNamespace(), r.GetName())
 			}
 		}
@@ -55,7 +55,7 @@ func TestWebhookRBAC(t *testing.T) {
 		objs := mustTemplate(t, "--values", vf)
 		var nss []string
 		for _, r := range objs.ofKind("Role") {
-			if r.GetName() == "runner-guard-leader-election" || r.GetName() == "runner-guard-node-events" {
+			if r.GetName() == "runner-guard-leader-election" || r.GetName() == "runner-guard-node-events" || r.GetName() == "runner-guard-activation" {
 				continue
 			}
 			role := get[rbacv1.Role](t, objs.inNamespace(r.GetNamespace()), "Role", r.GetName())
@@ -179,5 +179,44 @@ func TestWebhookSources(t *testing.T) {
 				t.Errorf("metrics rule %s\nwant %s", got, metricsRule)
 			}
 		})
+	}
+}
+
+// TestActivationRBAC: activation may read, watch and patch the chart's own
+// webhook configuration and read its own Service, nothing else, whatever the
+// guarded namespaces.
+func TestActivationRBAC(t *testing.T) {
+	for name, args := range map[string][]string{
+		"every namespace guarded": valid,
+		"guarded namespaces":      {"--values", "testdata/values/guarded-namespaces.yaml"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			objs := mustTemplate(t, args...)
+			cr := get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard-activation")
+			wantCR := []rbacv1.PolicyRule{{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"},
+				ResourceNames: []string{"runner-guard"}, Verbs: []string{"get", "list", "watch", "patch"}}}
+			if !equalJSON(cr.Rules, wantCR) {
+				t.Errorf("ClusterRole runner-guard-activation rules %s\nwant %s", toJSON(t, cr.Rules), toJSON(t, wantCR))
+			}
+			crb := get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "runner-guard-activation")
+			checkActivationBinding(t, "ClusterRoleBinding", crb.RoleRef, crb.Subjects, "ClusterRole")
+			role := get[rbacv1.Role](t, objs.inNamespace(namespace), "Role", "runner-guard-activation")
+			wantRole := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services"}, ResourceNames: []string{"runner-guard-webhook"}, Verbs: []string{"get"}}}
+			if !equalJSON(role.Rules, wantRole) {
+				t.Errorf("Role runner-guard-activation rules %s\nwant %s", toJSON(t, role.Rules), toJSON(t, wantRole))
+			}
+			rb := get[rbacv1.RoleBinding](t, objs.inNamespace(namespace), "RoleBinding", "runner-guard-activation")
+			checkActivationBinding(t, "RoleBinding", rb.RoleRef, rb.Subjects, "Role")
+		})
+	}
+}
+
+func checkActivationBinding(t *testing.T, what string, ref rbacv1.RoleRef, subjects []rbacv1.Subject, kind string) {
+	t.Helper()
+	if ref != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: "runner-guard-activation"}) {
+		t.Errorf("%s runner-guard-activation roleRef %+v", what, ref)
+	}
+	if !equalJSON(subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "runner-guard", Namespace: namespace}}) {
+		t.Errorf("%s runner-guard-activation subjects %+v", what, subjects)
 	}
 }

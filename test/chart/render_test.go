@@ -103,8 +103,8 @@ func TestCredentialsFromARC(t *testing.T) {
 	objs := mustTemplate(t, "--values", "testdata/values/arc-credentials.yaml")
 	var nss []string
 	for _, r := range objs.ofKind("Role") {
-		if r.GetName() == "runner-guard-leader-election" {
-			continue // the disruption controller's Lease, in the release namespace
+		if r.GetName() == "runner-guard-leader-election" || r.GetName() == "runner-guard-activation" {
+			continue // the disruption controller's Lease and activation's Service, in the release namespace
 		}
 		role := get[rbacv1.Role](t, objs.inNamespace(r.GetNamespace()), "Role", r.GetName())
 		nss = append(nss, role.Namespace)

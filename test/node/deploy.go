@@ -14,9 +14,11 @@ import (
 	"strings"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/runner-guard/runner-guard/certs"
+	"github.com/runner-guard/runner-guard/webhook/activation"
 )
 
 // FakeGitHubIP is the ClusterIP the deployment pins for the in-cluster fake
@@ -167,7 +169,55 @@ func (c *Cluster) DeployRunnerGuard(ctx context.Context, manifests []byte) error
 			return fmt.Errorf("rollout status %s: %w: %s\n%s", d, err, out, c.diagnose(certs.Namespace))
 		}
 	}
-	return nil
+	return c.waitActivated(ctx)
+}
+
+// waitActivated waits until a replica has set every entry of the webhook
+// configuration (shipped with failurePolicy Ignore) to its annotated policy
+// (package webhook/activation), so a test that stops runner-guard next sees
+// the policy users get.
+func (c *Cluster) waitActivated(ctx context.Context) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var out bytes.Buffer
+		cmd := c.KubectlCommand(ctx, "get", "validatingwebhookconfiguration", "runner-guard", "-o", "json")
+		cmd.Stdout = &out
+		err := cmd.Run()
+		var pending []string
+		if err == nil {
+			var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+			if err = json.Unmarshal(out.Bytes(), &vwc); err == nil {
+				pending, err = notActivated(&vwc)
+			}
+		}
+		if err == nil && len(pending) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("webhook configuration not activated: %v %v\n%s", pending, err, c.diagnose(certs.Namespace))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// notActivated names the entries whose failurePolicy is not yet their annotated one.
+func notActivated(vwc *admissionregistrationv1.ValidatingWebhookConfiguration) ([]string, error) {
+	wanted, err := activation.Wanted(vwc)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, wh := range vwc.Webhooks {
+		want, ok := wanted[activation.KindOf(wh)]
+		if ok && (wh.FailurePolicy == nil || *wh.FailurePolicy != want) {
+			out = append(out, wh.Name)
+		}
+	}
+	return out, nil
 }
 
 // diagnose describes the namespace's pods and events, for a failure message.

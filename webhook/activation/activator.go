@@ -13,11 +13,13 @@ import (
 
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	admissionregistrationclient "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
@@ -240,6 +242,32 @@ func DialServed(ctx context.Context, cc admissionregistrationv1.WebhookClientCon
 		return nil, err
 	}
 	return dialChain(ctx, addr)
+}
+
+// DialViaClusterIP is DialServed that dials a Service's ClusterIP, read from
+// the API, instead of resolving its DNS name: what the API server's default
+// service resolver dials, and no cluster DNS needed. The certificate is still
+// verified for SERVICE.NAMESPACE.svc (RBAC: get on that Service).
+func DialViaClusterIP(services corev1client.ServicesGetter) func(context.Context, admissionregistrationv1.WebhookClientConfig) ([]*x509.Certificate, error) {
+	return func(ctx context.Context, cc admissionregistrationv1.WebhookClientConfig) ([]*x509.Certificate, error) {
+		addr, err := Address(cc)
+		if err != nil {
+			return nil, err
+		}
+		if ref := cc.Service; ref != nil {
+			svc, err := services.Services(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("read webhook Service %s/%s: %w", ref.Namespace, ref.Name, err)
+			}
+			ip := svc.Spec.ClusterIP
+			if ip == "" || ip == corev1.ClusterIPNone {
+				return nil, fmt.Errorf("webhook Service %s/%s has no ClusterIP", ref.Namespace, ref.Name)
+			}
+			_, port, _ := net.SplitHostPort(addr)
+			addr = net.JoinHostPort(ip, port)
+		}
+		return dialChain(ctx, addr)
+	}
 }
 
 // dialChain completes a TLS handshake with addr and returns the chain the

@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
@@ -170,4 +173,36 @@ func TestNewNamesWhatIsMissing(t *testing.T) {
 
 func urlConfig(addr string) admissionregistrationv1.WebhookClientConfig {
 	return admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + addr + "/validate-runner-pods")}
+}
+
+// DialViaClusterIP dials the Service's ClusterIP read from the API (here the
+// loopback address of a TLS server) and the Service port of the clientConfig.
+func TestDialViaClusterIP(t *testing.T) {
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	host, port, err := net.SplitHostPort(srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := fake.NewClientset(&corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "runner-guard-webhook", Namespace: "runner-guard-system"},
+		Spec:       corev1.ServiceSpec{ClusterIP: host},
+	}).CoreV1()
+	cc := admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
+		Name: "runner-guard-webhook", Namespace: "runner-guard-system", Port: ptr.To(int32(p))}}
+	chain, err := DialViaClusterIP(client)(context.Background(), cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chain) == 0 || !chain[0].Equal(srv.Certificate()) {
+		t.Errorf("chain %v, want the server's certificate", chain)
+	}
+	cc.Service.Name = "missing"
+	if _, err := DialViaClusterIP(client)(context.Background(), cc); err == nil || !strings.Contains(err.Error(), "runner-guard-system/missing") {
+		t.Errorf("a missing Service: %v, want an error naming it", err)
+	}
 }
