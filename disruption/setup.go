@@ -95,7 +95,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	case !erServed:
 		o.Log.Info("the API server serves no EphemeralRunners (actions.github.com/v1alpha1): scale-set pods get no hints from job fields; restart runner-guard after installing ARC's CRDs")
 	}
-	copts := cache.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), DefaultTransform: cache.TransformStripManagedFields()}
+	copts := cache.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Transform: trimPod}}}
 	if len(o.Namespaces) > 0 {
 		copts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range o.Namespaces {
