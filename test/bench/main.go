@@ -449,11 +449,11 @@ func (e *env) busyRetryHour() error {
 		return err
 	}
 	clock := fixture.NewClock(time.Now())
-	gc, err := ghclient.New(ghclient.Config{BaseURL: e.ghURL, AllowHTTP: true, Token: token, Budgets: unlimitedBudget()})
+	gc, err := ghclient.New(ghclient.Config{BaseURL: e.ghURL, AllowHTTP: true, Token: token, Budgets: unlimitedBudget(), Now: clock.Now})
 	if err != nil {
 		return err
 	}
-	router, err := ghclient.NewRouter(ghclient.RouterConfig{Default: gc})
+	router, err := ghclient.NewRouter(ghclient.RouterConfig{Default: gc, Now: clock.Now})
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -115,9 +117,14 @@ func isPodCollection(parts []string) bool {
 // servePods lists or watches the pods of ns ("": all).
 func (a *PodAPI) servePods(w http.ResponseWriter, r *http.Request, ns string) {
 	a.mu.Lock()
+	keys := make([]string, 0, len(a.pods))
+	for k := range a.pods {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
 	var items []any
-	for _, p := range a.pods {
-		if ns == "" || p.Namespace == ns {
+	for _, k := range keys {
+		if p := a.pods[k]; ns == "" || p.Namespace == ns {
 			out := p.DeepCopy()
 			out.APIVersion, out.Kind = "v1", "Pod"
 			if out.ResourceVersion == "" {
@@ -136,16 +143,39 @@ func (a *PodAPI) servePods(w http.ResponseWriter, r *http.Request, ns string) {
 	serveList(w, r, "PodList", items)
 }
 
+// page cuts a list to the request's limit from its continue token (an
+// offset, as opaque to the client as the API server's), as the API server
+// pages: a reflector lists 500 at a time.
+func page(r *http.Request, items []any) (out []any, cont string) {
+	q := r.URL.Query()
+	limit, err := strconv.Atoi(q.Get("limit"))
+	if err != nil || limit <= 0 {
+		return items, ""
+	}
+	from, _ := strconv.Atoi(q.Get("continue"))
+	from = min(max(from, 0), len(items))
+	to := min(from+limit, len(items))
+	if to < len(items) {
+		cont = strconv.Itoa(to)
+	}
+	return items[from:to], cont
+}
+
 // serveList answers a list with items, or a watch: the items as ADDED events
 // and the bookmark that ends a watch-list's initial events when asked for
 // them, then nothing until the client leaves.
 func serveList(w http.ResponseWriter, r *http.Request, kind string, items []any) {
 	q := r.URL.Query()
 	if q.Get("watch") != "true" {
+		items, cont := page(r, items)
 		if items == nil {
 			items = []any{}
 		}
-		writeJSON(w, map[string]any{"apiVersion": "v1", "kind": kind, "metadata": map[string]any{"resourceVersion": "1"}, "items": items})
+		meta := map[string]any{"resourceVersion": "1"}
+		if cont != "" {
+			meta["continue"] = cont
+		}
+		writeJSON(w, map[string]any{"apiVersion": "v1", "kind": kind, "metadata": meta, "items": items})
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
