@@ -398,18 +398,22 @@ func TestHandlerRepeatedReviewsCostOneUnregister(t *testing.T) {
 // one younger than ghclient.ListingTTL answers with no request at all, and
 // once it shows the runner idle the DELETE decides, and the pod goes. An
 // admission is never made from a listing or from memory.
+// deleteAndWant posts a DELETE review of pod and fails unless the answer is
+// allowed as wanted, with reason in its message.
+func (h *harness) deleteAndWant(t *testing.T, pod *corev1.Pod, allowed bool, reason Reason) {
+	t.Helper()
+	_, out := h.post(t, reviewJSON(t, request{op: OperationDelete, pod: pod}))
+	if out.Response.Allowed != allowed || !strings.Contains(out.Response.Result.Message, string(reason)) {
+		t.Fatalf("allowed = %v, result %+v; want allowed %v, reason %s", out.Response.Allowed, out.Response.Result, allowed, reason)
+	}
+}
+
 func TestHandlerBusyRecheckedByListing(t *testing.T) {
 	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").RunnerID(1001).Running().Obj()
 	h := newHarness(t, Config{}, pod)
 	h.github.AddRunner(acme(), "runner-1")
 	h.github.SetBusy(acme(), "runner-1", true)
-	deleteAndWant := func(allowed bool, reason Reason) {
-		t.Helper()
-		_, out := h.post(t, reviewJSON(t, request{op: OperationDelete, pod: pod}))
-		if out.Response.Allowed != allowed || !strings.Contains(out.Response.Result.Message, string(reason)) {
-			t.Fatalf("allowed = %v, result %+v; want allowed %v, reason %s", out.Response.Allowed, out.Response.Result, allowed, reason)
-		}
-	}
+	deleteAndWant := func(allowed bool, reason Reason) { t.Helper(); h.deleteAndWant(t, pod, allowed, reason) }
 	deleteAndWant(false, ReasonRunnerBusy) // the DELETE: 422
 	deleteAndWant(false, ReasonListedBusy) // busy lately: the listing is taken, and shows it busy
 	before := h.github.Count("")
@@ -455,13 +459,7 @@ func TestHandlerBusyRememberedWhenNoListing(t *testing.T) {
 	h := newHarness(t, Config{}, pod)
 	h.github.AddRunner(acme(), "runner-1")
 	h.github.SetBusy(acme(), "runner-1", true)
-	deleteAndWant := func(allowed bool, reason Reason) {
-		t.Helper()
-		_, out := h.post(t, reviewJSON(t, request{op: OperationDelete, pod: pod}))
-		if out.Response.Allowed != allowed || !strings.Contains(out.Response.Result.Message, string(reason)) {
-			t.Fatalf("allowed = %v, result %+v; want allowed %v, reason %s", out.Response.Allowed, out.Response.Result, allowed, reason)
-		}
-	}
+	deleteAndWant := func(allowed bool, reason Reason) { t.Helper(); h.deleteAndWant(t, pod, allowed, reason) }
 	deleteAndWant(false, ReasonRunnerBusy) // asked: busy, remembered 10s
 	h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Method: http.MethodGet, PathContains: "/actions/runners", Status: http.StatusBadGateway})
 	deleteAndWant(false, ReasonRecentlyBusy) // the listing fails: from memory
