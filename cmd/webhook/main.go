@@ -182,13 +182,15 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 			return fmt.Errorf("register metrics: %w", err)
 		}
 	}
-	// EphemeralRunners are read live, never cached: a decision needs their
-	// current finalizers. Deletes (retiring a runner) go straight to the API.
-	writer, err := client.New(restCfg, client.Options{Scheme: mgr.GetScheme()})
+	// A decision reads live, never from a cache: it needs the current pod and
+	// EphemeralRunner. Deletes (retiring a runner) go straight to the API. The
+	// mapper is fixed, so no discovery request without a deadline ever runs
+	// inside a decision.
+	live, err := client.New(restCfg, client.Options{Scheme: mgr.GetScheme(), Mapper: webhook.DecisionRESTMapper()})
 	if err != nil {
 		return fmt.Errorf("API client: %w", err)
 	}
-	runners := arc.NewResolver(arc.Options{Reader: mgr.GetAPIReader(), Writer: writer, CredentialsFromARC: arcMode, StaticCredentials: staticCreds})
+	runners := arc.NewResolver(arc.Options{Reader: live, Writer: live, CredentialsFromARC: arcMode, StaticCredentials: staticCreds})
 	// Retiring happens after the admission call, on the replica that
 	// admitted the deletion.
 	var retirements webhook.Retirements
@@ -208,7 +210,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		GitHub:        gh,
 		Runners:       runners,
 		GitHubBaseURL: staticBaseURL(staticCreds, gcfg.BaseURL),
-		Pods:          mgr.GetAPIReader(),
+		Pods:          live,
 		Events:        events,
 		Metrics:       hMetrics,
 		Scheme:        mgr.GetScheme(),

@@ -1,0 +1,35 @@
+package webhook
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/runner-guard/runner-guard/webhook/arc"
+)
+
+// DecisionRESTMapper maps every kind a decision reads or writes (pods, PDBs,
+// namespaces, Secrets, ConfigMaps, ARC's EphemeralRunners and Runners) to its
+// resource without asking the API server. A discovering mapper fills itself
+// on first use with requests that carry no deadline, so the first decisions
+// after a start (or after a CRD appears) could outlive the API server's
+// webhook timeout on a slow API server. A kind whose CRD is not installed
+// answers 404 for its resource, which the resolver already reads as "no such
+// kind".
+func DecisionRESTMapper() meta.RESTMapper {
+	m := meta.NewDefaultRESTMapper(nil)
+	namespaced := []schema.GroupVersionKind{
+		corev1.SchemeGroupVersion.WithKind("Pod"),
+		corev1.SchemeGroupVersion.WithKind("Secret"),
+		corev1.SchemeGroupVersion.WithKind("ConfigMap"),
+		policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget"),
+		arc.GroupVersionKind(),
+		arc.LegacyGroupVersionKind(),
+	}
+	for _, gvk := range namespaced {
+		m.Add(gvk, meta.RESTScopeNamespace)
+	}
+	m.Add(corev1.SchemeGroupVersion.WithKind("Namespace"), meta.RESTScopeRoot)
+	return m
+}
