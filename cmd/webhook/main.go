@@ -24,13 +24,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/runner-guard/runner-guard/disruption"
 	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/metricsauth"
 	"github.com/runner-guard/runner-guard/webhook"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
@@ -153,7 +153,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		// only requesters the API server authenticates (TokenReview) and
 		// authorizes for GET /metrics (SubjectAccessReview).
 		metricsOpts.SecureServing = true
-		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+		metricsOpts.FilterProvider = metricsauth.Provider
 	}
 	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
 	if len(hcfg.RunnerNamespaces) > 0 {

@@ -292,7 +292,7 @@ func (e *env) rss10kPods(bin string) error {
 	saved := e.files
 	e.files = &files
 	defer func() { e.files = saved }()
-	base, peak, took, err := e.loadBinaryAfter(bin, "load-10k", 1000, clients, api.PodWatchOpened(), "--leader-elect=false")
+	base, peak, took, err := e.loadBinaryAfter(bin, "load-10k", 1000, clients, api.PodsListed(), "--leader-elect=false")
 	if err != nil {
 		return err
 	}

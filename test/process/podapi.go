@@ -25,15 +25,15 @@ import (
 type PodAPI struct {
 	srv *httptest.Server
 
-	mu          sync.Mutex
-	pods        map[string]*corev1.Pod // namespace/name
-	podWatches  int                    // pod watches opened
-	watchOpened chan struct{}          // closed when the first pod watch opens
+	mu         sync.Mutex
+	pods       map[string]*corev1.Pod // namespace/name
+	listed     chan struct{}          // closed once a client has been sent every pod
+	listedOnce sync.Once
 }
 
 // NewPodAPI starts a PodAPI on loopback over TLS.
 func NewPodAPI() *PodAPI {
-	a := &PodAPI{pods: map[string]*corev1.Pod{}, watchOpened: make(chan struct{})}
+	a := &PodAPI{pods: map[string]*corev1.Pod{}, listed: make(chan struct{})}
 	a.srv = httptest.NewTLSServer(http.HandlerFunc(a.serve))
 	return a
 }
@@ -53,9 +53,11 @@ func (a *PodAPI) Add(pods ...*corev1.Pod) {
 	}
 }
 
-// PodWatchOpened is closed once a client watches pods: its cache has listed
-// them all.
-func (a *PodAPI) PodWatchOpened() <-chan struct{} { return a.watchOpened }
+// PodsListed is closed once a client has been sent every pod of a list of
+// all namespaces (a watch-list's initial events and their bookmark, or a
+// list's last page) and the writes returned: the client has read all but
+// what the socket buffers hold, so its cache holds (nearly) every pod.
+func (a *PodAPI) PodsListed() <-chan struct{} { return a.listed }
 
 func (a *PodAPI) serve(w http.ResponseWriter, r *http.Request) {
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
@@ -68,7 +70,7 @@ func (a *PodAPI) serve(w http.ResponseWriter, r *http.Request) {
 		a.servePods(w, r, ns)
 		return
 	case r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes":
-		serveList(w, r, "NodeList", nil)
+		serveList(w, r, "NodeList", nil, nil)
 		return
 	case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/events"):
 		w.Header().Set("Content-Type", "application/json")
@@ -133,14 +135,12 @@ func (a *PodAPI) servePods(w http.ResponseWriter, r *http.Request, ns string) {
 			items = append(items, out)
 		}
 	}
-	if r.URL.Query().Get("watch") == "true" {
-		a.podWatches++
-		if a.podWatches == 1 {
-			close(a.watchOpened)
-		}
-	}
 	a.mu.Unlock()
-	serveList(w, r, "PodList", items)
+	serveList(w, r, "PodList", items, func() {
+		if ns == "" {
+			a.listedOnce.Do(func() { close(a.listed) })
+		}
+	})
 }
 
 // page cuts a list to the request's limit from its continue token (an
@@ -163,8 +163,12 @@ func page(r *http.Request, items []any) (out []any, cont string) {
 
 // serveList answers a list with items, or a watch: the items as ADDED events
 // and the bookmark that ends a watch-list's initial events when asked for
-// them, then nothing until the client leaves.
-func serveList(w http.ResponseWriter, r *http.Request, kind string, items []any) {
+// them, then nothing until the client leaves. sent, if set, runs once every
+// item has been written (the last page, or the initial events).
+func serveList(w http.ResponseWriter, r *http.Request, kind string, items []any, sent func()) {
+	if sent == nil {
+		sent = func() {}
+	}
 	q := r.URL.Query()
 	if q.Get("watch") != "true" {
 		items, cont := page(r, items)
@@ -176,6 +180,9 @@ func serveList(w http.ResponseWriter, r *http.Request, kind string, items []any)
 			meta["continue"] = cont
 		}
 		writeJSON(w, map[string]any{"apiVersion": "v1", "kind": kind, "metadata": meta, "items": items})
+		if cont == "" {
+			sent()
+		}
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -192,6 +199,9 @@ func serveList(w http.ResponseWriter, r *http.Request, kind string, items []any)
 	}
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
+	}
+	if q.Get("sendInitialEvents") == "true" {
+		sent()
 	}
 	<-r.Context().Done()
 }
