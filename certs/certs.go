@@ -172,17 +172,9 @@ func (ca *CA) Issue(opts Options) (*Bundle, error) {
 	if len(dnsNames) > 0 {
 		cn = dnsNames[0]
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          leaf.serial,
-		Subject:               pkix.Name{CommonName: cn, Organization: []string{"runner-guard"}},
-		DNSNames:              append([]string(nil), dnsNames...),
-		IPAddresses:           append([]net.IP(nil), ips...),
-		NotBefore:             leaf.notBefore,
-		NotAfter:              leaf.notAfter,
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-	}
+	tmpl := leaf.template(cn, x509.ExtKeyUsageServerAuth)
+	tmpl.DNSNames = append([]string(nil), dnsNames...)
+	tmpl.IPAddresses = append([]net.IP(nil), ips...)
 	return ca.sign(tmpl, leaf.key)
 }
 
@@ -217,6 +209,20 @@ func (ca *CA) newLeaf(validity time.Duration, clock func() time.Time) (leaf, err
 		return leaf{}, err
 	}
 	return l, nil
+}
+
+// template is the certificate l stands for: named cn, for one extended key
+// usage (serving or client), with no SANs yet.
+func (l leaf) template(cn string, usage x509.ExtKeyUsage) *x509.Certificate {
+	return &x509.Certificate{
+		SerialNumber:          l.serial,
+		Subject:               pkix.Name{CommonName: cn, Organization: []string{"runner-guard"}},
+		NotBefore:             l.notBefore,
+		NotAfter:              l.notAfter,
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{usage},
+		BasicConstraintsValid: true,
+	}
 }
 
 // Generate creates a new CA (valid DefaultCAValidity, or longer if the leaf

@@ -2,7 +2,6 @@ package certs
 
 import (
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"time"
 )
@@ -30,14 +29,5 @@ func (ca *CA) IssueClient(opts ClientOptions) (*Bundle, error) {
 	if err != nil {
 		return nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          leaf.serial,
-		Subject:               pkix.Name{CommonName: opts.CommonName, Organization: []string{"runner-guard"}},
-		NotBefore:             leaf.notBefore,
-		NotAfter:              leaf.notAfter,
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		BasicConstraintsValid: true,
-	}
-	return ca.sign(tmpl, leaf.key)
+	return ca.sign(leaf.template(opts.CommonName, x509.ExtKeyUsageClientAuth), leaf.key)
 }
