@@ -33,6 +33,26 @@ func parseCert(t *testing.T, p []byte) *x509.Certificate {
 	return c
 }
 
+// newCA is certs.NewCA for a test that cannot go on without the CA.
+func newCA(t *testing.T, opts certs.CAOptions) *certs.CA {
+	t.Helper()
+	ca, err := certs.NewCA(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+// keyPair loads a bundle's certificate and key as tls.X509KeyPair does.
+func keyPair(t *testing.T, b *certs.Bundle) tls.Certificate {
+	t.Helper()
+	pair, err := tls.X509KeyPair(b.CertPEM, b.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pair
+}
+
 func pool(t *testing.T, caPEM []byte) *x509.CertPool {
 	t.Helper()
 	p := x509.NewCertPool()
@@ -125,10 +145,7 @@ func TestGenerateDefaults(t *testing.T) {
 }
 
 func TestIssueCustomSANsAndRotation(t *testing.T) {
-	ca, err := certs.NewCA(certs.CAOptions{Validity: 48 * time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := newCA(t, certs.CAOptions{Validity: 48 * time.Hour})
 	opts := certs.Options{
 		DNSNames: []string{"webhook.example.test", "*.svc.example.test"},
 		IPs:      []net.IP{net.ParseIP("::1"), net.ParseIP("10.0.0.7")},
@@ -190,10 +207,7 @@ func TestBadOptions(t *testing.T) {
 		"outlives its CA":   {Validity: 11 * 365 * 24 * time.Hour, DNSNames: []string{"x"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			ca, err := certs.NewCA(certs.CAOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			ca := newCA(t, certs.CAOptions{})
 			if _, err := ca.Issue(opts); err == nil {
 				t.Errorf("Issue(%+v) succeeded", opts)
 			} else if !strings.HasPrefix(err.Error(), "certs: ") {

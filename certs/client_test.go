@@ -13,10 +13,7 @@ import (
 )
 
 func TestIssueClient(t *testing.T) {
-	ca, err := certs.NewCA(certs.CAOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := newCA(t, certs.CAOptions{})
 	b, err := ca.IssueClient(certs.ClientOptions{CommonName: "kube-apiserver"})
 	if err != nil {
 		t.Fatal(err)
@@ -46,10 +43,7 @@ func TestIssueClient(t *testing.T) {
 
 func TestIssueClientBadOptions(t *testing.T) {
 	now := time.Now()
-	ca, err := certs.NewCA(certs.CAOptions{Validity: time.Hour, Now: func() time.Time { return now }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := newCA(t, certs.CAOptions{Validity: time.Hour, Now: func() time.Time { return now }})
 	for name, opts := range map[string]certs.ClientOptions{
 		"no common name":  {},
 		"negative":        {CommonName: "x", Validity: -time.Second},
@@ -64,22 +58,13 @@ func TestIssueClientBadOptions(t *testing.T) {
 // TestClientHandshake: a server that requires client certificates from the
 // CA accepts the issued certificate and refuses one from another CA.
 func TestClientHandshake(t *testing.T) {
-	ca, err := certs.NewCA(certs.CAOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := certs.NewCA(certs.CAOptions{CommonName: "other"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := newCA(t, certs.CAOptions{})
+	other := newCA(t, certs.CAOptions{CommonName: "other"})
 	serving, err := ca.Issue(certs.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srvCert, err := tls.X509KeyPair(serving.CertPEM, serving.KeyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srvCert := keyPair(t, serving)
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Certificate())
 	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
@@ -110,10 +95,7 @@ func TestClientHandshake(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cert, err := tls.X509KeyPair(b.CertPEM, b.KeyPEM)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cert := keyPair(t, b)
 		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", l.Addr().String(),
 			&tls.Config{RootCAs: pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{cert}})
 		if err != nil {
