@@ -51,14 +51,10 @@ func NewMetrics() *Metrics {
 			Name: "runner_guard_github_id_hints_rejected_total",
 			Help: "Untrusted runner ID hints not used because GitHub's record for the ID names another runner (\"other_runner\") or does not exist (\"not_found\"); the runner was looked up by name instead.",
 		}, []string{"reason"}),
-		budgetUsed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "runner_guard_github_budget_points_used",
-			Help: "GitHub secondary-limit points (GET 1, other methods 5) this replica spent in the last minute, per credential.",
-		}, []string{"credential"}),
-		budgetLeft: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "runner_guard_github_budget_points_left",
-			Help: "Points this replica may still spend in the rolling minute, per credential (its share of the Deployment's budget).",
-		}, []string{"credential"}),
+		budgetUsed: credentialGauge("runner_guard_github_budget_points_used",
+			"GitHub secondary-limit points (GET 1, other methods 5) this replica spent in the last minute, per credential."),
+		budgetLeft: credentialGauge("runner_guard_github_budget_points_left",
+			"Points this replica may still spend in the rolling minute, per credential (its share of the Deployment's budget)."),
 		budgetDeferredN: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runner_guard_github_budget_deferred_total",
 			Help: "GitHub requests the budget held back, per credential, priority (release, recheck) and result (waited: sent later; refused: never sent, the decision answered from what it knew).",
@@ -68,6 +64,12 @@ func NewMetrics() *Metrics {
 		m.hintsRejected.WithLabelValues(reason)
 	}
 	return m
+}
+
+// credentialGauge is a gauge of one credential's budget, labelled by the
+// credential's name.
+func credentialGauge(name, help string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"credential"})
 }
 
 // Collectors returns the collectors to register.
