@@ -255,39 +255,35 @@ func scopeFrom(keys *ScopeKeys, values map[string]string, ownerKey string) (ghcl
 		}
 		return v, nil
 	}
-	repo, err := get(keys.Repository)
-	if err != nil {
-		return ghclient.Scope{}, false, err
-	}
-	if repo != "" {
+	repoScope := func(repo string) (ghclient.Scope, error) {
 		if !strings.Contains(repo, "/") && ownerKey != "" {
 			owner, err := get(ownerKey)
 			if err != nil {
-				return ghclient.Scope{}, false, err
+				return ghclient.Scope{}, err
 			}
 			if owner == "" {
-				return ghclient.Scope{}, false, fmt.Errorf("%s=%q names no owner and %s is not set", keys.Repository, repo, ownerKey)
+				return ghclient.Scope{}, fmt.Errorf("%s=%q names no owner and %s is not set", keys.Repository, repo, ownerKey)
 			}
 			repo = owner + "/" + repo
 		}
-		s, err := ghclient.RepoScope(repo)
-		return s, err == nil, err
+		return ghclient.RepoScope(repo)
 	}
-	org, err := get(keys.Organization)
-	if err != nil {
-		return ghclient.Scope{}, false, err
-	}
-	if org != "" {
-		s, err := ghclient.OrgScope(org)
-		return s, err == nil, err
-	}
-	ent, err := get(keys.Enterprise)
-	if err != nil {
-		return ghclient.Scope{}, false, err
-	}
-	if ent != "" {
-		s, err := ghclient.EnterpriseScope(ent)
-		return s, err == nil, err
+	for _, kind := range []struct {
+		key   string
+		scope func(string) (ghclient.Scope, error)
+	}{
+		{keys.Repository, repoScope},
+		{keys.Organization, ghclient.OrgScope},
+		{keys.Enterprise, ghclient.EnterpriseScope},
+	} {
+		v, err := get(kind.key)
+		if err != nil {
+			return ghclient.Scope{}, false, err
+		}
+		if v != "" {
+			s, err := kind.scope(v)
+			return s, err == nil, err
+		}
 	}
 	return ghclient.Scope{}, false, nil
 }
