@@ -157,21 +157,16 @@ func (f *Fake) ControlHandler() http.Handler {
 		f.applyState(scope, req)
 		w.WriteHeader(http.StatusNoContent)
 	})
-	mux.HandleFunc("POST /_fake/faults", func(w http.ResponseWriter, r *http.Request) {
-		var req FaultRequest
-		if !decode(w, r, &req) {
-			return
-		}
+	setter(mux, "POST /_fake/faults", func(req FaultRequest) error {
 		if req.Delay != "" {
 			d, err := time.ParseDuration(req.Delay)
 			if err != nil {
-				http.Error(w, "delay: "+err.Error(), http.StatusBadRequest)
-				return
+				return fmt.Errorf("delay: %w", err)
 			}
 			req.Fault.Delay = d
 		}
 		f.InjectFault(req.Fault)
-		w.WriteHeader(http.StatusNoContent)
+		return nil
 	})
 	mux.HandleFunc("DELETE /_fake/faults", func(w http.ResponseWriter, _ *http.Request) {
 		f.ClearFaults()
@@ -184,36 +179,23 @@ func (f *Fake) ControlHandler() http.Handler {
 		f.ResetLog()
 		w.WriteHeader(http.StatusNoContent)
 	})
-	mux.HandleFunc("POST /_fake/latency", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Latency string `json:"latency"`
-		}
-		if !decode(w, r, &req) {
-			return
-		}
+	setter(mux, "POST /_fake/latency", func(req struct {
+		Latency string `json:"latency"`
+	}) error {
 		d, err := time.ParseDuration(req.Latency)
 		if err != nil {
-			http.Error(w, "latency: "+err.Error(), http.StatusBadRequest)
-			return
+			return fmt.Errorf("latency: %w", err)
 		}
 		f.SetLatency(d)
-		w.WriteHeader(http.StatusNoContent)
+		return nil
 	})
-	mux.HandleFunc("POST /_fake/token", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Token string `json:"token"`
-		}
-		if !decode(w, r, &req) {
-			return
-		}
+	setter(mux, "POST /_fake/token", func(req struct {
+		Token string `json:"token"`
+	}) error {
 		f.SetToken(req.Token)
-		w.WriteHeader(http.StatusNoContent)
+		return nil
 	})
-	mux.HandleFunc("POST /_fake/ratelimit", func(w http.ResponseWriter, r *http.Request) {
-		var req RateLimitRequest
-		if !decode(w, r, &req) {
-			return
-		}
+	setter(mux, "POST /_fake/ratelimit", func(req RateLimitRequest) error {
 		var reset time.Time
 		if req.ResetAfterSeconds > 0 {
 			reset = f.clock().Add(time.Duration(req.ResetAfterSeconds) * time.Second)
@@ -222,9 +204,26 @@ func (f *Fake) ControlHandler() http.Handler {
 		if req.Status != 0 {
 			f.SetRateLimitStatus(req.Status)
 		}
-		w.WriteHeader(http.StatusNoContent)
+		return nil
 	})
 	return mux
+}
+
+// setter adds a control route that decodes a JSON body into a Req and applies
+// it: 204 when apply succeeds, 400 with apply's error (or the decoding's)
+// otherwise.
+func setter[Req any](mux *http.ServeMux, pattern string, apply func(Req) error) {
+	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		var req Req
+		if !decode(w, r, &req) {
+			return
+		}
+		if err := apply(req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
 }
 
 func (f *Fake) clock() time.Time {
@@ -247,18 +246,13 @@ func (f *Fake) applyState(scope ghclient.Scope, req RunnerRequest) {
 
 // handleSecondaryControls adds the secondary rate limit's controls.
 func (f *Fake) handleSecondaryControls(mux *http.ServeMux) {
-	mux.HandleFunc("POST /_fake/secondary", func(w http.ResponseWriter, r *http.Request) {
-		var req SecondaryLimit
-		if !decode(w, r, &req) {
-			return
-		}
+	setter(mux, "POST /_fake/secondary", func(req SecondaryLimit) error {
 		if !req.valid() {
-			http.Error(w, fmt.Sprintf("pointsPerMinute %d, maxConcurrent %d: want >= 0; status %d: want 403 or 429",
-				req.PointsPerMinute, req.MaxConcurrent, req.Status), http.StatusBadRequest)
-			return
+			return fmt.Errorf("pointsPerMinute %d, maxConcurrent %d: want >= 0; status %d: want 403 or 429",
+				req.PointsPerMinute, req.MaxConcurrent, req.Status)
 		}
 		f.SetSecondaryLimit(req)
-		w.WriteHeader(http.StatusNoContent)
+		return nil
 	})
 	mux.HandleFunc("GET /_fake/secondary", func(w http.ResponseWriter, _ *http.Request) {
 		f.mu.Lock()
@@ -318,21 +312,19 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // handleAppControls adds the App, installation, JIT and style controls.
 func (f *Fake) handleAppControls(mux *http.ServeMux) {
-	mux.HandleFunc("POST /_fake/apps", func(w http.ResponseWriter, r *http.Request) {
-		var req AppRequest
-		if !decode(w, r, &req) {
-			return
+	setter(mux, "POST /_fake/apps", func(req AppRequest) error {
+		if req.AppID <= 0 {
+			return fmt.Errorf("appID %d: want > 0", req.AppID)
 		}
 		pub, err := parsePublicKey([]byte(req.PublicKeyPEM))
-		if err != nil || req.AppID <= 0 {
-			http.Error(w, fmt.Sprintf("appID %d / publicKeyPEM: %v", req.AppID, err), http.StatusBadRequest)
-			return
+		if err != nil {
+			return fmt.Errorf("publicKeyPEM: %w", err)
 		}
 		f.AddApp(req.AppID, pub)
 		if req.ClientID != "" {
 			f.SetAppClientID(req.AppID, req.ClientID)
 		}
-		w.WriteHeader(http.StatusNoContent)
+		return nil
 	})
 	mux.HandleFunc("POST /_fake/installations", func(w http.ResponseWriter, r *http.Request) {
 		var req InstallationRequest
@@ -380,21 +372,16 @@ func (f *Fake) handleAppControls(mux *http.ServeMux) {
 		}
 		writeJSON(w, http.StatusCreated, JITResponse{Runner: run, EncodedJITConfig: cfg})
 	})
-	mux.HandleFunc("POST /_fake/style", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Style Style `json:"style"`
-		}
-		if !decode(w, r, &req) {
-			return
-		}
+	setter(mux, "POST /_fake/style", func(req struct {
+		Style Style `json:"style"`
+	}) error {
 		switch req.Style {
 		case StyleAny, StyleDotCom, StyleGHES:
 		default:
-			http.Error(w, fmt.Sprintf("unknown style %q", req.Style), http.StatusBadRequest)
-			return
+			return fmt.Errorf("unknown style %q", req.Style)
 		}
 		f.SetStyle(req.Style)
-		w.WriteHeader(http.StatusNoContent)
+		return nil
 	})
 }
 
