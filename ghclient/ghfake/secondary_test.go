@@ -15,6 +15,7 @@ import (
 
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/fixture"
+	"github.com/runner-guard/runner-guard/test/process"
 )
 
 // clocked serves a fake whose clock the test moves. It starts at the real
@@ -25,18 +26,6 @@ func clocked(t *testing.T) (*ghfake.Fake, string, *fixture.Clock) {
 	clock := fixture.NewClock(time.Now().Truncate(time.Second))
 	f.SetClock(clock.Now)
 	return f, srv.URL, clock
-}
-
-// waitUntil polls cond until it holds, failing the test after 10 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestSecondaryLimitPoints(t *testing.T) {
@@ -345,7 +334,15 @@ func TestSecondaryLimitConcurrency(t *testing.T) {
 		})
 	}
 	cred := ghfake.TokenCredential("t1")
-	waitUntil(t, "100 requests in flight", func() bool { return f.SecondaryUsage()[cred].InFlight == 100 })
+	inFlight := func(want int) func() error {
+		return func() error {
+			if n := f.SecondaryUsage()[cred].InFlight; n != want {
+				return fmt.Errorf("%d in flight", n)
+			}
+			return nil
+		}
+	}
+	process.Eventually(t, t.Context(), "100 requests in flight", 10*time.Second, inFlight(100))
 
 	if a := do(t, http.MethodGet, base+"/orgs/acme/actions/runners", bearer("t1")); a.status != 403 || a.header.Get("Retry-After") != "1" {
 		t.Errorf("101st concurrent request %d retry-after %q, want 403 and 1", a.status, a.header.Get("Retry-After"))
@@ -354,7 +351,7 @@ func TestSecondaryLimitConcurrency(t *testing.T) {
 		t.Errorf("another credential's request %d, want 200", a.status)
 	}
 	cancel()
-	waitUntil(t, "the hanging requests to end", func() bool { return f.SecondaryUsage()[cred].InFlight == 0 })
+	process.Eventually(t, t.Context(), "the hanging requests to end", 10*time.Second, inFlight(0))
 	u := f.SecondaryUsage()[cred]
 	if u.PeakConcurrent != 100 || u.Limited != 1 || u.Requests != 101 {
 		t.Errorf("usage %+v, want peak 100, 1 limited of 101", u)

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +21,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
+
+	"github.com/runner-guard/runner-guard/test/process"
 )
 
 // TestActivatorRaisesOnceServingAndRestoresAfterAnApply runs an Activator
@@ -78,7 +81,7 @@ func TestActivatorRaisesOnceServingAndRestoresAfterAnApply(t *testing.T) {
 		}
 	}
 	serving.Store(true)
-	waitFor(t, "every entry Fail", func() bool { return all(policies(), fail) })
+	process.Eventually(t, ctx, "every entry Fail", 10*time.Second, func() error { return wantAll(policies(), fail) })
 
 	// kubectl apply of the shipped file again sets Ignore back.
 	live, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "runner-guard", metav1.GetOptions{})
@@ -90,54 +93,42 @@ func TestActivatorRaisesOnceServingAndRestoresAfterAnApply(t *testing.T) {
 	if _, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, live, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the reset entry Fail again", func() bool { return all(policies(), fail) })
+	process.Eventually(t, ctx, "the reset entry Fail again", 10*time.Second, func() error { return wantAll(policies(), fail) })
 }
 
-func all(ps []admissionregistrationv1.FailurePolicyType, want admissionregistrationv1.FailurePolicyType) bool {
+// wantAll is nil when every policy of ps, and at least one, is want.
+func wantAll(ps []admissionregistrationv1.FailurePolicyType, want admissionregistrationv1.FailurePolicyType) error {
 	for _, p := range ps {
 		if p != want {
-			return false
+			return fmt.Errorf("failure policies %v, want all %s", ps, want)
 		}
 	}
-	return len(ps) > 0
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if len(ps) == 0 {
+		return errors.New("no webhook entries")
 	}
+	return nil
 }
 
+// DialServed reads the chain a server presents, also when the server requires
+// client certificates (--client-ca-file) and refuses a client without one.
 func TestDialServedReadsThePresentedChain(t *testing.T) {
-	srv := httptest.NewTLSServer(http.NotFoundHandler())
-	t.Cleanup(srv.Close)
-	chain, err := DialServed(context.Background(), urlConfig(srv.Listener.Addr().String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(chain) == 0 || !chain[0].Equal(srv.Certificate()) {
-		t.Errorf("chain %v, want the server's certificate", chain)
-	}
-}
-
-// A server requiring client certificates (--client-ca-file) still presents
-// its own chain before refusing a client without one.
-func TestDialServedWithClientCertificatesRequired(t *testing.T) {
-	srv := httptest.NewUnstartedServer(http.NotFoundHandler())
-	srv.TLS = &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: x509.NewCertPool()}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	chain, err := DialServed(context.Background(), urlConfig(srv.Listener.Addr().String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(chain) == 0 || !chain[0].Equal(srv.Certificate()) {
-		t.Errorf("chain %v, want the server's certificate", chain)
+	for name, serverTLS := range map[string]*tls.Config{
+		"no client certificates":       nil,
+		"client certificates required": {ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: x509.NewCertPool()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewUnstartedServer(http.NotFoundHandler())
+			srv.TLS = serverTLS
+			srv.StartTLS()
+			t.Cleanup(srv.Close)
+			chain, err := DialServed(context.Background(), urlConfig(srv.Listener.Addr().String()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(chain) == 0 || !chain[0].Equal(srv.Certificate()) {
+				t.Errorf("chain %v, want the server's certificate", chain)
+			}
+		})
 	}
 }
 
