@@ -23,6 +23,33 @@ func writeFile(t *testing.T, dir, name, content string) string {
 	return p
 }
 
+// mustParseFlags is parseFlags for a case whose flags parse.
+func mustParseFlags(t *testing.T, args []string) *options {
+	t.Helper()
+	o, err := parseFlags(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// checkErr fails t unless err is what want asks for: no error when want is
+// "", else one containing want. It reports whether an error was wanted, so a
+// case that wanted one stops there.
+func checkErr(t *testing.T, err error, want string) (wantedErr bool) {
+	t.Helper()
+	if want == "" {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return false
+	}
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error = %v, want %q", err, want)
+	}
+	return true
+}
+
 func TestGitHubConfig(t *testing.T) {
 	dir := t.TempDir()
 	token := writeFile(t, dir, "token", "  ghp_abc\n")
@@ -69,19 +96,10 @@ func TestGitHubConfig(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			o, err := parseFlags(tc.args, io.Discard)
-			if err != nil {
-				t.Fatal(err)
-			}
+			o := mustParseFlags(t, tc.args)
 			cfg, err := o.githubConfig(func(k string) string { return tc.env[k] }, false)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want %q", err, tc.wantErr)
-				}
+			if checkErr(t, err, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			tok := cfg.Token
 			if cfg.TokenFile != "" {
@@ -121,19 +139,10 @@ func TestHandlerConfig(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			o, err := parseFlags(tc.args, io.Discard)
-			if err != nil {
-				t.Fatal(err)
-			}
+			o := mustParseFlags(t, tc.args)
 			cfg, err := o.handlerConfig(func(k string) string { return tc.env[k] })
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want %q", err, tc.wantErr)
-				}
+			if checkErr(t, err, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if tc.wantExempt == nil {
 				tc.wantExempt = []string{"kube-system"}
@@ -160,9 +169,7 @@ func TestParseFlagsErrors(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			_, err := parseFlags(tc.args, io.Discard)
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("error = %v, want %q", err, tc.wantErr)
-			}
+			checkErr(t, err, tc.wantErr)
 		})
 	}
 }
@@ -179,9 +186,7 @@ func TestCheckServing(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			o := &options{webhookPort: tc.port, certDir: tc.certDir}
-			if err := o.checkServing(); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("error = %v, want %q", err, tc.wantErr)
-			}
+			checkErr(t, o.checkServing(), tc.wantErr)
 		})
 	}
 }
@@ -198,10 +203,7 @@ func TestGitHubConfigErrorNamesTheFlag(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			o, err := parseFlags(tc.args, io.Discard)
-			if err != nil {
-				t.Fatal(err)
-			}
+			o := mustParseFlags(t, tc.args)
 			cfg, err := o.githubConfig(func(string) string { return "" }, false)
 			if err != nil {
 				t.Fatal(err)
@@ -236,12 +238,7 @@ func TestCABundle(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			o := &options{githubCABundle: tc.file}
 			b, err := o.caBundle()
-			switch {
-			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
-				t.Fatalf("error = %v, want %q", err, tc.wantErr)
-			case tc.wantErr == "" && err != nil:
-				t.Fatal(err)
-			case tc.wantErr == "" && (len(b) > 0) != (tc.file != ""):
+			if !checkErr(t, err, tc.wantErr) && (len(b) > 0) != (tc.file != "") {
 				t.Fatalf("bundle of %d bytes for file %q", len(b), tc.file)
 			}
 		})

@@ -5,12 +5,19 @@ import (
 	"context"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 )
 
 func TestVersionString(t *testing.T) {
 	platform := runtime.GOOS + "/" + runtime.GOARCH
+	// checkout is what go build records in a git checkout at 30acc03abc.
+	checkout := func(modified bool) *debug.BuildInfo {
+		return &debug.BuildInfo{GoVersion: "go1.26.1", Settings: []debug.BuildSetting{
+			{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "30acc03abc"}, {Key: "vcs.modified", Value: strconv.FormatBool(modified)},
+		}}
+	}
 	tests := map[string]struct {
 		version string
 		commit  string
@@ -19,25 +26,19 @@ func TestVersionString(t *testing.T) {
 	}{
 		"stamped release from a clean checkout": {
 			version: "v0.1.0",
-			info: &debug.BuildInfo{GoVersion: "go1.26.1", Settings: []debug.BuildSetting{
-				{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "30acc03abc"}, {Key: "vcs.modified", Value: "false"},
-			}},
-			want: "runner-guard v0.1.0 (commit 30acc03abc, go1.26.1 " + platform + ")",
+			info:    checkout(false),
+			want:    "runner-guard v0.1.0 (commit 30acc03abc, go1.26.1 " + platform + ")",
 		},
 		"modified checkout": {
 			version: "v0.1.0-3-g30acc03-dirty",
-			info: &debug.BuildInfo{GoVersion: "go1.26.1", Settings: []debug.BuildSetting{
-				{Key: "vcs.revision", Value: "30acc03abc"}, {Key: "vcs.modified", Value: "true"},
-			}},
-			want: "runner-guard v0.1.0-3-g30acc03-dirty (commit 30acc03abc-dirty, go1.26.1 " + platform + ")",
+			info:    checkout(true),
+			want:    "runner-guard v0.1.0-3-g30acc03-dirty (commit 30acc03abc-dirty, go1.26.1 " + platform + ")",
 		},
 		"stamped commit wins over the checkout's": {
 			version: "v0.1.0",
 			commit:  "deadbeef",
-			info: &debug.BuildInfo{GoVersion: "go1.26.1", Settings: []debug.BuildSetting{
-				{Key: "vcs.revision", Value: "30acc03abc"}, {Key: "vcs.modified", Value: "true"},
-			}},
-			want: "runner-guard v0.1.0 (commit deadbeef, go1.26.1 " + platform + ")",
+			info:    checkout(true),
+			want:    "runner-guard v0.1.0 (commit deadbeef, go1.26.1 " + platform + ")",
 		},
 		"built outside a checkout": {
 			version: "dev",
