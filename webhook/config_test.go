@@ -77,14 +77,8 @@ githubTimeout: 3s
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			c, err := ParseConfig([]byte(tc.yaml))
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
-				}
+			if checkErr(t, err, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("unexpected error: %v", err)
 			}
 			tc.check(t, c)
 		})

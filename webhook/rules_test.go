@@ -99,51 +99,35 @@ func TestRuleNotRunnerPod(t *testing.T) {
 	}
 }
 
-func TestRuleAlreadyTerminating(t *testing.T) {
+// TestRulesOnPodState: the rules that read only the pod's state, each case
+// keyed by the rule it runs.
+func TestRulesOnPodState(t *testing.T) {
+	terminating := ruleAlreadyTerminating
+	notRunning := ruleRunnerNotRunning
+	wantNotRunning := wantDecision{applies: true, allowed: true, reason: ReasonRunnerNotRunning, msg: []string{`"runner"`}}
+	withPhase := func(p *corev1.Pod, phase corev1.PodPhase) *corev1.Pod {
+		p.Status.Phase = phase
+		return p
+	}
 	tests := map[string]struct {
+		rule func(*review, *policy) (Decision, bool)
 		pod  *corev1.Pod
 		want wantDecision
 	}{
-		"terminating":     {fixture.MakeLegacyRunnerPod("ci", "r").Org("acme").Running().Terminating().Obj(), wantDecision{applies: true, allowed: true, reason: ReasonTerminating}},
-		"not terminating": {runningPod, wantDecision{}},
+		"already terminating: terminating": {terminating, fixture.MakeLegacyRunnerPod("ci", "r").Org("acme").Running().Terminating().Obj(),
+			wantDecision{applies: true, allowed: true, reason: ReasonTerminating}},
+		"already terminating: not terminating":  {terminating, runningPod, wantDecision{}},
+		"runner not running: pending":           {notRunning, fixture.MakeLegacyRunnerPod("ci", "r").Pending().Obj(), wantNotRunning},
+		"runner not running: no status at all":  {notRunning, fixture.MakeLegacyRunnerPod("ci", "r").Obj(), wantNotRunning},
+		"runner not running: runner terminated": {notRunning, fixture.MakeLegacyRunnerPod("ci", "r").RunnerTerminated().Obj(), wantNotRunning},
+		"runner not running: succeeded":         {notRunning, withPhase(fixture.MakeLegacyRunnerPod("ci", "r").Running().Obj(), corev1.PodSucceeded), wantNotRunning},
+		"runner not running: failed":            {notRunning, withPhase(fixture.MakeLegacyRunnerPod("ci", "r").Running().Obj(), corev1.PodFailed), wantNotRunning},
+		"runner not running: container waits":   {notRunning, withPhase(fixture.MakeLegacyRunnerPod("ci", "r").Pending().Obj(), corev1.PodRunning), wantNotRunning},
+		"runner not running: running":           {notRunning, runningPod, wantDecision{}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, ok := ruleAlreadyTerminating(&review{Pod: tc.pod, Spec: legacySpec}, &defaultPol)
-			checkDecision(t, got, ok, tc.want)
-		})
-	}
-}
-
-func TestRuleRunnerNotRunning(t *testing.T) {
-	notRunning := wantDecision{applies: true, allowed: true, reason: ReasonRunnerNotRunning, msg: []string{`"runner"`}}
-	tests := map[string]struct {
-		pod  *corev1.Pod
-		want wantDecision
-	}{
-		"pending":           {fixture.MakeLegacyRunnerPod("ci", "r").Pending().Obj(), notRunning},
-		"no status at all":  {fixture.MakeLegacyRunnerPod("ci", "r").Obj(), notRunning},
-		"runner terminated": {fixture.MakeLegacyRunnerPod("ci", "r").RunnerTerminated().Obj(), notRunning},
-		"succeeded": {func() *corev1.Pod {
-			p := fixture.MakeLegacyRunnerPod("ci", "r").Running().Obj()
-			p.Status.Phase = corev1.PodSucceeded
-			return p
-		}(), notRunning},
-		"failed": {func() *corev1.Pod {
-			p := fixture.MakeLegacyRunnerPod("ci", "r").Running().Obj()
-			p.Status.Phase = corev1.PodFailed
-			return p
-		}(), notRunning},
-		"runner container waits": {func() *corev1.Pod {
-			p := fixture.MakeLegacyRunnerPod("ci", "r").Pending().Obj()
-			p.Status.Phase = corev1.PodRunning
-			return p
-		}(), notRunning},
-		"running": {runningPod, wantDecision{}},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			got, ok := ruleRunnerNotRunning(&review{Pod: tc.pod, Spec: legacySpec}, &defaultPol)
+			got, ok := tc.rule(&review{Pod: tc.pod, Spec: legacySpec}, &defaultPol)
 			checkDecision(t, got, ok, tc.want)
 		})
 	}

@@ -125,14 +125,8 @@ func TestPodTarget(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			got, err := podTarget(tc.pod, tc.spec)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
-				}
+			if checkErr(t, err, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("unexpected error: %v", err)
 			}
 			if got.Scope != tc.want.Scope || got.Name != tc.want.Name || got.IDHint != tc.want.IDHint {
 				t.Fatalf("target = %+v, want %+v", got, tc.want)
