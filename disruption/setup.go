@@ -95,15 +95,18 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	case !erServed:
 		o.Log.Info("the API server serves no EphemeralRunners (actions.github.com/v1alpha1): scale-set pods get no hints from job fields; restart runner-guard after installing ARC's CRDs")
 	}
-	copts := cache.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), DefaultTransform: cache.TransformStripManagedFields(),
-		ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Transform: trimPod}}}
+	scheme, err := cacheScheme()
+	if err != nil {
+		return err
+	}
+	copts := cache.Options{Scheme: scheme, Mapper: mgr.GetRESTMapper(), DefaultTransform: cache.TransformStripManagedFields()}
 	if len(o.Namespaces) > 0 {
 		copts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range o.Namespaces {
 			copts.DefaultNamespaces[ns] = cache.Config{}
 		}
 	}
-	c, err := cache.New(mgr.GetConfig(), copts)
+	c, err := cache.New(cacheConfig(mgr.GetConfig()), copts)
 	if err != nil {
 		return fmt.Errorf("disruption cache: %w", err)
 	}
@@ -111,19 +114,19 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if err := mgr.Add(c); err != nil {
 		return fmt.Errorf("disruption cache: %w", err)
 	}
-	// Reads from the controllers' cache, writes to the API server.
-	cl, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), Cache: &client.CacheOptions{Reader: c}})
+	// Reads from the controllers' cache (pods as *corev1.Pod), writes to the API server.
+	cl, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), Cache: &client.CacheOptions{Reader: podReader{cache: c}}})
 	if err != nil {
 		return fmt.Errorf("disruption client: %w", err)
 	}
-	runnerPods := predicate.NewTypedPredicateFuncs(func(pod *corev1.Pod) bool {
-		_, guarded := o.Guard.RunnerContainer(pod)
-		return guarded || pod.Annotations[AnnotationOwned] != ""
+	runnerPods := predicate.NewTypedPredicateFuncs(func(cp *cachedPod) bool {
+		_, guarded := o.Guard.RunnerContainer(cp.pod())
+		return guarded || cp.Annotations[AnnotationOwned] != ""
 	})
 	if len(o.Hints) > 0 {
 		r := &hintReconciler{pods: cl, guard: o.Guard, listing: o.HintListing, enabled: o.Hints}
 		b := ctrl.NewControllerManagedBy(mgr).Named("runner-hints").
-			WatchesRawSource(source.Kind(c, &corev1.Pod{}, &handler.TypedEnqueueRequestForObject[*corev1.Pod]{}, runnerPods)).
+			WatchesRawSource(source.Kind(c, &cachedPod{}, &handler.TypedEnqueueRequestForObject[*cachedPod]{}, runnerPods)).
 			WithOptions(controller.Options{MaxConcurrentReconciles: 4})
 		if erServed {
 			r.ephemeral = arc.NewResolver(arc.Options{Reader: c})
@@ -136,8 +139,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if !o.Drain {
 		return nil
 	}
-	if err := c.IndexField(ctx, &corev1.Pod{}, podNodeNameIndex, func(obj client.Object) []string {
-		if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName != "" {
+	if err := c.IndexField(ctx, &cachedPod{}, podNodeNameIndex, func(obj client.Object) []string {
+		if pod, ok := obj.(*cachedPod); ok && pod.Spec.NodeName != "" {
 			return []string{pod.Spec.NodeName}
 		}
 		return nil
@@ -152,8 +155,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	draining := predicate.NewTypedPredicateFuncs(func(node *corev1.Node) bool { return drainReason(node) != "" })
 	b := ctrl.NewControllerManagedBy(mgr).Named("runner-drain").
 		WatchesRawSource(source.Kind(c, &corev1.Node{}, &handler.TypedEnqueueRequestForObject[*corev1.Node]{}, draining)).
-		WatchesRawSource(source.Kind(c, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, pod *corev1.Pod) []reconcile.Request {
-			return nodeOfPod(pod)
+		WatchesRawSource(source.Kind(c, &cachedPod{}, handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, cp *cachedPod) []reconcile.Request {
+			return nodeOfPod(cp.pod())
 		}), runnerPods)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4})
 	if erServed {

@@ -1,0 +1,207 @@
+package disruption
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// cachedPod is a pod as the controllers' cache holds it: the API server's
+// JSON decoded straight into the fields the hint and drain controllers and
+// the runner resolver read (metadata, node, containers' names and
+// environment, phase, start time, conditions' type and status, container
+// states), and nothing else. A corev1.Pod is 1.2 KiB before any of its
+// fields is set, and a cluster's runner pods are most of what the cache
+// holds: 10,000 of them must fit beside the webhook's load (issue 17's
+// rss_10k_runner_pods_mib). The controllers never see this type: podReader
+// hands them *corev1.Pod.
+type cachedPod struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              cachedPodSpec   `json:"spec,omitempty"`
+	Status            cachedPodStatus `json:"status,omitempty"`
+}
+
+type cachedPodSpec struct {
+	NodeName   string            `json:"nodeName,omitempty"`
+	Containers []cachedContainer `json:"containers,omitempty"`
+}
+
+type cachedContainer struct {
+	Name string          `json:"name"`
+	Env  []corev1.EnvVar `json:"env,omitempty"`
+}
+
+type cachedPodStatus struct {
+	Phase             corev1.PodPhase         `json:"phase,omitempty"`
+	StartTime         *metav1.Time            `json:"startTime,omitempty"`
+	Conditions        []cachedCondition       `json:"conditions,omitempty"`
+	ContainerStatuses []cachedContainerStatus `json:"containerStatuses,omitempty"`
+}
+
+type cachedCondition struct {
+	Type   corev1.PodConditionType `json:"type"`
+	Status corev1.ConditionStatus  `json:"status"`
+}
+
+type cachedContainerStatus struct {
+	Name         string                `json:"name"`
+	State        corev1.ContainerState `json:"state,omitempty"`
+	Ready        bool                  `json:"ready"`
+	RestartCount int32                 `json:"restartCount"`
+	Started      *bool                 `json:"started,omitempty"`
+}
+
+// cachedPodList is the list the cache's informer decodes.
+type cachedPodList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []cachedPod `json:"items"`
+}
+
+var (
+	_ client.Object     = &cachedPod{}
+	_ client.ObjectList = &cachedPodList{}
+	_ client.Reader     = podReader{}
+)
+
+// DeepCopyObject implements runtime.Object.
+func (p *cachedPod) DeepCopyObject() runtime.Object { return p.deepCopy() }
+
+func (p *cachedPod) deepCopy() *cachedPod {
+	if p == nil {
+		return nil
+	}
+	out := &cachedPod{TypeMeta: p.TypeMeta}
+	p.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	out.Spec.NodeName = p.Spec.NodeName
+	if p.Spec.Containers != nil {
+		out.Spec.Containers = make([]cachedContainer, len(p.Spec.Containers))
+		for i, c := range p.Spec.Containers {
+			out.Spec.Containers[i] = cachedContainer{Name: c.Name}
+			if c.Env != nil {
+				out.Spec.Containers[i].Env = make([]corev1.EnvVar, len(c.Env))
+				for j := range c.Env {
+					c.Env[j].DeepCopyInto(&out.Spec.Containers[i].Env[j])
+				}
+			}
+		}
+	}
+	out.Status.Phase = p.Status.Phase
+	out.Status.StartTime = p.Status.StartTime.DeepCopy()
+	out.Status.Conditions = append([]cachedCondition(nil), p.Status.Conditions...)
+	if p.Status.ContainerStatuses != nil {
+		out.Status.ContainerStatuses = make([]cachedContainerStatus, len(p.Status.ContainerStatuses))
+		for i, cs := range p.Status.ContainerStatuses {
+			out.Status.ContainerStatuses[i] = cachedContainerStatus{Name: cs.Name, Ready: cs.Ready, RestartCount: cs.RestartCount}
+			cs.State.DeepCopyInto(&out.Status.ContainerStatuses[i].State)
+			if cs.Started != nil {
+				started := *cs.Started
+				out.Status.ContainerStatuses[i].Started = &started
+			}
+		}
+	}
+	return out
+}
+
+// DeepCopyObject implements runtime.Object.
+func (l *cachedPodList) DeepCopyObject() runtime.Object {
+	out := &cachedPodList{TypeMeta: l.TypeMeta}
+	l.ListMeta.DeepCopyInto(&out.ListMeta)
+	if l.Items != nil {
+		out.Items = make([]cachedPod, len(l.Items))
+		for i := range l.Items {
+			out.Items[i] = *l.Items[i].deepCopy()
+		}
+	}
+	return out
+}
+
+// pod is the cached pod as a *corev1.Pod. It shares maps and slices with p:
+// give it a copy, or only read it.
+func (p *cachedPod) pod() *corev1.Pod {
+	c := p
+	out := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: c.ObjectMeta}
+	out.Spec.NodeName = c.Spec.NodeName
+	for _, ct := range c.Spec.Containers {
+		out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: ct.Name, Env: ct.Env})
+	}
+	out.Status.Phase, out.Status.StartTime = c.Status.Phase, c.Status.StartTime
+	for _, cond := range c.Status.Conditions {
+		out.Status.Conditions = append(out.Status.Conditions, corev1.PodCondition{Type: cond.Type, Status: cond.Status})
+	}
+	for _, cs := range c.Status.ContainerStatuses {
+		out.Status.ContainerStatuses = append(out.Status.ContainerStatuses, corev1.ContainerStatus{
+			Name: cs.Name, State: cs.State, Ready: cs.Ready, RestartCount: cs.RestartCount, Started: cs.Started,
+		})
+	}
+	return out
+}
+
+// cacheScheme is the scheme of the controllers' cache: pods decode into
+// cachedPod; Nodes are whole (few, and the drain reads their taints and
+// conditions); EphemeralRunners are unstructured and need no entry.
+func cacheScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	gv := corev1.SchemeGroupVersion
+	s.AddKnownTypeWithName(gv.WithKind("Pod"), &cachedPod{})
+	s.AddKnownTypeWithName(gv.WithKind("PodList"), &cachedPodList{})
+	s.AddKnownTypes(gv, &corev1.Node{}, &corev1.NodeList{})
+	metav1.AddToGroupVersion(s, gv)
+	if err := metav1.AddMetaToScheme(s); err != nil {
+		return nil, fmt.Errorf("cache scheme: %w", err)
+	}
+	return s, nil
+}
+
+// cacheConfig is cfg for the cache's watches: JSON, because controller-runtime
+// asks for protobuf for every built-in kind, and protobuf decodes only into
+// the generated corev1.Pod.
+func cacheConfig(cfg *rest.Config) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	out.ContentType = runtime.ContentTypeJSON
+	out.AcceptContentTypes = runtime.ContentTypeJSON
+	return out
+}
+
+// podReader reads the cache as the controllers expect: a Get of a
+// *corev1.Pod or a List of a *corev1.PodList reads the cached pods and
+// converts them; anything else goes to the cache as it is.
+type podReader struct{ cache client.Reader }
+
+// Get implements client.Reader.
+func (r podReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return r.cache.Get(ctx, key, obj, opts...)
+	}
+	var cp cachedPod // the cache's own deep copy
+	if err := r.cache.Get(ctx, key, &cp, opts...); err != nil {
+		return err
+	}
+	*pod = *cp.pod()
+	return nil
+}
+
+// List implements client.Reader.
+func (r podReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	pods, ok := list.(*corev1.PodList)
+	if !ok {
+		return r.cache.List(ctx, list, opts...)
+	}
+	var cl cachedPodList // the cache's own deep copies
+	if err := r.cache.List(ctx, &cl, opts...); err != nil {
+		return err
+	}
+	pods.ListMeta = cl.ListMeta
+	pods.Items = make([]corev1.Pod, len(cl.Items))
+	for i := range cl.Items {
+		pods.Items[i] = *cl.Items[i].pod()
+	}
+	return nil
+}
