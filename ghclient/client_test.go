@@ -158,28 +158,18 @@ func wantErrContaining(parts ...string) func(*testing.T, error) {
 }
 
 func TestUnregister(t *testing.T) {
-	tests := map[string]struct {
-		scope ghclient.Scope
-		// setup prepares the fake and returns the (trusted) ID hint to pass.
-		setup     func(f *ghfake.Fake) int64
-		token     string // client token; default testToken
-		want      ghclient.Outcome
-		checkErr  func(*testing.T, error)
-		wantCalls []string
-		// wantGone reports whether the runner must be gone from the fake afterwards.
-		wantGone bool
-	}{
+	runUnregister(t, map[string]unregisterCase{
 		"idle runner with ID hint: one DELETE": {
-			setup:     func(f *ghfake.Fake) int64 { return f.AddRunner(org, "r1") },
+			setup:     func(f *ghfake.Fake) ghclient.IDHint { return trusted(f.AddRunner(org, "r1")) },
 			want:      ghclient.Removed,
 			wantCalls: []string{"DELETE " + orgRunners + "/1001"},
 			wantGone:  true,
 		},
 		"idle runner without hint: list by name, then DELETE": {
-			setup: func(f *ghfake.Fake) int64 {
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
 				f.AddRunner(org, "other")
 				f.AddRunner(org, "r1")
-				return 0
+				return trusted(0)
 			},
 			want:      ghclient.Removed,
 			wantCalls: []string{listCall(orgRunners, "r1"), "DELETE " + orgRunners + "/1002"},
@@ -187,28 +177,28 @@ func TestUnregister(t *testing.T) {
 		},
 		"repo scope": {
 			scope:     repo,
-			setup:     func(f *ghfake.Fake) int64 { f.AddRunner(repo, "r1"); return 0 },
+			setup:     func(f *ghfake.Fake) ghclient.IDHint { f.AddRunner(repo, "r1"); return trusted(0) },
 			want:      ghclient.Removed,
 			wantCalls: []string{listCall(repoRunners, "r1"), "DELETE " + repoRunners + "/1001"},
 			wantGone:  true,
 		},
 		"enterprise scope": {
 			scope:     ent,
-			setup:     func(f *ghfake.Fake) int64 { return f.AddRunner(ent, "r1") },
+			setup:     func(f *ghfake.Fake) ghclient.IDHint { return trusted(f.AddRunner(ent, "r1")) },
 			want:      ghclient.Removed,
 			wantCalls: []string{"DELETE " + entRunners + "/1001"},
 			wantGone:  true,
 		},
 		"runner not on GitHub: list only, no DELETE": {
-			setup:     func(f *ghfake.Fake) int64 { f.AddRunner(repo, "r1"); return 0 },
+			setup:     func(f *ghfake.Fake) ghclient.IDHint { f.AddRunner(repo, "r1"); return trusted(0) },
 			want:      ghclient.NotFound,
 			wantCalls: []string{listCall(orgRunners, "r1")},
 		},
 		"hinted ID gone, runner re-registered under a new ID": {
-			setup: func(f *ghfake.Fake) int64 {
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
 				old := f.AddRunner(org, "r1")
 				f.ReRegister(org, "r1")
-				return old
+				return trusted(old)
 			},
 			want: ghclient.Removed,
 			wantCalls: []string{
@@ -219,42 +209,42 @@ func TestUnregister(t *testing.T) {
 			wantGone: true,
 		},
 		"hinted ID gone and not listed: not found": {
-			setup: func(f *ghfake.Fake) int64 {
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
 				id := f.AddRunner(org, "r1")
 				f.RemoveRunnerByName(org, "r1")
-				return id
+				return trusted(id)
 			},
 			want:      ghclient.NotFound,
 			wantCalls: []string{"DELETE " + orgRunners + "/1001", listCall(orgRunners, "r1")},
 		},
 		"busy runner with hint: 422 is Busy": {
-			setup: func(f *ghfake.Fake) int64 {
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
 				id := f.AddRunner(org, "r1")
 				f.SetBusy(org, "r1", true)
-				return id
+				return trusted(id)
 			},
 			want:      ghclient.Busy,
 			wantCalls: []string{"DELETE " + orgRunners + "/1001"},
 		},
 		"busy runner without hint": {
-			setup: func(f *ghfake.Fake) int64 {
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
 				f.AddRunner(org, "r1")
 				f.SetBusy(org, "r1", true)
-				return 0
+				return trusted(0)
 			},
 			want:      ghclient.Busy,
 			wantCalls: []string{listCall(orgRunners, "r1"), "DELETE " + orgRunners + "/1001"},
 		},
 		"bad credentials: 401 is an error": {
-			setup:     func(f *ghfake.Fake) int64 { return f.AddRunner(org, "r1") },
+			setup:     func(f *ghfake.Fake) ghclient.IDHint { return trusted(f.AddRunner(org, "r1")) },
 			token:     "wrong",
 			checkErr:  wantErrContaining(`remove runner "r1" (id 1001) from org "acme"`, "401", "Bad credentials"),
 			wantCalls: []string{"DELETE " + orgRunners + "/1001"},
 		},
 		"500 on DELETE: wrapped API error": {
-			setup: func(f *ghfake.Fake) int64 {
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
 				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 500, Times: 1})
-				return f.AddRunner(org, "r1")
+				return trusted(f.AddRunner(org, "r1"))
 			},
 			checkErr: func(t *testing.T, err error) {
 				wantErrContaining(`remove runner "r1" (id 1001) from org "acme"`, "DELETE", ": 500")(t, err)
@@ -266,100 +256,114 @@ func TestUnregister(t *testing.T) {
 			wantCalls: []string{"DELETE " + orgRunners + "/1001"},
 		},
 		"502 on list: wrapped API error, no DELETE": {
-			setup: func(f *ghfake.Fake) int64 {
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
 				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 502, Method: "GET"})
 				f.AddRunner(org, "r1")
-				return 0
+				return trusted(0)
 			},
 			checkErr:  wantErrContaining(`list runners named "r1" in org "acme"`, "GET", ": 502"),
 			wantCalls: []string{listCall(orgRunners, "r1")},
 		},
 		"malformed JSON on list": {
-			setup: func(f *ghfake.Fake) int64 {
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
 				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultMalformedJSON})
-				return 0
+				return trusted(0)
 			},
 			checkErr:  wantErrContaining(`list runners named "r1" in org "acme"`, "HTTP 200"),
 			wantCalls: []string{listCall(orgRunners, "r1")},
 		},
 		"403 with remaining>0 and no retry-after is a permission error": {
-			setup: func(f *ghfake.Fake) int64 {
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
 				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 403, Body: `{"message":"Resource not accessible by integration"}`})
-				return f.AddRunner(org, "r1")
+				return trusted(f.AddRunner(org, "r1"))
 			},
 			checkErr:  wantErrContaining("403", "Resource not accessible"),
 			wantCalls: []string{"DELETE " + orgRunners + "/1001"},
 		},
-		"403 primary limit: retry at reset": {
-			setup: func(f *ghfake.Fake) int64 {
-				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultPrimaryRateLimit, Status: 403, ResetAfterSeconds: 120})
-				return f.AddRunner(org, "r1")
-			},
-			checkErr:  wantRateLimited(true, 120*time.Second),
-			wantCalls: []string{"DELETE " + orgRunners + "/1001"},
-		},
-		"429 primary limit": {
-			setup: func(f *ghfake.Fake) int64 {
-				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultPrimaryRateLimit, Status: 429, ResetAfterSeconds: 300})
-				return 0
-			},
-			checkErr:  wantRateLimited(true, 300*time.Second),
-			wantCalls: []string{listCall(orgRunners, "r1")},
-		},
 		"exhausted window of the fake: 403 primary": {
-			setup: func(f *ghfake.Fake) int64 {
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
 				f.SetRateLimit(5000, 0, time.Now().Add(10*time.Minute))
-				return f.AddRunner(org, "r1")
+				return trusted(f.AddRunner(org, "r1"))
 			},
 			checkErr:  wantRateLimited(true, 10*time.Minute),
 			wantCalls: []string{"DELETE " + orgRunners + "/1001"},
 		},
+	})
+}
+
+// TestUnregisterRateLimited: each limit GitHub answers with is a
+// *RateLimited with the wait to honour, whether it meets the DELETE of a
+// hinted runner or, with no hint, the listing by name.
+func TestUnregisterRateLimited(t *testing.T) {
+	limits := map[string]struct {
+		fault   ghfake.Fault
+		byList  bool // no hint: the listing meets the limit
+		primary bool
+		wait    time.Duration
+	}{
+		"403 primary limit: retry at reset": {
+			fault: ghfake.Fault{Kind: ghfake.FaultPrimaryRateLimit, Status: 403, ResetAfterSeconds: 120}, primary: true, wait: 120 * time.Second},
+		"429 primary limit": {
+			fault: ghfake.Fault{Kind: ghfake.FaultPrimaryRateLimit, Status: 429, ResetAfterSeconds: 300}, byList: true, primary: true, wait: 300 * time.Second},
 		"403 secondary limit with retry-after": {
-			setup: func(f *ghfake.Fake) int64 {
-				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 403, RetryAfterSeconds: 30})
-				return f.AddRunner(org, "r1")
-			},
-			checkErr:  wantRateLimited(false, 30*time.Second),
-			wantCalls: []string{"DELETE " + orgRunners + "/1001"},
-		},
+			fault: ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 403, RetryAfterSeconds: 30}, wait: 30 * time.Second},
 		"429 secondary limit with retry-after": {
-			setup: func(f *ghfake.Fake) int64 {
-				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 429, RetryAfterSeconds: 7})
-				return 0
-			},
-			checkErr:  wantRateLimited(false, 7*time.Second),
-			wantCalls: []string{listCall(orgRunners, "r1")},
-		},
+			fault: ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 429, RetryAfterSeconds: 7}, byList: true, wait: 7 * time.Second},
 		// go-github derives the wait from x-ratelimit-reset (an hour away here)
 		// and refuses requests that long; the client caps that at 5 minutes.
 		"403 secondary limit without retry-after: capped reset": {
-			setup: func(f *ghfake.Fake) int64 {
-				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 403})
-				return f.AddRunner(org, "r1")
-			},
-			checkErr:  wantRateLimited(false, 5*time.Minute),
-			wantCalls: []string{"DELETE " + orgRunners + "/1001"},
-		},
+			fault: ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 403}, wait: 5 * time.Minute},
 		"bare 429 without any rate-limit headers: at least a minute": {
-			setup: func(f *ghfake.Fake) int64 {
-				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 429, NoRateHeaders: true})
-				return f.AddRunner(org, "r1")
-			},
-			checkErr:  wantRateLimited(false, time.Minute),
-			wantCalls: []string{"DELETE " + orgRunners + "/1001"},
-		},
+			fault: ghfake.Fault{Kind: ghfake.FaultStatus, Status: 429, NoRateHeaders: true}, wait: time.Minute},
 		"bare 403 without any rate-limit headers: at least a minute": {
-			setup: func(f *ghfake.Fake) int64 {
-				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 403, NoRateHeaders: true})
-				return f.AddRunner(org, "r1")
-			},
-			checkErr:  wantRateLimited(false, time.Minute),
-			wantCalls: []string{"DELETE " + orgRunners + "/1001"},
-		},
+			fault: ghfake.Fault{Kind: ghfake.FaultStatus, Status: 403, NoRateHeaders: true}, wait: time.Minute},
 	}
+	tests := map[string]unregisterCase{}
+	for name, l := range limits {
+		tc := unregisterCase{
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
+				f.InjectFault(l.fault)
+				if l.byList {
+					return trusted(0)
+				}
+				return trusted(f.AddRunner(org, "r1"))
+			},
+			checkErr:  wantRateLimited(l.primary, l.wait),
+			wantCalls: []string{"DELETE " + orgRunners + "/1001"},
+		}
+		if l.byList {
+			tc.wantCalls = []string{listCall(orgRunners, "r1")}
+		}
+		tests[name] = tc
+	}
+	runUnregister(t, tests)
+}
+
+// unregisterCase is one Unregister of runner "r1" against a fresh fake.
+type unregisterCase struct {
+	scope ghclient.Scope // default org
+	base  string         // client BaseURL; default github.com
+	token string         // client token; default testToken
+	// setup prepares the fake and returns the hint to pass for "r1".
+	setup     func(f *ghfake.Fake) ghclient.IDHint
+	want      ghclient.Outcome
+	checkErr  func(*testing.T, error)
+	wantCalls []string
+	wantGone  bool     // r1 must be gone from the fake afterwards
+	wantKept  []string // runners that must still be registered, in keptScope (default scope)
+	keptScope ghclient.Scope
+	// wantRejected, when set, is the hints-rejected counter by reason.
+	wantRejected map[string]float64
+}
+
+func runUnregister(t *testing.T, tests map[string]unregisterCase) {
+	t.Helper()
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			e := newEnv(t, func(c *ghclient.Config) {
+				if tc.base != "" {
+					c.BaseURL = tc.base
+				}
 				if tc.token != "" {
 					c.Token = tc.token
 				}
@@ -370,7 +374,7 @@ func TestUnregister(t *testing.T) {
 			}
 			hint := tc.setup(e.fake)
 
-			got, err := e.client.Unregister(context.Background(), scope, "r1", trusted(hint))
+			got, err := e.client.Unregister(context.Background(), scope, "r1", hint)
 
 			if tc.checkErr != nil {
 				tc.checkErr(t, err)
@@ -382,7 +386,21 @@ func TestUnregister(t *testing.T) {
 			}
 			assertCalls(t, e.fake, tc.wantCalls)
 			if _, present := e.fake.Runner(scope, "r1"); tc.wantGone && present {
-				t.Errorf("runner still registered on the fake")
+				t.Errorf("r1 still registered on the fake")
+			}
+			kept := tc.keptScope
+			if kept == (ghclient.Scope{}) {
+				kept = scope
+			}
+			for _, n := range tc.wantKept {
+				if _, present := e.fake.Runner(kept, n); !present {
+					t.Errorf("runner %q in %s was removed", n, kept)
+				}
+			}
+			if tc.wantRejected != nil {
+				if got := rejectedHints(t, e.metrics); fmt.Sprint(got) != fmt.Sprint(tc.wantRejected) {
+					t.Errorf("hints rejected = %v, want %v", got, tc.wantRejected)
+				}
 			}
 		})
 	}

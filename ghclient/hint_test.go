@@ -44,26 +44,36 @@ func rejectedHints(t *testing.T, m *ghclient.Metrics) map[string]float64 {
 // runner is found by name, so a copied ID cannot remove another runner.
 func TestUnregisterIDHintTrust(t *testing.T) {
 	type rejected = map[string]float64
-	tests := map[string]struct {
-		scope ghclient.Scope
-		base  string // default: github.com
-		// setup prepares the fake and returns the hint to pass for "r1".
-		setup     func(f *ghfake.Fake) ghclient.IDHint
-		want      ghclient.Outcome
-		checkErr  func(*testing.T, error)
-		wantCalls []string
-		wantGone  bool     // r1 must be gone from the fake afterwards
-		wantKept  []string // runners that must still be registered (org scope unless qualified in setup)
-		keptScope ghclient.Scope
-		// wantRejected is the hints-rejected counter by reason.
-		wantRejected rejected
-	}{
+	noneRejected := rejected{"not_found": 0, "other_runner": 0}
+	// byNameAfterTheHint: the hint (1001) is looked up and not used; r1
+	// (1002) is found by name and removed.
+	byNameAfterTheHint := []string{"GET " + orgRunners + "/1001", listCall(orgRunners, "r1"), "DELETE " + orgRunners + "/1002"}
+	// hintNamesVictim: r1's untrusted hint is the ID of another runner,
+	// victim, busy or not; victim stays and r1 is found by name.
+	hintNamesVictim := func(victimBusy bool) unregisterCase {
+		return unregisterCase{
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
+				victim := f.AddRunner(org, "victim")
+				if victimBusy {
+					f.SetBusy(org, "victim", true)
+				}
+				f.AddRunner(org, "r1")
+				return untrusted(victim)
+			},
+			want:         ghclient.Removed,
+			wantCalls:    byNameAfterTheHint,
+			wantGone:     true,
+			wantKept:     []string{"victim"},
+			wantRejected: rejected{"not_found": 0, "other_runner": 1},
+		}
+	}
+	runUnregister(t, map[string]unregisterCase{
 		"trusted hint: one DELETE": {
 			setup:        func(f *ghfake.Fake) ghclient.IDHint { return trusted(f.AddRunner(org, "r1")) },
 			want:         ghclient.Removed,
 			wantCalls:    []string{"DELETE " + orgRunners + "/1001"},
 			wantGone:     true,
-			wantRejected: rejected{"not_found": 0, "other_runner": 0},
+			wantRejected: noneRejected,
 		},
 		"trusted hint naming another runner is used as given": {
 			// Trust is the caller's promise; this pins that no GET is made.
@@ -73,31 +83,16 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 			},
 			want:         ghclient.Removed,
 			wantCalls:    []string{"DELETE " + orgRunners + "/1002"},
-			wantRejected: rejected{"not_found": 0, "other_runner": 0},
+			wantRejected: noneRejected,
 		},
 		"untrusted hint whose record names the runner: GET, then DELETE": {
 			setup:        func(f *ghfake.Fake) ghclient.IDHint { return untrusted(f.AddRunner(org, "r1")) },
 			want:         ghclient.Removed,
 			wantCalls:    []string{"GET " + orgRunners + "/1001", "DELETE " + orgRunners + "/1001"},
 			wantGone:     true,
-			wantRejected: rejected{"not_found": 0, "other_runner": 0},
+			wantRejected: noneRejected,
 		},
-		"untrusted hint naming another runner: that runner stays, r1 found by name": {
-			setup: func(f *ghfake.Fake) ghclient.IDHint {
-				victim := f.AddRunner(org, "victim")
-				f.AddRunner(org, "r1")
-				return untrusted(victim)
-			},
-			want: ghclient.Removed,
-			wantCalls: []string{
-				"GET " + orgRunners + "/1001",
-				listCall(orgRunners, "r1"),
-				"DELETE " + orgRunners + "/1002",
-			},
-			wantGone:     true,
-			wantKept:     []string{"victim"},
-			wantRejected: rejected{"not_found": 0, "other_runner": 1},
-		},
+		"untrusted hint naming another runner: that runner stays, r1 found by name": hintNamesVictim(false),
 		"untrusted hint naming another runner, r1 not registered: nothing removed": {
 			setup:        func(f *ghfake.Fake) ghclient.IDHint { return untrusted(f.AddRunner(org, "victim")) },
 			want:         ghclient.NotFound,
@@ -105,31 +100,15 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 			wantKept:     []string{"victim"},
 			wantRejected: rejected{"not_found": 0, "other_runner": 1},
 		},
-		"untrusted hint naming a busy other runner: no DELETE of it": {
-			setup: func(f *ghfake.Fake) ghclient.IDHint {
-				victim := f.AddRunner(org, "victim")
-				f.SetBusy(org, "victim", true)
-				f.AddRunner(org, "r1")
-				return untrusted(victim)
-			},
-			want:         ghclient.Removed,
-			wantCalls:    []string{"GET " + orgRunners + "/1001", listCall(orgRunners, "r1"), "DELETE " + orgRunners + "/1002"},
-			wantGone:     true,
-			wantKept:     []string{"victim"},
-			wantRejected: rejected{"not_found": 0, "other_runner": 1},
-		},
+		"untrusted hint naming a busy other runner: no DELETE of it": hintNamesVictim(true),
 		"untrusted hint of a runner in another scope: 404, name look-up": {
 			setup: func(f *ghfake.Fake) ghclient.IDHint {
 				victim := f.AddRunner(repo, "r1") // same name, other scope
 				f.AddRunner(org, "r1")
 				return untrusted(victim)
 			},
-			want: ghclient.Removed,
-			wantCalls: []string{
-				"GET " + orgRunners + "/1001",
-				listCall(orgRunners, "r1"),
-				"DELETE " + orgRunners + "/1002",
-			},
+			want:         ghclient.Removed,
+			wantCalls:    byNameAfterTheHint,
 			wantGone:     true,
 			wantKept:     []string{"r1"},
 			keptScope:    repo,
@@ -149,14 +128,14 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 			},
 			want:         ghclient.Busy,
 			wantCalls:    []string{"GET " + orgRunners + "/1001", "DELETE " + orgRunners + "/1001"},
-			wantRejected: rejected{"not_found": 0, "other_runner": 0},
+			wantRejected: noneRejected,
 		},
 		"negative untrusted hint: as no hint": {
 			setup:        func(f *ghfake.Fake) ghclient.IDHint { f.AddRunner(org, "r1"); return untrusted(-1) },
 			want:         ghclient.Removed,
 			wantCalls:    []string{listCall(orgRunners, "r1"), "DELETE " + orgRunners + "/1001"},
 			wantGone:     true,
-			wantRejected: rejected{"not_found": 0, "other_runner": 0},
+			wantRejected: noneRejected,
 		},
 		"repo scope": {
 			scope:     repo,
@@ -198,7 +177,7 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 			checkErr:     wantRateLimited(false, 30*time.Second),
 			wantCalls:    []string{"GET " + orgRunners + "/1001"},
 			wantKept:     []string{"r1"},
-			wantRejected: rejected{"not_found": 0, "other_runner": 0},
+			wantRejected: noneRejected,
 		},
 		"primary rate limit on the GET: *RateLimited": {
 			setup: func(f *ghfake.Fake) ghclient.IDHint {
@@ -227,50 +206,7 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 			wantCalls: []string{"GET " + orgRunners + "/1001"},
 			wantKept:  []string{"r1"},
 		},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			e := newEnv(t, func(c *ghclient.Config) {
-				if tc.base != "" {
-					c.BaseURL = tc.base
-				}
-			})
-			scope := tc.scope
-			if scope == (ghclient.Scope{}) {
-				scope = org
-			}
-			hint := tc.setup(e.fake)
-
-			got, err := e.client.Unregister(context.Background(), scope, "r1", hint)
-
-			if tc.checkErr != nil {
-				tc.checkErr(t, err)
-			} else if err != nil {
-				t.Fatalf("Unregister: %v", err)
-			}
-			if got != tc.want {
-				t.Errorf("outcome = %v, want %v", got, tc.want)
-			}
-			assertCalls(t, e.fake, tc.wantCalls)
-			if _, present := e.fake.Runner(scope, "r1"); tc.wantGone && present {
-				t.Errorf("r1 still registered on the fake")
-			}
-			kept := tc.keptScope
-			if kept == (ghclient.Scope{}) {
-				kept = scope
-			}
-			for _, n := range tc.wantKept {
-				if _, present := e.fake.Runner(kept, n); !present {
-					t.Errorf("runner %q in %s was removed", n, kept)
-				}
-			}
-			if tc.wantRejected != nil {
-				if got := rejectedHints(t, e.metrics); fmt.Sprint(got) != fmt.Sprint(tc.wantRejected) {
-					t.Errorf("hints rejected = %v, want %v", got, tc.wantRejected)
-				}
-			}
-		})
-	}
+	})
 }
 
 // A verified (scope, name, ID) is cached: verifying it again costs no GET.
