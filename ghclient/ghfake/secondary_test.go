@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -35,6 +36,16 @@ func TestSecondaryLimitPoints(t *testing.T) {
 		n      int
 		want   int // status of each
 	}
+	ten := ghfake.SecondaryLimit{PointsPerMinute: 10}
+	// refusedAt45s, under ten: 5 GETs, 5 more at +30 s, and at +45 s one
+	// more, refused: 10 points are in the window and it makes 11. The first
+	// 5 leave at +60 s, 15 s later.
+	refusedAt45s := []step{
+		{method: http.MethodGet, n: 5, want: 200},
+		{after: 30 * time.Second, method: http.MethodGet, n: 5, want: 200},
+		{after: 15 * time.Second, method: http.MethodGet, n: 1, want: 403},
+	}
+	afterRefusal := func(next step) []step { return append(slices.Clip(refusedAt45s), next) }
 	tests := map[string]struct {
 		limit          ghfake.SecondaryLimit
 		steps          []step
@@ -42,7 +53,7 @@ func TestSecondaryLimitPoints(t *testing.T) {
 		want           ghfake.SecondaryUsage
 	}{
 		"GETs cost 1: the 11th in a minute is refused": {
-			limit: ghfake.SecondaryLimit{PointsPerMinute: 10},
+			limit: ten,
 			steps: []step{
 				{method: http.MethodGet, n: 10, want: 200},
 				{method: http.MethodGet, n: 1, want: 403},
@@ -51,7 +62,7 @@ func TestSecondaryLimitPoints(t *testing.T) {
 			want:           ghfake.SecondaryUsage{Points: 11, MaxPoints: 11, Requests: 11, Limited: 1},
 		},
 		"DELETEs cost 5, and so does a 404": {
-			limit: ghfake.SecondaryLimit{PointsPerMinute: 10},
+			limit: ten,
 			steps: []step{
 				{method: http.MethodDelete, n: 2, want: 404},
 				{method: http.MethodGet, n: 1, want: 403},
@@ -60,37 +71,21 @@ func TestSecondaryLimitPoints(t *testing.T) {
 			want:           ghfake.SecondaryUsage{Points: 11, MaxPoints: 11, Requests: 3, Limited: 1},
 		},
 		"the window rolls: the oldest points free up first": {
-			limit: ghfake.SecondaryLimit{PointsPerMinute: 10},
-			steps: []step{
-				{method: http.MethodGet, n: 5, want: 200},
-				{after: 30 * time.Second, method: http.MethodGet, n: 5, want: 200},
-				// 10 points in the window, and this refused one makes 11: the
-				// first 5 leave at +60 s, 15 s from now.
-				{after: 15 * time.Second, method: http.MethodGet, n: 1, want: 403},
-			},
+			limit:          ten,
+			steps:          refusedAt45s,
 			wantRetryAfter: "15",
 			want:           ghfake.SecondaryUsage{Points: 11, MaxPoints: 11, Requests: 11, Limited: 1},
 		},
 		"waiting out retry-after is enough, and is not sending while limited": {
-			limit: ghfake.SecondaryLimit{PointsPerMinute: 10},
-			steps: []step{
-				{method: http.MethodGet, n: 5, want: 200},
-				{after: 30 * time.Second, method: http.MethodGet, n: 5, want: 200},
-				{after: 15 * time.Second, method: http.MethodGet, n: 1, want: 403},
-				{after: 15 * time.Second, method: http.MethodGet, n: 4, want: 200},
-			},
+			limit: ten,
+			steps: afterRefusal(step{after: 15 * time.Second, method: http.MethodGet, n: 4, want: 200}),
 			// 5 from +30 s, the refused one and these 4.
 			want: ghfake.SecondaryUsage{Points: 10, MaxPoints: 11, Requests: 15, Limited: 1},
 		},
 		"a request before retry-after has passed is refused and counted": {
-			limit: ghfake.SecondaryLimit{PointsPerMinute: 10},
-			steps: []step{
-				{method: http.MethodGet, n: 5, want: 200},
-				{after: 30 * time.Second, method: http.MethodGet, n: 5, want: 200},
-				{after: 15 * time.Second, method: http.MethodGet, n: 1, want: 403},
-				// 1 s before the first refusal's retry-after has passed.
-				{after: 14 * time.Second, method: http.MethodGet, n: 1, want: 403},
-			},
+			limit: ten,
+			// 1 s before the first refusal's retry-after has passed.
+			steps:          afterRefusal(step{after: 14 * time.Second, method: http.MethodGet, n: 1, want: 403}),
 			wantRetryAfter: "1",
 			want:           ghfake.SecondaryUsage{Points: 12, MaxPoints: 12, Requests: 12, Limited: 2, SentWhileLimited: 1},
 		},
