@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,116 +23,22 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/runner-guard/runner-guard/test/render"
 	"github.com/runner-guard/runner-guard/webhook"
-	"github.com/runner-guard/runner-guard/webhook/activation"
 )
 
 const (
-	namespace   = "runner-guard-system"
+	namespace   = render.Namespace
 	webhookPath = "/validate-runner-pods"
 	configDir   = "/etc/runner-guard/config"
 )
 
 var overlays = []string{"base", "certmanager", "default", "local", "e2e-kind"}
 
-// requireFile returns an env-named or default path of a tool, or skips (fails
-// under CI) when it is missing.
-func requireFile(t *testing.T, env, def, hint string) string {
-	t.Helper()
-	p := os.Getenv(env)
-	if p == "" {
-		p = def
-	}
-	if _, err := os.Stat(p); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s (%s): %v; %s", env, p, err, hint)
-		}
-		t.Skipf("%s not found (%v): %s", p, err, hint)
-	}
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return abs
-}
-
-func kustomize(t *testing.T) string {
-	return requireFile(t, "KUSTOMIZE", "../bin/kustomize", "run make manifests (builds bin/kustomize) or set KUSTOMIZE")
-}
-
-var renderCache = map[string][]byte{}
-
-func render(t *testing.T, overlay string) []byte {
-	t.Helper()
-	if out, ok := renderCache[overlay]; ok {
-		return out
-	}
-	var stderr bytes.Buffer
-	cmd := exec.Command(kustomize(t), "build", overlay)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("kustomize build %s: %v\n%s", overlay, err, stderr.String())
-	}
-	renderCache[overlay] = out
-	return out
-}
-
-type objects []*unstructured.Unstructured
-
-func parse(t *testing.T, data []byte) objects {
-	t.Helper()
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	var objs objects
-	for {
-		var u unstructured.Unstructured
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return objs
-			}
-			t.Fatal(err)
-		}
-		if len(u.Object) > 0 {
-			objs = append(objs, &u)
-		}
-	}
-}
-
-func (objs objects) find(kind, name string) *unstructured.Unstructured {
-	for _, o := range objs {
-		if o.GetKind() == kind && o.GetName() == name {
-			return o
-		}
-	}
-	return nil
-}
-
-func (objs objects) kinds() []string {
-	var ks []string
-	for _, o := range objs {
-		ks = append(ks, o.GetKind()+"/"+o.GetName())
-	}
-	slices.Sort(ks)
-	return ks
-}
-
-// get converts the named object into a typed one.
-func get[T any](t *testing.T, objs objects, kind, name string) *T {
-	t.Helper()
-	u := objs.find(kind, name)
-	if u == nil {
-		t.Fatalf("no %s %q among %v", kind, name, objs.kinds())
-	}
-	var out T
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, &out, true); err != nil {
-		t.Fatalf("%s %s: %v", kind, name, err)
-	}
-	return &out
-}
+// kustomized renders each overlay once for the tests of this package.
+var kustomized render.Overlays
 
 func TestOverlaysRender(t *testing.T) {
 	want := map[string][]string{
@@ -157,8 +61,8 @@ func TestOverlaysRender(t *testing.T) {
 		"Deployment/fakegithub", "Secret/runner-guard-github", "Service/fakegithub")))
 	for _, o := range overlays {
 		t.Run(o, func(t *testing.T) {
-			objs := parse(t, render(t, o))
-			if got := objs.kinds(); !reflect.DeepEqual(got, want[o]) {
+			objs := kustomized.Objects(t, o)
+			if got := objs.Names(); !reflect.DeepEqual(got, want[o]) {
 				t.Errorf("objects:\n got %v\nwant %v", got, want[o])
 			}
 			for _, obj := range objs {
@@ -190,14 +94,14 @@ func TestInstallYAMLUpToDate(t *testing.T) {
 	for bytes.HasPrefix(body, []byte("#")) {
 		_, body, _ = bytes.Cut(body, []byte("\n"))
 	}
-	if want := render(t, "default"); !bytes.Equal(body, want) {
+	if want := kustomized.Build(t, "default"); !bytes.Equal(body, want) {
 		t.Errorf("dist/install.yaml is stale: run make manifests")
 	}
 }
 
 // webhooks returns the webhook configuration of an overlay.
 func webhooks(t *testing.T, overlay string) *admissionregistrationv1.ValidatingWebhookConfiguration {
-	return get[admissionregistrationv1.ValidatingWebhookConfiguration](t, parse(t, render(t, overlay)), "ValidatingWebhookConfiguration", "runner-guard")
+	return render.Get[admissionregistrationv1.ValidatingWebhookConfiguration](t, kustomized.Objects(t, overlay), "ValidatingWebhookConfiguration", "runner-guard")
 }
 
 func TestWebhookConfiguration(t *testing.T) {
@@ -276,7 +180,7 @@ func TestWebhookConfiguration(t *testing.T) {
 			// Ignore as shipped (the install window), Fail once a replica
 			// serves: the DELETE entries see only running runner pods, the
 			// evictions entry only the namespaces the user labelled.
-			if got := activatedPolicy(t, vwc, wh); got != admissionregistrationv1.Fail {
+			if got := render.ActivatedPolicy(t, vwc, wh); got != admissionregistrationv1.Fail {
 				t.Errorf("failurePolicy once activated = %v, want Fail", got)
 			}
 			if wh.MatchPolicy == nil || *wh.MatchPolicy != admissionregistrationv1.Equivalent {
@@ -320,7 +224,7 @@ func TestWebhookConfiguration(t *testing.T) {
 		wh.NamespaceSelector, base.NamespaceSelector = nil, nil
 		// Nothing activates the local variant (the webhook runs outside,
 		// started first): it ships with the activated policy.
-		if want := activatedPolicy(t, vwc, vwc.Webhooks[i]); deref(wh.FailurePolicy) != want {
+		if want := render.ActivatedPolicy(t, vwc, vwc.Webhooks[i]); deref(wh.FailurePolicy) != want {
 			t.Errorf("local %s failurePolicy = %v, want %v", wh.Name, deref(wh.FailurePolicy), want)
 		}
 		wh.FailurePolicy, base.FailurePolicy = nil, nil
@@ -409,8 +313,8 @@ func mustSelector(t *testing.T, s *metav1.LabelSelector) labels.Selector {
 }
 
 func TestRBACIsMinimal(t *testing.T) {
-	objs := parse(t, render(t, "default"))
-	role := get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard")
+	objs := kustomized.Objects(t, "default")
+	role := render.Get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard")
 	want := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch", "delete"}},
 		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
@@ -426,16 +330,11 @@ func TestRBACIsMinimal(t *testing.T) {
 	if role.AggregationRule != nil {
 		t.Error("ClusterRole aggregates other roles")
 	}
-	binding := get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "runner-guard")
-	if binding.RoleRef != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "runner-guard"}) {
-		t.Errorf("roleRef = %+v", binding.RoleRef)
-	}
-	if !reflect.DeepEqual(binding.Subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "runner-guard", Namespace: namespace}}) {
-		t.Errorf("subjects = %+v", binding.Subjects)
-	}
+	binding := render.Get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "runner-guard")
+	render.CheckBinding(t, "ClusterRoleBinding runner-guard", binding.RoleRef, binding.Subjects, "ClusterRole", "runner-guard")
 	// The leader election Role may touch Leases (and their Events) in
 	// runner-guard's own namespace only.
-	lease := get[rbacv1.Role](t, objs, "Role", "runner-guard-leader-election")
+	lease := render.Get[rbacv1.Role](t, objs, "Role", "runner-guard-leader-election")
 	wantLease := []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
 		{APIGroups: []string{"events.k8s.io", ""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
@@ -445,18 +344,15 @@ func TestRBACIsMinimal(t *testing.T) {
 	}
 	// Activation reads, watches and patches runner-guard's own webhook
 	// configuration only.
-	act := get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard-activation")
+	act := render.Get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard-activation")
 	wantAct := []rbacv1.PolicyRule{{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"},
 		ResourceNames: []string{"runner-guard"}, Verbs: []string{"get", "list", "watch", "patch"}}}
 	if !reflect.DeepEqual(act.Rules, wantAct) {
 		t.Errorf("activation ClusterRole rules = %+v\nwant %+v", act.Rules, wantAct)
 	}
-	actBinding := get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "runner-guard-activation")
-	if actBinding.RoleRef.Name != "runner-guard-activation" ||
-		!reflect.DeepEqual(actBinding.Subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "runner-guard", Namespace: namespace}}) {
-		t.Errorf("activation ClusterRoleBinding = %+v %+v", actBinding.RoleRef, actBinding.Subjects)
-	}
-	svc := get[rbacv1.Role](t, objs, "Role", "runner-guard-activation")
+	actBinding := render.Get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "runner-guard-activation")
+	render.CheckBinding(t, "ClusterRoleBinding runner-guard-activation", actBinding.RoleRef, actBinding.Subjects, "ClusterRole", "runner-guard-activation")
+	svc := render.Get[rbacv1.Role](t, objs, "Role", "runner-guard-activation")
 	wantSvc := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services"}, ResourceNames: []string{"runner-guard-webhook"}, Verbs: []string{"get"}}}
 	if !reflect.DeepEqual(svc.Rules, wantSvc) || svc.Namespace != namespace {
 		t.Errorf("activation Role in %q: rules = %+v\nwant %+v in %s", svc.Namespace, svc.Rules, wantSvc, namespace)
@@ -468,35 +364,12 @@ func TestRBACIsMinimal(t *testing.T) {
 			t.Errorf("unexpected RBAC object %s/%s", k, o.GetName())
 		}
 	}
-	checkMetricsRBAC(t, objs)
-}
-
-// checkMetricsRBAC: the secure metrics endpoint may create TokenReviews and
-// SubjectAccessReviews and nothing else; scrapers get the reader role.
-func checkMetricsRBAC(t *testing.T, objs objects) {
-	t.Helper()
-	auth := get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard-metrics-auth")
-	want := []rbacv1.PolicyRule{
-		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
-		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
-	}
-	if !reflect.DeepEqual(auth.Rules, want) {
-		t.Errorf("metrics-auth rules = %+v\nwant %+v", auth.Rules, want)
-	}
-	binding := get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "runner-guard-metrics-auth")
-	if binding.RoleRef.Name != "runner-guard-metrics-auth" ||
-		!reflect.DeepEqual(binding.Subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "runner-guard", Namespace: namespace}}) {
-		t.Errorf("metrics-auth binding = %+v %+v", binding.RoleRef, binding.Subjects)
-	}
-	reader := get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard-metrics-reader")
-	if !reflect.DeepEqual(reader.Rules, []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}) {
-		t.Errorf("metrics-reader rules = %+v", reader.Rules)
-	}
+	render.CheckMetricsRBAC(t, objs)
 }
 
 func TestDeployment(t *testing.T) {
-	objs := parse(t, render(t, "default"))
-	d := get[appsv1.Deployment](t, objs, "Deployment", "runner-guard-webhook")
+	objs := kustomized.Objects(t, "default")
+	d := render.Get[appsv1.Deployment](t, objs, "Deployment", "runner-guard-webhook")
 	spec := d.Spec.Template.Spec
 	if deref(d.Spec.Replicas) != int32(2) {
 		t.Errorf("replicas = %v, want 2", deref(d.Spec.Replicas))
@@ -621,7 +494,7 @@ func TestDeployment(t *testing.T) {
 		t.Errorf("config volume %+v mounted as %+v, want ConfigMap runner-guard-config read-only at %s (--config)", v.VolumeSource, m, configDir)
 	}
 
-	svc := get[corev1.Service](t, objs, "Service", "runner-guard-webhook")
+	svc := render.Get[corev1.Service](t, objs, "Service", "runner-guard-webhook")
 	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(podLabels) {
 		t.Errorf("Service selector %v does not select the pods %v", svc.Spec.Selector, podLabels)
 	}
@@ -641,7 +514,7 @@ func TestDeployment(t *testing.T) {
 		t.Error("Service has no port 443")
 	}
 
-	pdb := get[policyv1.PodDisruptionBudget](t, objs, "PodDisruptionBudget", "runner-guard-webhook")
+	pdb := render.Get[policyv1.PodDisruptionBudget](t, objs, "PodDisruptionBudget", "runner-guard-webhook")
 	if pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 1 || !mustSelector(t, pdb.Spec.Selector).Matches(podLabels) {
 		t.Errorf("PDB spec = %+v", pdb.Spec)
 	}
@@ -658,7 +531,7 @@ func TestDeployment(t *testing.T) {
 func TestConfigFile(t *testing.T) {
 	parseConfig := func(overlay string) webhook.Config {
 		t.Helper()
-		cm := get[corev1.ConfigMap](t, parse(t, render(t, overlay)), "ConfigMap", "runner-guard-config")
+		cm := render.Get[corev1.ConfigMap](t, kustomized.Objects(t, overlay), "ConfigMap", "runner-guard-config")
 		cfg, err := webhook.ParseConfig([]byte(cm.Data["config.yaml"]))
 		if err != nil {
 			t.Fatalf("%s: the webhook rejects its config.yaml: %v\n%s", overlay, err, cm.Data["config.yaml"])
@@ -677,15 +550,15 @@ func TestConfigFile(t *testing.T) {
 		t.Errorf("runnerNamespaces = %v: the install's ClusterRole watches runner pods cluster-wide", cfg.RunnerNamespaces)
 	}
 	// The budget is split between the Deployment's replicas.
-	dep := get[appsv1.Deployment](t, parse(t, render(t, "default")), "Deployment", "runner-guard-webhook")
+	dep := render.Get[appsv1.Deployment](t, kustomized.Objects(t, "default"), "Deployment", "runner-guard-webhook")
 	if dep.Spec.Replicas == nil || cfg.GitHubBudget.Replicas != int(*dep.Spec.Replicas) {
 		t.Errorf("githubBudget.replicas = %d, want the Deployment's replicas %v", cfg.GitHubBudget.Replicas, dep.Spec.Replicas)
 	}
 	// The rest is the binary's defaults: only the binding is the user's to set.
 	def := webhook.DefaultConfig()
 	cfg.ScopeBindings, cfg.GitHubBudget.Replicas = nil, def.GitHubBudget.Replicas
-	if !reflect.DeepEqual(toJSON(t, cfg), toJSON(t, def)) {
-		t.Errorf("config beyond scopeBindings differs from the binary's defaults:\n got %s\nwant %s", toJSON(t, cfg), toJSON(t, def))
+	if !reflect.DeepEqual(render.JSON(t, cfg), render.JSON(t, def)) {
+		t.Errorf("config beyond scopeBindings differs from the binary's defaults:\n got %s\nwant %s", render.JSON(t, cfg), render.JSON(t, def))
 	}
 	text := string(mustRead(t, "base/config.yaml"))
 	for _, w := range []string{"REPLACE", "rollout restart"} {
@@ -698,18 +571,9 @@ func TestConfigFile(t *testing.T) {
 	}
 }
 
-func toJSON(t *testing.T, v any) string {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 func TestCertManagerWiring(t *testing.T) {
-	objs := parse(t, render(t, "default"))
-	cert := objs.find("Certificate", "runner-guard-serving-cert")
+	objs := kustomized.Objects(t, "default")
+	cert := objs.Find("Certificate", "runner-guard-serving-cert")
 	if cert == nil {
 		t.Fatal("no Certificate")
 	}
@@ -724,7 +588,7 @@ func TestCertManagerWiring(t *testing.T) {
 	}
 	issuerKind, _, _ := unstructured.NestedString(cert.Object, "spec", "issuerRef", "kind")
 	issuerName, _, _ := unstructured.NestedString(cert.Object, "spec", "issuerRef", "name")
-	issuer := objs.find(issuerKind, issuerName)
+	issuer := objs.Find(issuerKind, issuerName)
 	if issuer == nil {
 		t.Fatalf("issuerRef %s/%s not in the manifests", issuerKind, issuerName)
 	}
@@ -752,7 +616,7 @@ func TestCertManagerWiring(t *testing.T) {
 	}
 	rootKind, _, _ := unstructured.NestedString(ca.Object, "spec", "issuerRef", "kind")
 	rootName, _, _ := unstructured.NestedString(ca.Object, "spec", "issuerRef", "name")
-	root := objs.find(rootKind, rootName)
+	root := objs.Find(rootKind, rootName)
 	if root == nil {
 		t.Fatalf("the CA's issuerRef %s/%s is not in the manifests", rootKind, rootName)
 	}
@@ -778,9 +642,9 @@ func mustDuration(t *testing.T, s string) time.Duration {
 // TestNetworkPolicy: only the webhook port from anywhere (the API server's
 // address is unknown) and the metrics port from the monitoring namespace.
 func TestNetworkPolicy(t *testing.T) {
-	objs := parse(t, render(t, "default"))
-	np := get[networkingv1.NetworkPolicy](t, objs, "NetworkPolicy", "runner-guard-webhook")
-	d := get[appsv1.Deployment](t, objs, "Deployment", "runner-guard-webhook")
+	objs := kustomized.Objects(t, "default")
+	np := render.Get[networkingv1.NetworkPolicy](t, objs, "NetworkPolicy", "runner-guard-webhook")
+	d := render.Get[appsv1.Deployment](t, objs, "Deployment", "runner-guard-webhook")
 	if !mustSelector(t, &np.Spec.PodSelector).Matches(labels.Set(d.Spec.Template.Labels)) {
 		t.Errorf("podSelector %+v does not select the webhook pods", np.Spec.PodSelector)
 	}
@@ -810,9 +674,9 @@ func TestNetworkPolicy(t *testing.T) {
 // TestPriorityClassQuota: the system-cluster-critical pods are covered by a
 // ResourceQuota scoped to that class, with room for the replicas and a surge.
 func TestPriorityClassQuota(t *testing.T) {
-	objs := parse(t, render(t, "default"))
-	d := get[appsv1.Deployment](t, objs, "Deployment", "runner-guard-webhook")
-	q := get[corev1.ResourceQuota](t, objs, "ResourceQuota", "runner-guard-critical-pods")
+	objs := kustomized.Objects(t, "default")
+	d := render.Get[appsv1.Deployment](t, objs, "Deployment", "runner-guard-webhook")
+	q := render.Get[corev1.ResourceQuota](t, objs, "ResourceQuota", "runner-guard-critical-pods")
 	sel := q.Spec.ScopeSelector
 	if sel == nil || len(sel.MatchExpressions) != 1 || sel.MatchExpressions[0].ScopeName != corev1.ResourceQuotaScopePriorityClass ||
 		sel.MatchExpressions[0].Operator != corev1.ScopeSelectorOpIn ||
@@ -826,8 +690,8 @@ func TestPriorityClassQuota(t *testing.T) {
 }
 
 func TestE2EKindOverlay(t *testing.T) {
-	objs := parse(t, render(t, "e2e-kind"))
-	d := get[appsv1.Deployment](t, objs, "Deployment", "runner-guard-webhook")
+	objs := kustomized.Objects(t, "e2e-kind")
+	d := render.Get[appsv1.Deployment](t, objs, "Deployment", "runner-guard-webhook")
 	args := d.Spec.Template.Spec.Containers[0].Args
 	if !slices.Contains(args, "--github-url=http://fakegithub.runner-guard-system.svc:8080/") {
 		t.Errorf("webhook args %q do not point at the fake GitHub", args)
@@ -837,22 +701,22 @@ func TestE2EKindOverlay(t *testing.T) {
 	}
 	// The suites run here evict runner pods in namespaces without the opt-in
 	// label: every entry guards every namespace but the excluded ones.
-	vwc := get[admissionregistrationv1.ValidatingWebhookConfiguration](t, objs, "ValidatingWebhookConfiguration", "runner-guard")
+	vwc := render.Get[admissionregistrationv1.ValidatingWebhookConfiguration](t, objs, "ValidatingWebhookConfiguration", "runner-guard")
 	for _, wh := range vwc.Webhooks {
 		checkNamespaces(t, wh.NamespaceSelector, true)
-		if got := activatedPolicy(t, vwc, wh); got != admissionregistrationv1.Fail {
+		if got := render.ActivatedPolicy(t, vwc, wh); got != admissionregistrationv1.Fail {
 			t.Errorf("%s failurePolicy once activated = %v, want Fail", wh.Name, got)
 		}
 	}
-	svc := get[corev1.Service](t, objs, "Service", "fakegithub")
-	fake := get[appsv1.Deployment](t, objs, "Deployment", "fakegithub")
+	svc := render.Get[corev1.Service](t, objs, "Service", "fakegithub")
+	fake := render.Get[appsv1.Deployment](t, objs, "Deployment", "fakegithub")
 	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(fake.Spec.Template.Labels)) {
 		t.Error("fakegithub Service does not select the fake's pods")
 	}
 	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 8080 {
 		t.Errorf("fakegithub Service ports = %+v, want 8080", svc.Spec.Ports)
 	}
-	secret := get[corev1.Secret](t, objs, "Secret", "runner-guard-github")
+	secret := render.Get[corev1.Secret](t, objs, "Secret", "runner-guard-github")
 	if secret.StringData["token"] == "" {
 		t.Error("e2e Secret has no token")
 	}
@@ -864,8 +728,8 @@ func TestE2EKindOverlay(t *testing.T) {
 }
 
 func TestExampleSecret(t *testing.T) {
-	objs := parse(t, mustRead(t, "examples/github-secret.yaml"))
-	s := get[corev1.Secret](t, objs, "Secret", "runner-guard-github")
+	objs := render.MustParse(t, mustRead(t, "examples/github-secret.yaml"))
+	s := render.Get[corev1.Secret](t, objs, "Secret", "runner-guard-github")
 	if s.Namespace != namespace {
 		t.Errorf("namespace %q", s.Namespace)
 	}
@@ -880,7 +744,7 @@ func TestExampleSecret(t *testing.T) {
 	}
 	// No kustomization may pick up the example: it holds a placeholder token.
 	for _, o := range overlays {
-		if objs := parse(t, render(t, o)); o != "e2e-kind" && objs.find("Secret", "runner-guard-github") != nil {
+		if objs := kustomized.Objects(t, o); o != "e2e-kind" && objs.Find("Secret", "runner-guard-github") != nil {
 			t.Errorf("overlay %s contains the GitHub Secret", o)
 		}
 	}
@@ -934,8 +798,8 @@ func TestServerSideDryRun(t *testing.T) {
 	// Render first: skips (no kustomize) before starting an API server.
 	docs := map[string][]byte{
 		"dist/install.yaml": mustRead(t, "../dist/install.yaml"),
-		"e2e-kind":          render(t, "e2e-kind"),
-		"local":             render(t, "local"),
+		"e2e-kind":          kustomized.Build(t, "e2e-kind"),
+		"local":             kustomized.Build(t, "local"),
 	}
 
 	env := &envtest.Environment{
@@ -982,7 +846,7 @@ func TestServerSideDryRun(t *testing.T) {
 	// manifest, with its Pod Security labels: the dry run then warns if a pod
 	// template breaks the "restricted" profile.
 	var nsDoc bytes.Buffer
-	for _, o := range parse(t, docs["dist/install.yaml"]) {
+	for _, o := range render.MustParse(t, docs["dist/install.yaml"]) {
 		if o.GetKind() == "Namespace" {
 			b, err := json.Marshal(o.Object)
 			if err != nil {
@@ -1010,7 +874,7 @@ func TestServerSideDryRun(t *testing.T) {
 					n++
 				}
 			}
-			if want := len(parse(t, docs[name])); n != want {
+			if want := len(render.MustParse(t, docs[name])); n != want {
 				t.Errorf("%d objects applied, want %d:\n%s", n, want, out)
 			}
 			t.Logf("%s", out)
@@ -1030,7 +894,7 @@ func TestServerSideDryRun(t *testing.T) {
 // TestKindTool checks bin/kind (built by make from hack/tools/kind) runs and is
 // the pinned version.
 func TestKindTool(t *testing.T) {
-	kind := requireFile(t, "KIND", "../bin/kind", "run make kind or set KIND")
+	kind := render.Tool(t, "KIND", "bin/kind", "run make kind or set KIND")
 	gomod := string(mustRead(t, "../hack/tools/kind/go.mod"))
 	var want string
 	for _, line := range strings.Split(gomod, "\n") {
@@ -1104,23 +968,4 @@ func mustAbs(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return abs
-}
-
-// activatedPolicy checks an entry ships with failurePolicy Ignore (nothing
-// fails before a replica serves) and returns the policy a serving replica
-// sets it to, as package activation reads the configuration's annotations.
-func activatedPolicy(t *testing.T, vwc *admissionregistrationv1.ValidatingWebhookConfiguration, wh admissionregistrationv1.ValidatingWebhook) admissionregistrationv1.FailurePolicyType {
-	t.Helper()
-	if got := deref(wh.FailurePolicy); got != admissionregistrationv1.Ignore {
-		t.Errorf("%s ships with failurePolicy %s, want Ignore until a replica serves", wh.Name, got)
-	}
-	wanted, err := activation.Wanted(vwc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, ok := wanted[activation.KindOf(wh)]
-	if !ok {
-		t.Fatalf("%s has no wanted failurePolicy annotation", wh.Name)
-	}
-	return p
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
+	"github.com/runner-guard/runner-guard/test/render"
 	"github.com/runner-guard/runner-guard/webhook"
 )
 
@@ -42,10 +43,10 @@ var (
 // own) and label selectors, which must each select the webhook pods of their
 // own render, and the --config files, which must mean the same to the binary.
 func TestChartAgreesWithKustomize(t *testing.T) {
-	kust := kustomize(t, "default")
-	chart := mustTemplate(t, "--values", "testdata/values/certmanager-token.yaml", "--values", bindingsOf(t, kust), "--set", "image.tag=latest")
+	kust := render.MustParse(t, render.Kustomize(t, "default"))
+	chart := render.MustTemplate(t, "--values", "testdata/values/certmanager-token.yaml", "--values", bindingsOf(t, kust), "--set", "image.tag=latest")
 
-	kNames, cNames := kust.names(), chart.names()
+	kNames, cNames := kust.Names(), chart.Names()
 	for _, n := range kNames {
 		if !slices.Contains(cNames, n) && !slices.Contains(kustomizeOnly, n) {
 			t.Errorf("the chart lacks %s of manifests/default", n)
@@ -61,7 +62,7 @@ func TestChartAgreesWithKustomize(t *testing.T) {
 	cPods := podLabels(t, chart)
 	for _, k := range kust {
 		name := k.GetKind() + "/" + k.GetName()
-		c := chart.find(k.GetKind(), k.GetName())
+		c := chart.Find(k.GetKind(), k.GetName())
 		if c == nil {
 			continue
 		}
@@ -87,9 +88,9 @@ func TestChartAgreesWithKustomize(t *testing.T) {
 
 // bindingsOf writes a values file giving the chart the scope bindings of the
 // kustomize render's --config file.
-func bindingsOf(t *testing.T, kust objects) string {
+func bindingsOf(t *testing.T, kust render.Objects) string {
 	t.Helper()
-	cm := get[corev1.ConfigMap](t, kust, "ConfigMap", "runner-guard-config")
+	cm := render.Get[corev1.ConfigMap](t, kust, "ConfigMap", "runner-guard-config")
 	cfg, err := webhook.ParseConfig([]byte(cm.Data["config.yaml"]))
 	if err != nil {
 		t.Fatalf("manifests/default's config.yaml: %v", err)
@@ -125,7 +126,7 @@ func compareConfigFiles(t *testing.T, k, c map[string]any) {
 		if !slices.Contains(cfg.ExemptNamespaces, namespace) {
 			cfg.ExemptNamespaces = append(cfg.ExemptNamespaces, namespace)
 		}
-		return toJSON(t, cfg)
+		return render.JSON(t, cfg)
 	}
 	if kc, cc := parsed("kustomize", k), parsed("chart", c); kc != cc {
 		t.Errorf("the --config files mean different things:\nkustomize %s\nchart     %s", kc, cc)
@@ -133,9 +134,9 @@ func compareConfigFiles(t *testing.T, k, c map[string]any) {
 }
 
 // podLabels are the labels of the webhook pods in a render.
-func podLabels(t *testing.T, objs objects) labels.Set {
+func podLabels(t *testing.T, objs render.Objects) labels.Set {
 	t.Helper()
-	d := get[appsv1.Deployment](t, objs, "Deployment", "runner-guard-webhook")
+	d := render.Get[appsv1.Deployment](t, objs, "Deployment", "runner-guard-webhook")
 	return labels.Set(d.Spec.Template.Labels)
 }
 

@@ -8,13 +8,15 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/runner-guard/runner-guard/test/render"
 )
 
 // TestArtifactHubAnnotations: Chart.yaml's Artifact Hub annotations are what
 // Artifact Hub accepts (its changes kinds, a category it knows), and the
 // license they name is the repository's LICENSE.
 func TestArtifactHubAnnotations(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(chartDir(t), "Chart.yaml"))
+	b, err := os.ReadFile(filepath.Join(render.ChartDir(t), "Chart.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +27,7 @@ func TestArtifactHubAnnotations(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := chart.Annotations
-	license, err := os.ReadFile(filepath.Join(repoRoot(t), "LICENSE"))
+	license, err := os.ReadFile(filepath.Join(render.RepoRoot(t), "LICENSE"))
 	if err != nil {
 		t.Fatal(err)
 	}

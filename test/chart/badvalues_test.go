@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/runner-guard/runner-guard/test/render"
 )
 
 // valid are the values every bad-values case starts from, so each case fails
@@ -248,7 +250,7 @@ func TestBadValuesFail(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			out, err := template(t, append(append([]string{}, valid...), c.args...)...)
+			out, err := render.Template(t, append(append([]string{}, valid...), c.args...)...)
 			if err == nil {
 				t.Fatalf("helm template %q succeeded, want an error naming %q; rendered %d bytes", c.args, c.want, len(out))
 			}
@@ -288,7 +290,7 @@ func TestBoundaryValuesPass(t *testing.T) {
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {
-			if _, err := template(t, append(append([]string{}, valid...), args...)...); err != nil {
+			if _, err := render.Template(t, append(append([]string{}, valid...), args...)...); err != nil {
 				t.Fatal(err)
 			}
 		})

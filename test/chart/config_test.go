@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
+	"github.com/runner-guard/runner-guard/test/render"
 	"github.com/runner-guard/runner-guard/webhook"
 )
 
@@ -34,7 +35,7 @@ type policyValues struct {
 func readPolicy(t *testing.T, valuesFile string) policyValues {
 	t.Helper()
 	var v policyValues
-	for _, f := range []string{chartDir(t) + "/values.yaml", valuesFile} {
+	for _, f := range []string{render.ChartDir(t) + "/values.yaml", valuesFile} {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -55,8 +56,8 @@ func readPolicy(t *testing.T, valuesFile string) policyValues {
 func TestConfigMatchesWebhooks(t *testing.T) {
 	for _, vf := range matrix(t) {
 		t.Run(caseName(vf), func(t *testing.T) {
-			objs := mustTemplate(t, "--values", vf)
-			cm := get[corev1.ConfigMap](t, objs, "ConfigMap", "runner-guard-config")
+			objs := render.MustTemplate(t, "--values", vf)
+			cm := render.Get[corev1.ConfigMap](t, objs, "ConfigMap", "runner-guard-config")
 			cfg, err := webhook.ParseConfig([]byte(cm.Data["config.yaml"]))
 			if err != nil {
 				t.Fatalf("the webhook rejects the chart's config: %v\n%s", err, cm.Data["config.yaml"])
@@ -71,8 +72,8 @@ func TestConfigMatchesWebhooks(t *testing.T) {
 			if len(want.Policy.ScopeBindings) == 0 && !want.Policy.AllowAnyScope {
 				t.Errorf("%s has neither policy.scopeBindings nor policy.allowAnyScope, yet renders", vf)
 			}
-			if !equalJSON(cfg.ScopeBindings, want.Policy.ScopeBindings) && len(cfg.ScopeBindings)+len(want.Policy.ScopeBindings) > 0 {
-				t.Errorf("scopeBindings %s, values say %s", toJSON(t, cfg.ScopeBindings), toJSON(t, want.Policy.ScopeBindings))
+			if !render.EqualJSON(cfg.ScopeBindings, want.Policy.ScopeBindings) && len(cfg.ScopeBindings)+len(want.Policy.ScopeBindings) > 0 {
+				t.Errorf("scopeBindings %s, values say %s", render.JSON(t, cfg.ScopeBindings), render.JSON(t, want.Policy.ScopeBindings))
 			}
 			if !slices.Equal(cfg.RunnerNamespaces, want.Policy.GuardedNamespaces) {
 				t.Errorf("runnerNamespaces %v, values' guardedNamespaces %v", cfg.RunnerNamespaces, want.Policy.GuardedNamespaces)
@@ -80,7 +81,7 @@ func TestConfigMatchesWebhooks(t *testing.T) {
 			if !slices.Contains(cfg.ExemptNamespaces, namespace) || !slices.Contains(cfg.ExemptNamespaces, "kube-system") {
 				t.Errorf("exemptNamespaces %v lack kube-system or the release namespace", cfg.ExemptNamespaces)
 			}
-			vwc := get[admissionregistrationv1.ValidatingWebhookConfiguration](t, objs, "ValidatingWebhookConfiguration", "runner-guard")
+			vwc := render.Get[admissionregistrationv1.ValidatingWebhookConfiguration](t, objs, "ValidatingWebhookConfiguration", "runner-guard")
 			checkDeleteWebhooks(t, vwc, cfg.RunnerPods)
 			checkNamespaces(t, vwc, cfg.ExemptNamespaces, want.Policy.GuardedNamespaces, want.Policy.EvictionsInAllNamespaces)
 			for _, wh := range vwc.Webhooks {

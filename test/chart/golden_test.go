@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/runner-guard/runner-guard/test/render"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/golden from the current chart")
@@ -43,7 +45,7 @@ func redact(render []byte) []byte {
 func TestGolden(t *testing.T) {
 	for _, vf := range matrix(t) {
 		t.Run(caseName(vf), func(t *testing.T) {
-			out, err := template(t, "--values", vf)
+			out, err := render.Template(t, "--values", vf)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -73,7 +75,7 @@ func TestGolden(t *testing.T) {
 func TestLint(t *testing.T) {
 	for _, vf := range matrix(t) {
 		t.Run(caseName(vf), func(t *testing.T) {
-			out, err := runHelm(t, "lint", chartDir(t), "--strict", "--namespace", namespace, "--values", vf)
+			out, err := render.Helm(t, "lint", render.ChartDir(t), "--strict", "--namespace", namespace, "--values", vf)
 			if err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
@@ -110,7 +112,7 @@ func lineDiff(want, got string) string {
 // values.schema.json included, is left out of the package).
 func TestPackage(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := runHelm(t, "package", chartDir(t), "--destination", dir); err != nil {
+	if _, err := render.Helm(t, "package", render.ChartDir(t), "--destination", dir); err != nil {
 		t.Fatal(err)
 	}
 	archives, _ := filepath.Glob(filepath.Join(dir, "runner-guard-*.tgz"))
@@ -118,11 +120,11 @@ func TestPackage(t *testing.T) {
 		t.Fatalf("packaged %v, want one runner-guard-<version>.tgz", archives)
 	}
 	vf := filepath.Join("testdata", "values", "certmanager-token.yaml")
-	fromDir, err := template(t, "--values", vf)
+	fromDir, err := render.Template(t, "--values", vf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromArchive, err := runHelm(t, "template", releaseName, archives[0], "--namespace", namespace, "--values", vf)
+	fromArchive, err := render.Helm(t, "template", releaseName, archives[0], "--namespace", namespace, "--values", vf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +132,7 @@ func TestPackage(t *testing.T) {
 		t.Errorf("the packaged chart renders differently:\n%s", lineDiff(string(fromDir), string(fromArchive)))
 	}
 	// The schema travels with the package: an unknown key still fails.
-	if _, err := runHelm(t, "template", releaseName, archives[0], "--values", vf, "--set", "replicas=3"); err == nil || !strings.Contains(err.Error(), "replicas") {
+	if _, err := render.Helm(t, "template", releaseName, archives[0], "--values", vf, "--set", "replicas=3"); err == nil || !strings.Contains(err.Error(), "replicas") {
 		t.Errorf("the packaged chart accepts an unknown key: %v", err)
 	}
 }

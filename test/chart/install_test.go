@@ -27,6 +27,7 @@ import (
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/e2e/framework"
 	"github.com/runner-guard/runner-guard/test/process"
+	"github.com/runner-guard/runner-guard/test/render"
 )
 
 const githubToken = "ghp_chart-e2e-token"
@@ -69,7 +70,7 @@ func TestHelmInstallOnControlPlane(t *testing.T) {
 	// Deletes and evictions go on in a guarded namespace from before the
 	// install to after the upgrade's rollout: none may fail.
 	window := e.startWindow()
-	notes := e.helm("install", releaseName, chartDir(t), "--namespace", namespace, "--create-namespace", "--wait", "--timeout", "2m",
+	notes := e.helm("install", releaseName, render.ChartDir(t), "--namespace", namespace, "--create-namespace", "--wait", "--timeout", "2m",
 		"--values", "testdata/values/external-url.yaml",
 		"--set", "webhook.url="+e.webhookURL(), "--set", "github.credentials.token="+githubToken)
 	if !strings.Contains(notes, "--dry-run=server") || !strings.Contains(notes, "kubectl delete validatingwebhookconfiguration runner-guard") {
@@ -101,7 +102,7 @@ func TestHelmInstallOnControlPlane(t *testing.T) {
 
 	// An upgrade that changes the policy keeps the generated CA: the API
 	// server's caBundle and the served certificate stay valid.
-	e.helm("upgrade", releaseName, chartDir(t), "--namespace", namespace, "--wait", "--timeout", "2m",
+	e.helm("upgrade", releaseName, render.ChartDir(t), "--namespace", namespace, "--wait", "--timeout", "2m",
 		"--values", "testdata/values/external-url.yaml",
 		"--set", "webhook.url="+e.webhookURL(), "--set", "github.credentials.token="+githubToken,
 		"--set", "policy.busyRetryAfter=20s")
@@ -161,8 +162,8 @@ func startInstallEnv(t *testing.T) *installEnv {
 		}
 		t.Skip("KUBEBUILDER_ASSETS is not set: run make test-chart")
 	}
-	tool(t, "RUNNER_GUARD_BIN", "bin/webhook", "run make build or set RUNNER_GUARD_BIN")
-	helmBin(t)
+	webhookBin(t)
+	render.HelmBin(t)
 
 	dir, err := os.MkdirTemp("", "runner-guard-chart-e2e-")
 	if err != nil {
@@ -216,7 +217,7 @@ func (e *installEnv) helm(args ...string) string {
 
 func (e *installEnv) helmErr(args ...string) (string, error) {
 	e.t.Helper()
-	out, err := runHelm(e.t, append(args, "--kubeconfig", e.env.Kubeconfig)...)
+	out, err := render.Helm(e.t, append(args, "--kubeconfig", e.env.Kubeconfig)...)
 	return string(out), err
 }
 
@@ -224,7 +225,7 @@ func (e *installEnv) helmErr(args ...string) (string, error) {
 // naming the value, and leave nothing behind.
 func (e *installEnv) installRejectsBadValues() {
 	e.t.Helper()
-	_, err := e.helmErr("install", releaseName, chartDir(e.t), "--namespace", namespace, "--create-namespace",
+	_, err := e.helmErr("install", releaseName, render.ChartDir(e.t), "--namespace", namespace, "--create-namespace",
 		"--values", "testdata/values/external-url.yaml", "--set", "webhook.url="+e.webhookURL(),
 		"--set", "policy.githubTimeout=9s")
 	if err == nil || !strings.Contains(err.Error(), "policy.githubTimeout") {
@@ -235,7 +236,7 @@ func (e *installEnv) installRejectsBadValues() {
 		e.t.Fatalf("a refused install left the webhook configuration: %v", err)
 	}
 	// Without a scope binding (and without policy.allowAnyScope) nothing is installed.
-	_, err = e.helmErr("install", releaseName, chartDir(e.t), "--namespace", namespace, "--create-namespace",
+	_, err = e.helmErr("install", releaseName, render.ChartDir(e.t), "--namespace", namespace, "--create-namespace",
 		"--values", "testdata/values/external-url.yaml", "--set", "webhook.url="+e.webhookURL(),
 		"--set", "policy.scopeBindings=null")
 	if err == nil || !strings.Contains(err.Error(), "policy.scopeBindings") || !strings.Contains(err.Error(), "policy.allowAnyScope") {
@@ -251,7 +252,7 @@ func (e *installEnv) installRejectsBadValues() {
 // at the value; with sources they say only those are admitted.
 func (e *installEnv) notesNetworkPolicy(t *testing.T) {
 	notes := func(args ...string) string {
-		out, err := e.helmErr(append([]string{"install", "rg-notes", chartDir(t), "--namespace", "chart-notes", "--dry-run=client",
+		out, err := e.helmErr(append([]string{"install", "rg-notes", render.ChartDir(t), "--namespace", "chart-notes", "--dry-run=client",
 			"--values", "testdata/values/generate-app.yaml"}, args...)...)
 		if err != nil {
 			t.Fatal(err)
@@ -304,17 +305,17 @@ func (e *installEnv) dryRunMatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, vf := range matrix(t) {
-		out, err := runHelm(t, "template", "rg-dryrun", chartDir(t), "--namespace", ns, "--values", vf)
+		out, err := render.Helm(t, "template", "rg-dryrun", render.ChartDir(t), "--namespace", ns, "--values", vf)
 		if err != nil {
 			t.Fatal(err)
 		}
-		objs := parse(t, out)
+		objs := render.MustParse(t, out)
 		var docs []string
 		for _, o := range objs {
 			if strings.HasSuffix(o.GetAPIVersion(), "cert-manager.io/v1") || strings.HasPrefix(o.GetAPIVersion(), "monitoring.coreos.com/") {
 				continue
 			}
-			docs = append(docs, toJSON(t, o.Object))
+			docs = append(docs, render.JSON(t, o.Object))
 		}
 		stdout, stderr, err := e.env.KubectlStdin(e.ctx, []byte(strings.Join(docs, "\n")), "apply", "--server-side", "--dry-run=server", "-f", "-")
 		if err != nil {
@@ -382,7 +383,7 @@ func (e *installEnv) startWebhook() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	bin := tool(e.t, "RUNNER_GUARD_BIN", "bin/webhook", "")
+	bin := webhookBin(e.t)
 	args := []string{
 		// Behind e.front, as a pod behind the chart's Service; it activates
 		// the chart's webhook configuration as the Deployment's pods do.
@@ -630,18 +631,7 @@ func (e *installEnv) scenarioEviction(t *testing.T) {
 	// are reviewed.
 	e.optIn(ns)
 	e.runnerPod(ns, scope, "runner-busy", true)
-	// One request: client-go would otherwise retry the 429 after its
-	// Retry-After, up to ten times, as drains do.
-	eviction, err := json.Marshal(&policyv1.Eviction{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "Eviction"},
-		ObjectMeta: metav1.ObjectMeta{Name: "runner-busy", Namespace: ns},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = e.env.Client.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name("runner-busy").
-		SubResource("eviction").MaxRetries(0).SetHeader("Content-Type", "application/json").
-		Body(eviction).Do(e.ctx).Error()
+	err := e.evict(ns, "runner-busy", nil)
 	if !apierrors.IsTooManyRequests(err) {
 		t.Errorf("eviction of a busy runner's pod: %v, want 429 (drains retry)", err)
 	}
@@ -691,10 +681,16 @@ func (e *installEnv) optIn(ns string) {
 
 // dryRunEvict posts one server-side dry-run eviction, without client retries.
 func (e *installEnv) dryRunEvict(ns, name string) error {
+	return e.evict(ns, name, &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+}
+
+// evict posts one eviction: client-go would otherwise retry a 429 after its
+// Retry-After, up to ten times, as drains do.
+func (e *installEnv) evict(ns, name string, opts *metav1.DeleteOptions) error {
 	body, err := json.Marshal(&policyv1.Eviction{
 		TypeMeta:      metav1.TypeMeta{APIVersion: "policy/v1", Kind: "Eviction"},
 		ObjectMeta:    metav1.ObjectMeta{Name: name, Namespace: ns},
-		DeleteOptions: &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}},
+		DeleteOptions: opts,
 	})
 	if err != nil {
 		return err
@@ -780,7 +776,7 @@ func (e *installEnv) guardNamespace(ns string) {
 	if err := e.env.CreateNamespace(e.ctx, ns); err != nil {
 		e.t.Fatal(err)
 	}
-	e.helm("upgrade", releaseName, chartDir(e.t), "--namespace", namespace, "--wait", "--timeout", "2m",
+	e.helm("upgrade", releaseName, render.ChartDir(e.t), "--namespace", namespace, "--wait", "--timeout", "2m",
 		"--values", "testdata/values/external-url.yaml",
 		"--set", "webhook.url="+e.webhookURL(), "--set", "github.credentials.token="+githubToken,
 		"--set", "policy.guardedNamespaces={"+ns+"}")
@@ -825,16 +821,7 @@ func (e *installEnv) scenarioGuardedBusy(t *testing.T) {
 // scenarioGuardedEviction: the eviction is decided from the live pod, read
 // with the Role alone.
 func (e *installEnv) scenarioGuardedEviction(t *testing.T) {
-	eviction, err := json.Marshal(&policyv1.Eviction{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "Eviction"},
-		ObjectMeta: metav1.ObjectMeta{Name: "runner-busy", Namespace: guardedNamespace},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = e.env.Client.CoreV1().RESTClient().Post().Namespace(guardedNamespace).Resource("pods").Name("runner-busy").
-		SubResource("eviction").MaxRetries(0).SetHeader("Content-Type", "application/json").
-		Body(eviction).Do(e.ctx).Error()
+	err := e.evict(guardedNamespace, "runner-busy", nil)
 	if !apierrors.IsTooManyRequests(err) {
 		t.Errorf("eviction of a busy runner's pod: %v, want 429 (drains retry)", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/test/render"
 	"github.com/runner-guard/runner-guard/webhook"
 )
 
@@ -160,11 +161,11 @@ type alertRule struct {
 	Annotations map[string]string `json:"annotations"`
 }
 
-func alertRules(t *testing.T, objs objects) map[string]alertRule {
+func alertRules(t *testing.T, objs render.Objects) map[string]alertRule {
 	t.Helper()
-	rules := objs.ofKind("PrometheusRule")
+	rules := objs.OfKind("PrometheusRule")
 	if len(rules) != 1 {
-		t.Fatalf("%d PrometheusRules, want 1: %v", len(rules), objs.names())
+		t.Fatalf("%d PrometheusRules, want 1: %v", len(rules), objs.Names())
 	}
 	groups, _, err := nestedSlice(rules[0].Object, "spec", "groups")
 	if err != nil || len(groups) == 0 {
@@ -236,7 +237,7 @@ var labelValuesQuery = regexp.MustCompile(`^label_values\(\s*([^,]+?)\s*,\s*[a-z
 // alert), and every label it matches on is one that metric has.
 func TestMonitoringMetricsExist(t *testing.T) {
 	served := servedMetrics(t)
-	objs := mustTemplate(t, append(monitoringValues(),
+	objs := render.MustTemplate(t, append(monitoringValues(),
 		"--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.grafanaDashboard.enabled=true")...)
 
 	var exprs []promExpr
@@ -245,9 +246,9 @@ func TestMonitoringMetricsExist(t *testing.T) {
 		exprs = append(exprs, promExpr{"alert " + name, r.Expr})
 	}
 
-	cm := objs.find("ConfigMap", releaseName+"-dashboard")
+	cm := objs.Find("ConfigMap", releaseName+"-dashboard")
 	if cm == nil {
-		t.Fatalf("no dashboard ConfigMap among %v", objs.names())
+		t.Fatalf("no dashboard ConfigMap among %v", objs.Names())
 	}
 	d := dashboardOf(t, cm)
 	for _, p := range d.Panels {
@@ -286,7 +287,7 @@ func TestMonitoringRenders(t *testing.T) {
 		set        []string
 		wantAlerts []string // nil: no PrometheusRule
 		dashboard  string   // namespace of the dashboard ConfigMap; "": none
-		check      func(t *testing.T, objs objects)
+		check      func(t *testing.T, objs render.Objects)
 	}{
 		"defaults: neither": {},
 		"rule only": {
@@ -305,8 +306,8 @@ func TestMonitoringRenders(t *testing.T) {
 				"metrics.grafanaDashboard.annotations.grafana_folder=CI"},
 			wantAlerts: wantAlerts,
 			dashboard:  "monitoring",
-			check: func(t *testing.T, objs objects) {
-				pr := objs.ofKind("PrometheusRule")[0]
+			check: func(t *testing.T, objs render.Objects) {
+				pr := objs.OfKind("PrometheusRule")[0]
 				if pr.GetLabels()["release"] != "prom" {
 					t.Errorf("PrometheusRule labels %v, want release=prom", pr.GetLabels())
 				}
@@ -318,7 +319,7 @@ func TestMonitoringRenders(t *testing.T) {
 						t.Errorf("alert %s does not use the selector job=\"rg\" alone: %s", name, r.Expr)
 					}
 				}
-				cm := objs.find("ConfigMap", releaseName+"-dashboard")
+				cm := objs.Find("ConfigMap", releaseName+"-dashboard")
 				if cm.GetLabels()["dash"] != "yes" || cm.GetAnnotations()["grafana_folder"] != "CI" {
 					t.Errorf("dashboard labels %v annotations %v, want dash=yes and grafana_folder=CI", cm.GetLabels(), cm.GetAnnotations())
 				}
@@ -336,9 +337,9 @@ func TestMonitoringRenders(t *testing.T) {
 			for _, s := range tc.set {
 				args = append(args, "--set", s)
 			}
-			objs := mustTemplate(t, args...)
+			objs := render.MustTemplate(t, args...)
 			if tc.wantAlerts == nil {
-				if n := len(objs.ofKind("PrometheusRule")); n != 0 {
+				if n := len(objs.OfKind("PrometheusRule")); n != 0 {
 					t.Errorf("%d PrometheusRules, want none", n)
 				}
 			} else {
@@ -358,12 +359,12 @@ func TestMonitoringRenders(t *testing.T) {
 					t.Errorf("RunnerGuardNoReadyReplica does not watch Deployment %s-webhook: %s", releaseName, r.Expr)
 				}
 			}
-			cm := objs.find("ConfigMap", releaseName+"-dashboard")
+			cm := objs.Find("ConfigMap", releaseName+"-dashboard")
 			switch {
 			case tc.dashboard == "" && cm != nil:
 				t.Errorf("a dashboard ConfigMap, want none")
 			case tc.dashboard != "" && cm == nil:
-				t.Fatalf("no dashboard ConfigMap among %v", objs.names())
+				t.Fatalf("no dashboard ConfigMap among %v", objs.Names())
 			case tc.dashboard != "":
 				if cm.GetNamespace() != tc.dashboard {
 					t.Errorf("dashboard in namespace %q, want %q", cm.GetNamespace(), tc.dashboard)
@@ -396,7 +397,7 @@ func TestMonitoringRenders(t *testing.T) {
 func TestMonitoringNeedsMetrics(t *testing.T) {
 	for _, v := range []string{"metrics.prometheusRule.enabled", "metrics.grafanaDashboard.enabled"} {
 		t.Run(v, func(t *testing.T) {
-			_, err := template(t, append(monitoringValues(), "--set", v+"=true", "--set", "metrics.enabled=false")...)
+			_, err := render.Template(t, append(monitoringValues(), "--set", v+"=true", "--set", "metrics.enabled=false")...)
 			if err == nil || !strings.Contains(err.Error(), v+": ") {
 				t.Errorf("error %v, want one naming %s", err, v)
 			}
@@ -407,7 +408,7 @@ func TestMonitoringNeedsMetrics(t *testing.T) {
 // TestRunbook: every alert the chart renders has its runbook line in the
 // README's "Alerts and runbook" section, and the section names no other.
 func TestRunbook(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	readme, err := os.ReadFile(filepath.Join(render.RepoRoot(t), "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +419,7 @@ func TestRunbook(t *testing.T) {
 	if end := strings.Index(section, "\n#"); end >= 0 {
 		section = section[:end]
 	}
-	rules := alertRules(t, mustTemplate(t, append(monitoringValues(), "--set", "metrics.prometheusRule.enabled=true")...))
+	rules := alertRules(t, render.MustTemplate(t, append(monitoringValues(), "--set", "metrics.prometheusRule.enabled=true")...))
 	var documented []string
 	for _, m := range runbookLine.FindAllStringSubmatch(section, -1) {
 		documented = append(documented, m[1])

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/runner-guard/runner-guard/test/e2e/framework"
+	"github.com/runner-guard/runner-guard/test/render"
 )
 
 // webhookNetwork is what scenarioChartNetwork adds to the webhook's start.
@@ -72,14 +73,14 @@ func (e *installEnv) scenarioChartNetwork(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	objs := mustTemplate(t, "--values", "testdata/values/certmanager-token.yaml",
+	objs := render.MustTemplate(t, "--values", "testdata/values/certmanager-token.yaml",
 		"--set", "github.caBundle.configMapRef.name=corp-ca", "--set", "github.caBundle.configMapRef.key=ca-bundle.pem",
 		"--set", "proxy.https="+tp.URL, "--set", "proxy.credentialsSecret=corp-proxy", "--set", "proxy.noProxy={kubernetes.default.svc}")
-	deps := objs.ofKind("Deployment")
+	deps := objs.OfKind("Deployment")
 	if len(deps) != 1 {
 		t.Fatalf("%d Deployments rendered, want 1", len(deps))
 	}
-	dep := get[appsv1.Deployment](t, objs, "Deployment", deps[0].GetName())
+	dep := render.Get[appsv1.Deployment](t, objs, "Deployment", deps[0].GetName())
 	c := dep.Spec.Template.Spec.Containers[0]
 	e.net = webhookNetwork{
 		args: []string{"--github-url=" + srv.URL + "/api/v3/", "--github-ca-bundle=" + e.materializeCA(t, dep, c)},

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/runner-guard/runner-guard/test/render"
 )
 
 // PromQL is parsed by bin/promql (hack/tools/promql): Prometheus' own parser,
@@ -28,7 +30,7 @@ type promParsed struct {
 }
 
 func promqlBin(t *testing.T) string {
-	return tool(t, "PROMQL", "bin/promql", "run make promql or set PROMQL")
+	return render.Tool(t, "PROMQL", "bin/promql", "run make promql or set PROMQL")
 }
 
 // grafanaInterval matches Grafana's interval variables, which are durations

@@ -9,6 +9,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 
+	"github.com/runner-guard/runner-guard/test/render"
 	"github.com/runner-guard/runner-guard/webhook"
 )
 
@@ -35,36 +36,36 @@ var nodeRules = []rbacv1.PolicyRule{
 // are cluster-scoped).
 func TestWebhookRBAC(t *testing.T) {
 	t.Run("every namespace guarded: ClusterRole", func(t *testing.T) {
-		objs := mustTemplate(t, "--values", "testdata/values/certmanager-token.yaml")
-		role := get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard")
-		if want := append(slices.Clone(webhookRules), nodeRules...); !equalJSON(role.Rules, want) {
-			t.Errorf("ClusterRole rules %s\nwant %s", toJSON(t, role.Rules), toJSON(t, want))
+		objs := render.MustTemplate(t, "--values", "testdata/values/certmanager-token.yaml")
+		role := render.Get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard")
+		if want := append(slices.Clone(webhookRules), nodeRules...); !render.EqualJSON(role.Rules, want) {
+			t.Errorf("ClusterRole rules %s\nwant %s", render.JSON(t, role.Rules), render.JSON(t, want))
 		}
-		b := get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "runner-guard")
-		checkBinding(t, "ClusterRoleBinding runner-guard", b.RoleRef, b.Subjects, "ClusterRole")
-		for _, r := range objs.ofKind("Role") {
+		b := render.Get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "runner-guard")
+		render.CheckBinding(t, "ClusterRoleBinding runner-guard", b.RoleRef, b.Subjects, "ClusterRole", "runner-guard")
+		for _, r := range objs.OfKind("Role") {
 			if r.GetName() != "runner-guard-leader-election" && r.GetName() != "runner-guard-activation" {
 				t.Errorf("Role %s/%s without guarded namespaces", r.GetNamespace(), r.GetName())
 			}
 		}
-		checkMetricsAuth(t, objs)
+		render.CheckMetricsRBAC(t, objs)
 	})
 	t.Run("guarded namespaces: a Role in each", func(t *testing.T) {
 		vf := "testdata/values/guarded-namespaces.yaml"
 		guarded := readPolicy(t, vf).Policy.GuardedNamespaces
-		objs := mustTemplate(t, "--values", vf)
+		objs := render.MustTemplate(t, "--values", vf)
 		var nss []string
-		for _, r := range objs.ofKind("Role") {
+		for _, r := range objs.OfKind("Role") {
 			if r.GetName() == "runner-guard-leader-election" || r.GetName() == "runner-guard-node-events" || r.GetName() == "runner-guard-activation" {
 				continue
 			}
-			role := get[rbacv1.Role](t, objs.inNamespace(r.GetNamespace()), "Role", r.GetName())
+			role := render.Get[rbacv1.Role](t, objs.InNamespace(r.GetNamespace()), "Role", r.GetName())
 			nss = append(nss, role.Namespace)
-			if role.Name != "runner-guard" || !equalJSON(role.Rules, webhookRules) {
-				t.Errorf("Role %s/%s rules %s\nwant %s", role.Namespace, role.Name, toJSON(t, role.Rules), toJSON(t, webhookRules))
+			if role.Name != "runner-guard" || !render.EqualJSON(role.Rules, webhookRules) {
+				t.Errorf("Role %s/%s rules %s\nwant %s", role.Namespace, role.Name, render.JSON(t, role.Rules), render.JSON(t, webhookRules))
 			}
-			b := get[rbacv1.RoleBinding](t, objs.inNamespace(r.GetNamespace()), "RoleBinding", "runner-guard")
-			checkBinding(t, "RoleBinding "+role.Namespace+"/runner-guard", b.RoleRef, b.Subjects, "Role")
+			b := render.Get[rbacv1.RoleBinding](t, objs.InNamespace(r.GetNamespace()), "RoleBinding", "runner-guard")
+			render.CheckBinding(t, "RoleBinding "+role.Namespace+"/runner-guard", b.RoleRef, b.Subjects, "Role", "runner-guard")
 		}
 		slices.Sort(nss)
 		want := slices.Sorted(slices.Values(guarded))
@@ -72,14 +73,14 @@ func TestWebhookRBAC(t *testing.T) {
 			t.Errorf("Roles in %v, want one in each guarded namespace %v", nss, want)
 		}
 		for _, name := range []string{"runner-guard"} {
-			if objs.find("ClusterRole", name) != nil || objs.find("ClusterRoleBinding", name) != nil {
+			if objs.Find("ClusterRole", name) != nil || objs.Find("ClusterRoleBinding", name) != nil {
 				t.Errorf("ClusterRole(Binding) %s with guarded namespaces", name)
 			}
 		}
-		for _, cr := range objs.ofKind("ClusterRole") {
+		for _, cr := range objs.OfKind("ClusterRole") {
 			rules, _, _ := nestedSlice(cr.Object, "rules")
 			for _, r := range rules {
-				text := toJSON(t, r)
+				text := render.JSON(t, r)
 				for _, res := range []string{`"pods"`, `"ephemeralrunners"`, `"runners"`, `"poddisruptionbudgets"`, `"events"`} {
 					if strings.Contains(text, res) {
 						t.Errorf("ClusterRole %s grants %s cluster-wide with guarded namespaces: %s", cr.GetName(), res, text)
@@ -87,7 +88,7 @@ func TestWebhookRBAC(t *testing.T) {
 				}
 			}
 		}
-		checkMetricsAuth(t, objs)
+		render.CheckMetricsRBAC(t, objs)
 		cfg := chartConfig(t, objs)
 		if !slices.Equal(cfg.RunnerNamespaces, guarded) {
 			t.Errorf("config.yaml runnerNamespaces %v, want the guarded namespaces %v (the webhook may read pods only there)", cfg.RunnerNamespaces, guarded)
@@ -95,34 +96,10 @@ func TestWebhookRBAC(t *testing.T) {
 	})
 }
 
-func checkBinding(t *testing.T, what string, ref rbacv1.RoleRef, subjects []rbacv1.Subject, kind string) {
-	t.Helper()
-	if ref != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: "runner-guard"}) {
-		t.Errorf("%s roleRef %+v", what, ref)
-	}
-	if !equalJSON(subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "runner-guard", Namespace: namespace}}) {
-		t.Errorf("%s subjects %+v", what, subjects)
-	}
-}
-
-// checkMetricsAuth: the secure metrics endpoint's cluster-wide grants stay.
-func checkMetricsAuth(t *testing.T, objs objects) {
-	t.Helper()
-	auth := get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard-metrics-auth")
-	want := []rbacv1.PolicyRule{
-		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
-		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
-	}
-	if !equalJSON(auth.Rules, want) {
-		t.Errorf("metrics-auth rules %+v", auth.Rules)
-	}
-	get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "runner-guard-metrics-auth")
-}
-
 // chartConfig parses a render's --config file with the webhook's own parser.
-func chartConfig(t *testing.T, objs objects) webhook.Config {
+func chartConfig(t *testing.T, objs render.Objects) webhook.Config {
 	t.Helper()
-	cm := get[corev1.ConfigMap](t, objs, "ConfigMap", "runner-guard-config")
+	cm := render.Get[corev1.ConfigMap](t, objs, "ConfigMap", "runner-guard-config")
 	cfg, err := webhook.ParseConfig([]byte(cm.Data["config.yaml"]))
 	if err != nil {
 		t.Fatalf("the webhook rejects the chart's config: %v\n%s", err, cm.Data["config.yaml"])
@@ -134,8 +111,8 @@ func chartConfig(t *testing.T, objs objects) webhook.Config {
 // renders, and its config file carries no scopeBindings, so the binary runs
 // open (and says so at start-up).
 func TestAllowAnyScope(t *testing.T) {
-	objs := mustTemplate(t, append(append(slices.Clone(valid), noBinding...), "--set", "policy.allowAnyScope=true")...)
-	cm := get[corev1.ConfigMap](t, objs, "ConfigMap", "runner-guard-config")
+	objs := render.MustTemplate(t, append(append(slices.Clone(valid), noBinding...), "--set", "policy.allowAnyScope=true")...)
+	cm := render.Get[corev1.ConfigMap](t, objs, "ConfigMap", "runner-guard-config")
 	if text := cm.Data["config.yaml"]; strings.Contains(text, "scopeBindings") {
 		t.Errorf("config.yaml names scopeBindings with allowAnyScope and no binding:\n%s", text)
 	}
@@ -163,19 +140,19 @@ func TestWebhookSources(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			objs := mustTemplate(t, c.args...)
-			np := get[networkingv1.NetworkPolicy](t, objs, "NetworkPolicy", "runner-guard-webhook")
+			objs := render.MustTemplate(t, c.args...)
+			np := render.Get[networkingv1.NetworkPolicy](t, objs, "NetworkPolicy", "runner-guard-webhook")
 			if len(np.Spec.Ingress) != 2 {
-				t.Fatalf("ingress %s, want the webhook and metrics rules", toJSON(t, np.Spec.Ingress))
+				t.Fatalf("ingress %s, want the webhook and metrics rules", render.JSON(t, np.Spec.Ingress))
 			}
 			wh := np.Spec.Ingress[0]
 			if len(wh.Ports) != 1 || wh.Ports[0].Port.IntValue() != 9443 {
-				t.Errorf("first rule ports %s, want the webhook port 9443", toJSON(t, wh.Ports))
+				t.Errorf("first rule ports %s, want the webhook port 9443", render.JSON(t, wh.Ports))
 			}
-			if got := toJSON(t, wh.From); got != c.from {
+			if got := render.JSON(t, wh.From); got != c.from {
 				t.Errorf("webhook port from %s\nwant %s", got, c.from)
 			}
-			if got := toJSON(t, np.Spec.Ingress[1]); got != metricsRule {
+			if got := render.JSON(t, np.Spec.Ingress[1]); got != metricsRule {
 				t.Errorf("metrics rule %s\nwant %s", got, metricsRule)
 			}
 		})
@@ -191,32 +168,22 @@ func TestActivationRBAC(t *testing.T) {
 		"guarded namespaces":      {"--values", "testdata/values/guarded-namespaces.yaml"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			objs := mustTemplate(t, args...)
-			cr := get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard-activation")
+			objs := render.MustTemplate(t, args...)
+			cr := render.Get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard-activation")
 			wantCR := []rbacv1.PolicyRule{{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingwebhookconfigurations"},
 				ResourceNames: []string{"runner-guard"}, Verbs: []string{"get", "list", "watch", "patch"}}}
-			if !equalJSON(cr.Rules, wantCR) {
-				t.Errorf("ClusterRole runner-guard-activation rules %s\nwant %s", toJSON(t, cr.Rules), toJSON(t, wantCR))
+			if !render.EqualJSON(cr.Rules, wantCR) {
+				t.Errorf("ClusterRole runner-guard-activation rules %s\nwant %s", render.JSON(t, cr.Rules), render.JSON(t, wantCR))
 			}
-			crb := get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "runner-guard-activation")
-			checkActivationBinding(t, "ClusterRoleBinding", crb.RoleRef, crb.Subjects, "ClusterRole")
-			role := get[rbacv1.Role](t, objs.inNamespace(namespace), "Role", "runner-guard-activation")
+			crb := render.Get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "runner-guard-activation")
+			render.CheckBinding(t, "ClusterRoleBinding runner-guard-activation", crb.RoleRef, crb.Subjects, "ClusterRole", "runner-guard-activation")
+			role := render.Get[rbacv1.Role](t, objs.InNamespace(namespace), "Role", "runner-guard-activation")
 			wantRole := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services"}, ResourceNames: []string{"runner-guard-webhook"}, Verbs: []string{"get"}}}
-			if !equalJSON(role.Rules, wantRole) {
-				t.Errorf("Role runner-guard-activation rules %s\nwant %s", toJSON(t, role.Rules), toJSON(t, wantRole))
+			if !render.EqualJSON(role.Rules, wantRole) {
+				t.Errorf("Role runner-guard-activation rules %s\nwant %s", render.JSON(t, role.Rules), render.JSON(t, wantRole))
 			}
-			rb := get[rbacv1.RoleBinding](t, objs.inNamespace(namespace), "RoleBinding", "runner-guard-activation")
-			checkActivationBinding(t, "RoleBinding", rb.RoleRef, rb.Subjects, "Role")
+			rb := render.Get[rbacv1.RoleBinding](t, objs.InNamespace(namespace), "RoleBinding", "runner-guard-activation")
+			render.CheckBinding(t, "RoleBinding runner-guard-activation", rb.RoleRef, rb.Subjects, "Role", "runner-guard-activation")
 		})
-	}
-}
-
-func checkActivationBinding(t *testing.T, what string, ref rbacv1.RoleRef, subjects []rbacv1.Subject, kind string) {
-	t.Helper()
-	if ref != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: "runner-guard-activation"}) {
-		t.Errorf("%s runner-guard-activation roleRef %+v", what, ref)
-	}
-	if !equalJSON(subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: "runner-guard", Namespace: namespace}}) {
-		t.Errorf("%s runner-guard-activation subjects %+v", what, subjects)
 	}
 }

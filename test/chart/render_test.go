@@ -15,6 +15,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+
+	"github.com/runner-guard/runner-guard/test/render"
 )
 
 // TestGeneratedCertificate checks the generate mode's Secret holds a serving
@@ -30,12 +32,12 @@ func TestGeneratedCertificate(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			objs := mustTemplate(t, "--values", c.values)
-			secret := get[corev1.Secret](t, objs, "Secret", "runner-guard-webhook-cert")
+			objs := render.MustTemplate(t, "--values", c.values)
+			secret := render.Get[corev1.Secret](t, objs, "Secret", "runner-guard-webhook-cert")
 			if secret.Type != corev1.SecretTypeTLS {
 				t.Errorf("Secret type %q", secret.Type)
 			}
-			vwc := get[admissionregistrationv1.ValidatingWebhookConfiguration](t, objs, "ValidatingWebhookConfiguration", "runner-guard")
+			vwc := render.Get[admissionregistrationv1.ValidatingWebhookConfiguration](t, objs, "ValidatingWebhookConfiguration", "runner-guard")
 			pool := x509.NewCertPool()
 			for _, wh := range vwc.Webhooks {
 				if string(wh.ClientConfig.CABundle) != string(secret.Data["ca.crt"]) {
@@ -78,20 +80,20 @@ func parseCert(t *testing.T, data []byte) *x509.Certificate {
 // TestURLClientConfig checks webhook.url replaces the Service in every entry
 // and that no in-cluster webhook objects are rendered without a Deployment.
 func TestURLClientConfig(t *testing.T) {
-	objs := mustTemplate(t, "--values", "testdata/values/external-url.yaml")
-	vwc := get[admissionregistrationv1.ValidatingWebhookConfiguration](t, objs, "ValidatingWebhookConfiguration", "runner-guard")
+	objs := render.MustTemplate(t, "--values", "testdata/values/external-url.yaml")
+	vwc := render.Get[admissionregistrationv1.ValidatingWebhookConfiguration](t, objs, "ValidatingWebhookConfiguration", "runner-guard")
 	for _, wh := range vwc.Webhooks {
 		if wh.ClientConfig.Service != nil || deref(wh.ClientConfig.URL) != "https://127.0.0.1:9443/validate-runner-pods" {
 			t.Errorf("%s clientConfig %+v", wh.Name, wh.ClientConfig)
 		}
 	}
 	for _, kind := range []string{"Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy", "ResourceQuota"} {
-		if got := objs.ofKind(kind); len(got) != 0 {
-			t.Errorf("deployment.enabled=false still renders %v", got.names())
+		if got := objs.OfKind(kind); len(got) != 0 {
+			t.Errorf("deployment.enabled=false still renders %v", got.Names())
 		}
 	}
 	for _, kind := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Secret", "ConfigMap"} {
-		if len(objs.ofKind(kind)) == 0 {
+		if len(objs.OfKind(kind)) == 0 {
 			t.Errorf("no %s: the external webhook needs the chart's identity, credentials and config", kind)
 		}
 	}
@@ -100,32 +102,32 @@ func TestURLClientConfig(t *testing.T) {
 // TestCredentialsFromARC checks the ARC mode reads Secrets only in the listed
 // namespaces, and that no mode grants Secrets cluster-wide.
 func TestCredentialsFromARC(t *testing.T) {
-	objs := mustTemplate(t, "--values", "testdata/values/arc-credentials.yaml")
+	objs := render.MustTemplate(t, "--values", "testdata/values/arc-credentials.yaml")
 	var nss []string
-	for _, r := range objs.ofKind("Role") {
+	for _, r := range objs.OfKind("Role") {
 		if r.GetName() == "runner-guard-leader-election" || r.GetName() == "runner-guard-activation" {
 			continue // the disruption controller's Lease and activation's Service, in the release namespace
 		}
-		role := get[rbacv1.Role](t, objs.inNamespace(r.GetNamespace()), "Role", r.GetName())
+		role := render.Get[rbacv1.Role](t, objs.InNamespace(r.GetNamespace()), "Role", r.GetName())
 		nss = append(nss, role.Namespace)
 		// configmaps: an EphemeralRunner's githubServerTLS bundle.
 		want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets", "configmaps"}, Verbs: []string{"get"}}}
-		if !equalJSON(role.Rules, want) {
+		if !render.EqualJSON(role.Rules, want) {
 			t.Errorf("Role %s/%s rules %+v", role.Namespace, role.Name, role.Rules)
 		}
 	}
 	// Whether a runner namespace is being deleted: those Namespaces only.
-	nsRole := get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard-arc-namespaces")
+	nsRole := render.Get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard-arc-namespaces")
 	wantNS := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, ResourceNames: []string{"arc-runners", "arc-runners-gpu"}, Verbs: []string{"get"}}}
-	if !equalJSON(nsRole.Rules, wantNS) {
+	if !render.EqualJSON(nsRole.Rules, wantNS) {
 		t.Errorf("ClusterRole runner-guard-arc-namespaces rules %+v, want %+v", nsRole.Rules, wantNS)
 	}
 	slices.Sort(nss)
 	if !slices.Equal(nss, []string{"arc-runners", "arc-runners-gpu"}) {
 		t.Errorf("Roles in %v, want the fromARC namespaces", nss)
 	}
-	for _, rb := range objs.ofKind("RoleBinding") {
-		b := get[rbacv1.RoleBinding](t, objs.inNamespace(rb.GetNamespace()), "RoleBinding", rb.GetName())
+	for _, rb := range objs.OfKind("RoleBinding") {
+		b := render.Get[rbacv1.RoleBinding](t, objs.InNamespace(rb.GetNamespace()), "RoleBinding", rb.GetName())
 		if len(b.Subjects) != 1 || b.Subjects[0].Name != "runner-guard" || b.Subjects[0].Namespace != namespace || b.RoleRef.Kind != "Role" {
 			t.Errorf("RoleBinding %s/%s: %+v %+v", b.Namespace, b.Name, b.Subjects, b.RoleRef)
 		}
@@ -135,10 +137,10 @@ func TestCredentialsFromARC(t *testing.T) {
 		t.Errorf("args %q lack --credentials-mode=arc", args)
 	}
 	for _, vf := range matrix(t) {
-		for _, cr := range mustTemplate(t, "--values", vf).ofKind("ClusterRole") {
+		for _, cr := range render.MustTemplate(t, "--values", vf).OfKind("ClusterRole") {
 			rules, _, _ := nestedSlice(cr.Object, "rules")
 			for _, r := range rules {
-				if strings.Contains(toJSON(t, r), `"secrets"`) {
+				if strings.Contains(render.JSON(t, r), `"secrets"`) {
 					t.Errorf("%s: ClusterRole %s grants secrets cluster-wide", caseName(vf), cr.GetName())
 				}
 			}
@@ -146,27 +148,17 @@ func TestCredentialsFromARC(t *testing.T) {
 	}
 }
 
-func (objs objects) inNamespace(ns string) objects {
-	var out objects
-	for _, o := range objs {
-		if o.GetNamespace() == ns {
-			out = append(out, o)
-		}
-	}
-	return out
-}
-
-func webhookArgs(t *testing.T, objs objects) []string {
+func webhookArgs(t *testing.T, objs render.Objects) []string {
 	t.Helper()
-	d := get[appsv1.Deployment](t, objs, "Deployment", "runner-guard-webhook")
+	d := render.Get[appsv1.Deployment](t, objs, "Deployment", "runner-guard-webhook")
 	return d.Spec.Template.Spec.Containers[0].Args
 }
 
 // TestAppCredentials checks App credentials reach the flags through the
 // Secret's ARC key names.
 func TestAppCredentials(t *testing.T) {
-	objs := mustTemplate(t, "--values", "testdata/values/generate-app.yaml")
-	secret := get[corev1.Secret](t, objs, "Secret", "runner-guard-github")
+	objs := render.MustTemplate(t, "--values", "testdata/values/generate-app.yaml")
+	secret := render.Get[corev1.Secret](t, objs, "Secret", "runner-guard-github")
 	for key, want := range map[string]string{"github_app_id": "123456", "github_app_installation_id": "7890123"} {
 		if got := string(secret.Data[key]); got != want {
 			t.Errorf("Secret %s = %q, want %q", key, got, want)
@@ -175,7 +167,7 @@ func TestAppCredentials(t *testing.T) {
 	if !strings.Contains(string(secret.Data["github_app_private_key"]), "BEGIN RSA PRIVATE KEY") {
 		t.Errorf("github_app_private_key = %q", secret.Data["github_app_private_key"])
 	}
-	d := get[appsv1.Deployment](t, objs, "Deployment", "runner-guard-webhook")
+	d := render.Get[appsv1.Deployment](t, objs, "Deployment", "runner-guard-webhook")
 	c := d.Spec.Template.Spec.Containers[0]
 	env := map[string]string{}
 	for _, e := range c.Env {
@@ -203,11 +195,11 @@ func TestAppCredentials(t *testing.T) {
 // webhook binary (its --help), so no values combination starts a binary that
 // exits on an unknown flag.
 func TestArgsAreWebhookFlags(t *testing.T) {
-	bin := tool(t, "RUNNER_GUARD_BIN", "bin/webhook", "run make build or set RUNNER_GUARD_BIN")
+	bin := webhookBin(t)
 	help, _ := exec.Command(bin, "--help").CombinedOutput()
 	for _, vf := range matrix(t) {
-		objs := mustTemplate(t, "--values", vf)
-		if len(objs.ofKind("Deployment")) == 0 {
+		objs := render.MustTemplate(t, "--values", vf)
+		if len(objs.OfKind("Deployment")) == 0 {
 			continue
 		}
 		for _, a := range webhookArgs(t, objs) {
@@ -221,8 +213,8 @@ func TestArgsAreWebhookFlags(t *testing.T) {
 
 // TestProvidedCABundle checks a provided caBundle reaches every entry verbatim.
 func TestProvidedCABundle(t *testing.T) {
-	objs := mustTemplate(t, "--values", "testdata/values/provided-ghes.yaml")
-	vwc := get[admissionregistrationv1.ValidatingWebhookConfiguration](t, objs, "ValidatingWebhookConfiguration", "runner-guard")
+	objs := render.MustTemplate(t, "--values", "testdata/values/provided-ghes.yaml")
+	vwc := render.Get[admissionregistrationv1.ValidatingWebhookConfiguration](t, objs, "ValidatingWebhookConfiguration", "runner-guard")
 	want, _ := base64.StdEncoding.DecodeString("Q0FfQlVORExFX0ZPUl9URVNUUw==")
 	for _, wh := range vwc.Webhooks {
 		if string(wh.ClientConfig.CABundle) != string(want) {
@@ -232,7 +224,7 @@ func TestProvidedCABundle(t *testing.T) {
 	if _, ok := vwc.Annotations["cert-manager.io/inject-ca-from"]; ok {
 		t.Error("provided certificates still ask cert-manager for CA injection")
 	}
-	d := get[appsv1.Deployment](t, objs, "Deployment", "runner-guard-webhook")
+	d := render.Get[appsv1.Deployment](t, objs, "Deployment", "runner-guard-webhook")
 	for _, v := range d.Spec.Template.Spec.Volumes {
 		if v.Name == "serving-cert" && v.Secret.SecretName != "my-webhook-tls" {
 			t.Errorf("serving-cert volume uses %q", v.Secret.SecretName)
@@ -241,8 +233,8 @@ func TestProvidedCABundle(t *testing.T) {
 	if args := webhookArgs(t, objs); !slices.Contains(args, "--github-url=https://ghes.example.com/api/v3/") {
 		t.Errorf("args %q lack the GHES URL", args)
 	}
-	if len(objs.ofKind("Certificate"))+len(objs.ofKind("Issuer")) != 0 {
-		t.Errorf("provided certificates render cert-manager objects: %v", objs.names())
+	if len(objs.OfKind("Certificate"))+len(objs.OfKind("Issuer")) != 0 {
+		t.Errorf("provided certificates render cert-manager objects: %v", objs.Names())
 	}
 }
 
@@ -267,7 +259,7 @@ func TestDisruptionValues(t *testing.T) {
 				args = append(args, "--set", c.set)
 			}
 			var got []string
-			for _, a := range webhookArgs(t, mustTemplate(t, args...)) {
+			for _, a := range webhookArgs(t, render.MustTemplate(t, args...)) {
 				if slices.ContainsFunc(flags, func(f string) bool { return strings.HasPrefix(a, f) }) {
 					got = append(got, a)
 				}

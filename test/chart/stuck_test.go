@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/runner-guard/runner-guard/webhook/activation"
+	"github.com/runner-guard/runner-guard/test/render"
 )
 
 // The tests of this file keep runner-guard from ever being the reason a
@@ -59,7 +59,7 @@ func TestFailurePolicyPerEntry(t *testing.T) {
 				if eviction {
 					want = c.evictions
 				}
-				if got := activatedPolicy(t, vwc, wh); got != want {
+				if got := render.ActivatedPolicy(t, vwc, wh); got != want {
 					t.Errorf("%s failurePolicy once activated %s, want %s", wh.Name, got, want)
 				}
 				sel := mustNamespaceSelector(t, wh)
@@ -88,36 +88,16 @@ func TestFailurePolicyPerEntry(t *testing.T) {
 			sel.Matches(labels.Merge(labels.Set{"kubernetes.io/metadata.name": "team-web"}, guardLabel)) {
 			t.Errorf("%s namespaceSelector %s, want only the guarded namespace ci", wh.Name, sel)
 		}
-		if got := activatedPolicy(t, vwc, wh); got != admissionregistrationv1.Fail {
+		if got := render.ActivatedPolicy(t, vwc, wh); got != admissionregistrationv1.Fail {
 			t.Errorf("%s failurePolicy once activated %s, want Fail", wh.Name, got)
 		}
 	}
 }
 
-// activatedPolicy checks an entry is rendered with failurePolicy Ignore (the
-// install window) and returns the policy a serving replica sets it to, as
-// package activation reads the configuration's annotations.
-func activatedPolicy(t *testing.T, vwc *admissionregistrationv1.ValidatingWebhookConfiguration, wh admissionregistrationv1.ValidatingWebhook) admissionregistrationv1.FailurePolicyType {
-	t.Helper()
-	if got := deref(wh.FailurePolicy); got != admissionregistrationv1.Ignore {
-		t.Errorf("%s is rendered with failurePolicy %s, want Ignore until a replica serves", wh.Name, got)
-	}
-	wanted, err := activation.Wanted(vwc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kind := activation.KindOf(wh)
-	p, ok := wanted[kind]
-	if !ok {
-		t.Fatalf("%s (%q) has no wanted failurePolicy annotation", wh.Name, kind)
-	}
-	return p
-}
-
 func renderWebhooks(t *testing.T, args ...string) *admissionregistrationv1.ValidatingWebhookConfiguration {
 	t.Helper()
-	objs := mustTemplate(t, append(slices.Clone(valid), args...)...)
-	return get[admissionregistrationv1.ValidatingWebhookConfiguration](t, objs, "ValidatingWebhookConfiguration", "runner-guard")
+	objs := render.MustTemplate(t, append(slices.Clone(valid), args...)...)
+	return render.Get[admissionregistrationv1.ValidatingWebhookConfiguration](t, objs, "ValidatingWebhookConfiguration", "runner-guard")
 }
 
 func mustNamespaceSelector(t *testing.T, wh admissionregistrationv1.ValidatingWebhook) labels.Selector {
@@ -147,8 +127,8 @@ func TestGoMemLimit(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			objs := mustTemplate(t, append(slices.Clone(valid), c.args...)...)
-			d := get[appsv1.Deployment](t, objs, "Deployment", "runner-guard-webhook")
+			objs := render.MustTemplate(t, append(slices.Clone(valid), c.args...)...)
+			d := render.Get[appsv1.Deployment](t, objs, "Deployment", "runner-guard-webhook")
 			ctr := d.Spec.Template.Spec.Containers[0]
 			got, found := "", false
 			for _, e := range ctr.Env {
@@ -194,15 +174,15 @@ func TestDisruptionBudget(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			objs := mustTemplate(t, append(slices.Clone(valid), c.args...)...)
-			pdbs := objs.ofKind("PodDisruptionBudget")
+			objs := render.MustTemplate(t, append(slices.Clone(valid), c.args...)...)
+			pdbs := objs.OfKind("PodDisruptionBudget")
 			if c.want == nil {
 				if len(pdbs) != 0 {
 					t.Fatalf("PodDisruptionBudget rendered for %d replica(s): it would block its node's drain", c.replicas)
 				}
 				return
 			}
-			pdb := get[policyv1.PodDisruptionBudget](t, objs, "PodDisruptionBudget", "runner-guard-webhook")
+			pdb := render.Get[policyv1.PodDisruptionBudget](t, objs, "PodDisruptionBudget", "runner-guard-webhook")
 			got := pdb.Spec.MinAvailable
 			other := pdb.Spec.MaxUnavailable
 			if c.max {

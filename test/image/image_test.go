@@ -19,28 +19,16 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/runner-guard/runner-guard/test/render"
 )
 
-// artifact is the file env names, else def: something `make image` builds.
-// It skips the test when the file is missing, and fails it under CI.
-func artifact(t *testing.T, env, def, what string) string {
-	t.Helper()
-	p := os.Getenv(env)
-	if p == "" {
-		p = def
-	}
-	if _, err := os.Stat(p); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s: %v (make image builds it; make test does too)", what, err)
-		}
-		t.Skipf("%s: %v: run make image", what, err)
-	}
-	return p
-}
+// makeImage says how to build what these tests read.
+const makeImage = "run make image (make test does too)"
 
 // imagePath is this machine's image as a docker-archive.
 func imagePath(t *testing.T) string {
-	return artifact(t, "RUNNER_GUARD_IMAGE", "../../bin/runner-guard-image.tar", "image tarball")
+	return render.Tool(t, "RUNNER_GUARD_IMAGE", "bin/runner-guard-image.tar", makeImage)
 }
 
 type file struct {

@@ -12,14 +12,45 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/runner-guard/runner-guard/test/render"
 )
 
 // ociLayoutPath is the OCI image layout `make image` writes (the multi-arch
 // index the release workflow pushes).
 func ociLayoutPath(t *testing.T) string {
-	p := artifact(t, "RUNNER_GUARD_IMAGE_OCI", "../../bin/runner-guard-image-oci", "image index")
-	artifact(t, "", filepath.Join(p, "index.json"), "image index")
+	p := render.Tool(t, "RUNNER_GUARD_IMAGE_OCI", "bin/runner-guard-image-oci", makeImage)
+	render.Tool(t, "", filepath.Join(p, "index.json"), makeImage)
 	return p
+}
+
+// layoutIndex reads the OCI image layout at dir: index.json must name one
+// OCI image index (desc), the multi-arch image, whose manifest is m.
+func layoutIndex(t *testing.T, dir string) (desc v1.Descriptor, idx v1.ImageIndex, m *v1.IndexManifest) {
+	t.Helper()
+	lp, err := layout.FromPath(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, err := lp.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	topManifest, err := top.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(topManifest.Manifests) != 1 || topManifest.Manifests[0].MediaType != types.OCIImageIndex {
+		t.Fatalf("index.json names %+v, want one OCI image index", topManifest.Manifests)
+	}
+	desc = topManifest.Manifests[0]
+	if idx, err = top.ImageIndex(desc.Digest); err == nil {
+		m, err = idx.IndexManifest()
+	}
+	if err != nil {
+		t.Fatalf("the image index %s: %v", desc.Digest, err)
+	}
+	return desc, idx, m
 }
 
 // wantMachine is the ELF machine of each architecture the index must hold.
@@ -35,33 +66,9 @@ var wantMachine = map[string]elf.Machine{
 // of this architecture (so the other's files are read here, this one's by
 // TestImage).
 func TestImageIndex(t *testing.T) {
-	p := ociLayoutPath(t)
-	lp, err := layout.FromPath(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	top, err := lp.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	topManifest, err := top.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(topManifest.Manifests) != 1 || topManifest.Manifests[0].MediaType != types.OCIImageIndex {
-		t.Fatalf("index.json names %+v, want one OCI image index", topManifest.Manifests)
-	}
-	desc := topManifest.Manifests[0]
+	desc, idx, m := layoutIndex(t, ociLayoutPath(t))
 	if ref := desc.Annotations["org.opencontainers.image.ref.name"]; ref == "" {
 		t.Errorf("index.json: the index has no org.opencontainers.image.ref.name annotation")
-	}
-	idx, err := top.ImageIndex(desc.Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
 	}
 	if m.MediaType != types.OCIImageIndex {
 		t.Errorf("index media type %q, want %q", m.MediaType, types.OCIImageIndex)

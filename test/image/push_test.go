@@ -16,13 +16,14 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/runner-guard/runner-guard/test/render"
 )
 
 // imageTool is bin/image (hack/tools/image), which `make image` builds.
 func imageTool(t *testing.T) string {
-	return artifact(t, "IMAGE_TOOL", "../../bin/image", "image tool")
+	return render.Tool(t, "IMAGE_TOOL", "bin/image", makeImage)
 }
 
 // TestPushIndex pushes the index the way the release workflow does
@@ -31,22 +32,8 @@ func imageTool(t *testing.T) string {
 // architectures' manifests, under the tag, and the digest file names it.
 func TestPushIndex(t *testing.T) {
 	tool, dir := imageTool(t), ociLayoutPath(t)
-	lp, err := layout.FromPath(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ii, err := lp.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	top, err := ii.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(top.Manifests) != 1 {
-		t.Fatalf("index.json names %d manifests, want 1", len(top.Manifests))
-	}
-	want := top.Manifests[0].Digest
+	desc, _, _ := layoutIndex(t, dir)
+	want := desc.Digest
 
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	defer srv.Close()
@@ -72,15 +59,20 @@ func TestPushIndex(t *testing.T) {
 		t.Errorf("digest file %q, want the layout's index %s", got, want)
 	}
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/v2/runner-guard/manifests/v0.0.0-test", nil)
-	if err != nil {
-		t.Fatal(err)
+	manifest := func(method, ref string, accept types.MediaType) *http.Response {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, method, srv.URL+"/v2/runner-guard/manifests/"+ref, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Accept", string(accept))
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
 	}
-	req.Header.Set("Accept", string(types.OCIImageIndex))
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := manifest(http.MethodGet, "v0.0.0-test", types.OCIImageIndex)
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET the tag: %s", resp.Status)
@@ -101,15 +93,7 @@ func TestPushIndex(t *testing.T) {
 			platforms = append(platforms, d.Platform.String())
 		}
 		// Each platform's manifest was pushed too.
-		r, err := http.NewRequestWithContext(ctx, http.MethodHead, srv.URL+"/v2/runner-guard/manifests/"+d.Digest.String(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Header.Set("Accept", string(d.MediaType))
-		hr, err := srv.Client().Do(r)
-		if err != nil {
-			t.Fatal(err)
-		}
+		hr := manifest(http.MethodHead, d.Digest.String(), d.MediaType)
 		hr.Body.Close()
 		if hr.StatusCode != http.StatusOK {
 			t.Errorf("manifest %s (%v): %s", d.Digest, d.Platform, hr.Status)
