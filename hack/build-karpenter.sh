@@ -17,6 +17,8 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=hack/lib/cached-build.sh
+source "${root}/hack/lib/cached-build.sh"
 tools="${root}/test/karpenter/tools"
 export GOTOOLCHAIN="${KARPENTER_GOTOOLCHAIN:-go1.27.3}"
 k8s_version="v1.37.2"
@@ -24,47 +26,35 @@ mod() { (cd "${tools}" && go list -m -f "{{.$1}}" "$2"); }
 karpenter_version="$(mod Version sigs.k8s.io/karpenter)"
 kwok_version="$(mod Version sigs.k8s.io/kwok)"
 os="$(go env GOOS)"; arch="$(go env GOARCH)"
-dest="${root}/bin/karpenter/${karpenter_version#v}-${os}-${arch}"
-stamp="${dest}/.versions"
 want="karpenter=${karpenter_version} kwok=${kwok_version} kubernetes=${k8s_version} layout=1"
 
-copy_from_cache() {
-  local cache="$1"
-  [[ -f "${cache}/.versions" && "$(cat "${cache}/.versions")" == "${want}" ]] || return 1
-  mkdir -p "${dest}"
-  cp -pr "${cache}/." "${dest}/"
-  echo "karpenter binaries copied from ${cache}" >&2
-}
-
-# The kube-scheduler build-node.sh made, when its stamp names the same
-# Kubernetes version; otherwise a build from the shared tool module (whose
-# compiled packages the Go build cache already holds after build-k8s.sh).
+# build_scheduler DEST: the kube-scheduler build-node.sh made, when its stamp
+# names the same Kubernetes version; otherwise a build from the shared tool
+# module (whose compiled packages the Go build cache already holds after
+# build-k8s.sh).
 build_scheduler() {
-  local node_dir="${root}/bin/node/${k8s_version#v}-${os}-${arch}"
+  local dest="$1" node_dir="${root}/bin/node/${k8s_version#v}-${os}-${arch}"
   if [[ -x "${node_dir}/kube-scheduler" && -f "${node_dir}/.versions" \
         && "$(cat "${node_dir}/.versions")" == "kubernetes=${k8s_version} "* ]]; then
     cp -p "${node_dir}/kube-scheduler" "${dest}/kube-scheduler"
     echo "kube-scheduler copied from ${node_dir}" >&2
     return 0
   fi
-  local minor="${k8s_version#v1.}"; minor="${minor%%.*}"
-  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${k8s_version} \
- -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor} \
- -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
   echo "building kube-scheduler ${k8s_version} (first run only)..." >&2
   # The control plane's own module builds with the machine's Go.
-  (cd "${root}/test/e2e/tools/k8s" && GOTOOLCHAIN=local CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" \
+  (cd "${root}/test/e2e/tools/k8s" && GOTOOLCHAIN=local CGO_ENABLED=0 go build -trimpath -ldflags "$(k8s_ldflags "${k8s_version}")" \
     -o "${dest}/kube-scheduler" k8s.io/kubernetes/cmd/kube-scheduler)
 }
 
+# build_all DEST builds everything into DEST.
 build_all() {
-  local start=$SECONDS
+  local dest="$1" start=$SECONDS
   mkdir -p "${dest}/crds" "${dest}/stages"
   echo "building karpenter ${karpenter_version} with its KWOK provider (first run only, ${GOTOOLCHAIN})..." >&2
   (cd "${tools}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${dest}/karpenter" sigs.k8s.io/karpenter/kwok)
   echo "building kwok ${kwok_version} ($((SECONDS-start))s so far)..." >&2
   (cd "${tools}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${dest}/kwok" sigs.k8s.io/kwok/cmd/kwok)
-  build_scheduler
+  build_scheduler "${dest}"
   local kdir kwdir
   kdir="$(mod Dir sigs.k8s.io/karpenter)"; kwdir="$(mod Dir sigs.k8s.io/kwok)"
   cp "${kdir}"/kwok/charts/crds/*.yaml "${kdir}"/kwok/apis/crds/*.yaml "${dest}/crds/"
@@ -76,21 +66,4 @@ build_all() {
   echo "karpenter binaries built in $((SECONDS-start))s into ${dest}" >&2
 }
 
-if [[ -f "${stamp}" && "$(cat "${stamp}")" == "${want}" ]]; then
-  echo "${dest}"
-  exit 0
-fi
-cache="${RUNNER_GUARD_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/runner-guard}/karpenter/${karpenter_version#v}-${os}-${arch}"
-if copy_from_cache "${cache}"; then
-  echo "${want}" > "${stamp}"
-  echo "${dest}"
-  exit 0
-fi
-rm -f "${stamp}"
-build_all
-echo "${want}" > "${stamp}"
-# The cache's stamp is written last, so a partial copy is never taken as whole.
-if mkdir -p "${cache}" 2>/dev/null && rm -f "${cache}/.versions" && cp -pr "${dest}/." "${cache}/"; then
-  echo "${want}" > "${cache}/.versions"
-fi
-echo "${dest}"
+cached_build "karpenter binaries" "karpenter/${karpenter_version#v}-${os}-${arch}" "${want}" build_all

@@ -10,12 +10,12 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=hack/lib/cached-build.sh
+source "${root}/hack/lib/cached-build.sh"
 k8s_version="v1.37.2"
 containerd_version="$(cd "${root}/test/node/tools/containerd" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)"
 cni_version="$(cd "${root}/test/node/tools/containerd" && go list -m -f '{{.Version}}' github.com/containernetworking/plugins)"
 os="$(go env GOOS)"; arch="$(go env GOARCH)"
-dest="${root}/bin/node/${k8s_version#v}-${os}-${arch}"
-stamp="${dest}/.versions"
 want="kubernetes=${k8s_version} containerd=${containerd_version} cni=${cni_version}"
 k8s_cmds=(kubelet kube-scheduler kube-proxy)
 runtime_cmds=(containerd ctr containerd-shim-runc-v2)
@@ -40,22 +40,10 @@ install_debian_packages() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 }
 
-copy_from_cache() {
-  local cache="$1"
-  [[ -f "${cache}/.versions" && "$(cat "${cache}/.versions")" == "${want}" ]] || return 1
-  mkdir -p "${dest}"
-  cp -pr "${cache}/." "${dest}/"
-  echo "node binaries copied from ${cache}" >&2
-}
-
+# build_all DEST builds every binary into DEST.
 build_all() {
-  local minor="${k8s_version#v1.}"; minor="${minor%%.*}"
-  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${k8s_version} \
- -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor} \
- -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z \
- -X k8s.io/client-go/pkg/version.gitVersion=${k8s_version} \
- -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=${minor}"
-  local start=$SECONDS cmd p
+  local dest="$1" ldflags start=$SECONDS cmd p
+  ldflags="$(k8s_ldflags "${k8s_version}")"
   mkdir -p "${dest}/cni"
   for cmd in "${k8s_cmds[@]}"; do
     echo "building ${cmd} ${k8s_version} (first run only; $((SECONDS-start))s so far)..." >&2
@@ -79,20 +67,4 @@ build_all() {
 }
 
 install_debian_packages
-if [[ -f "${stamp}" && "$(cat "${stamp}")" == "${want}" ]]; then
-  echo "${dest}"
-  exit 0
-fi
-cache="${RUNNER_GUARD_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/runner-guard}/node/${k8s_version#v}-${os}-${arch}"
-if copy_from_cache "${cache}"; then
-  echo "${dest}"
-  exit 0
-fi
-rm -f "${stamp}"
-build_all
-echo "${want}" > "${stamp}"
-# The cache's stamp is written last, so a partial copy is never taken as whole.
-if mkdir -p "${cache}" 2>/dev/null && rm -f "${cache}/.versions" && cp -pr "${dest}/." "${cache}/"; then
-  echo "${want}" > "${cache}/.versions"
-fi
-echo "${dest}"
+cached_build "node binaries" "node/${k8s_version#v}-${os}-${arch}" "${want}" build_all
