@@ -393,11 +393,6 @@ func TestHandlerRepeatedReviewsCostOneUnregister(t *testing.T) {
 	}
 }
 
-// After GitHub's "busy" (a 422), the runner is re-checked with its scope's
-// shared listing, which costs no DELETE: a listing that shows it busy refuses,
-// one younger than ghclient.ListingTTL answers with no request at all, and
-// once it shows the runner idle the DELETE decides, and the pod goes. An
-// admission is never made from a listing or from memory.
 // deleteAndWant posts a DELETE review of pod and fails unless the answer is
 // allowed as wanted, with reason in its message.
 func (h *harness) deleteAndWant(t *testing.T, pod *corev1.Pod, allowed bool, reason Reason) {
@@ -408,11 +403,24 @@ func (h *harness) deleteAndWant(t *testing.T, pod *corev1.Pod, allowed bool, rea
 	}
 }
 
-func TestHandlerBusyRecheckedByListing(t *testing.T) {
+// busyRunnerHarness is a harness with one legacy runner pod, runner-1 of
+// acme (ID 1001), registered on the fake GitHub and busy.
+func busyRunnerHarness(t *testing.T) (*harness, *corev1.Pod) {
+	t.Helper()
 	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").RunnerID(1001).Running().Obj()
 	h := newHarness(t, Config{}, pod)
 	h.github.AddRunner(acme(), "runner-1")
 	h.github.SetBusy(acme(), "runner-1", true)
+	return h, pod
+}
+
+// After GitHub's "busy" (a 422), the runner is re-checked with its scope's
+// shared listing, which costs no DELETE: a listing that shows it busy refuses,
+// one younger than ghclient.ListingTTL answers with no request at all, and
+// once it shows the runner idle the DELETE decides, and the pod goes. An
+// admission is never made from a listing or from memory.
+func TestHandlerBusyRecheckedByListing(t *testing.T) {
+	h, pod := busyRunnerHarness(t)
 	deleteAndWant := func(allowed bool, reason Reason) { t.Helper(); h.deleteAndWant(t, pod, allowed, reason) }
 	deleteAndWant(false, ReasonRunnerBusy) // the DELETE: 422
 	deleteAndWant(false, ReasonListedBusy) // busy lately: the listing is taken, and shows it busy
@@ -434,16 +442,10 @@ func TestHandlerBusyRecheckedByListing(t *testing.T) {
 // A listing that says idle never lets a pod go on its own: GitHub's listing
 // lags its broker (actions/runner#4422), so the DELETE's 422 wins.
 func TestHandlerLaggingListingNeverAdmits(t *testing.T) {
-	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").RunnerID(1001).Running().Obj()
-	h := newHarness(t, Config{}, pod)
-	h.github.AddRunner(acme(), "runner-1")
-	h.github.SetBusy(acme(), "runner-1", true)
+	h, pod := busyRunnerHarness(t)
 	h.github.SetListingLags(acme(), "runner-1", true) // listed idle, DELETE answers 422
-	for i, want := range []Reason{ReasonRunnerBusy, ReasonRunnerBusy, ReasonRunnerBusy} {
-		_, out := h.post(t, reviewJSON(t, request{op: OperationDelete, pod: pod}))
-		if out.Response.Allowed || !strings.Contains(out.Response.Result.Message, string(want)) {
-			t.Fatalf("delete %d: allowed = %v, result %+v; want a refusal with %s", i, out.Response.Allowed, out.Response.Result, want)
-		}
+	for range 3 {
+		h.deleteAndWant(t, pod, false, ReasonRunnerBusy)
 		h.clock.Advance(ghclient.ListingTTL)
 	}
 	if got := h.github.Count("DELETE"); got != 3 {
@@ -455,10 +457,7 @@ func TestHandlerLaggingListingNeverAdmits(t *testing.T) {
 // refuses, for busyRetryAfter, growing while the runner stays busy; past it
 // the DELETE asks again.
 func TestHandlerBusyRememberedWhenNoListing(t *testing.T) {
-	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").RunnerID(1001).Running().Obj()
-	h := newHarness(t, Config{}, pod)
-	h.github.AddRunner(acme(), "runner-1")
-	h.github.SetBusy(acme(), "runner-1", true)
+	h, pod := busyRunnerHarness(t)
 	deleteAndWant := func(allowed bool, reason Reason) { t.Helper(); h.deleteAndWant(t, pod, allowed, reason) }
 	deleteAndWant(false, ReasonRunnerBusy) // asked: busy, remembered 10s
 	h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Method: http.MethodGet, PathContains: "/actions/runners", Status: http.StatusBadGateway})
