@@ -38,6 +38,8 @@ func TestResolveARCCredentials(t *testing.T) {
 		arc.KeyGitHubAppInstallationID: "456",
 		arc.KeyGitHubAppPrivateKey:     key,
 	}
+	token := map[string]string{arc.KeyGitHubToken: "ghp_x"}
+	tokenOnDotCom := ghclient.Credentials{BaseURL: "https://api.github.com/", Token: "ghp_x"}
 	cases := map[string]struct {
 		configURL string
 		data      map[string]string
@@ -45,23 +47,23 @@ func TestResolveARCCredentials(t *testing.T) {
 	}{
 		"token on github.com": {
 			configURL: "https://github.com/acme",
-			data:      map[string]string{arc.KeyGitHubToken: "ghp_x"},
-			want:      ghclient.Credentials{BaseURL: "https://api.github.com/", Token: "ghp_x"},
+			data:      token,
+			want:      tokenOnDotCom,
 		},
 		"token from a file, with a newline": {
 			configURL: "https://github.com/acme/app",
 			data:      map[string]string{arc.KeyGitHubToken: "ghp_x\n"},
-			want:      ghclient.Credentials{BaseURL: "https://api.github.com/", Token: "ghp_x"},
+			want:      tokenOnDotCom,
 		},
 		"token for an enterprise": {
 			configURL: "https://github.com/enterprises/big",
-			data:      map[string]string{arc.KeyGitHubToken: "ghp_x"},
-			want:      ghclient.Credentials{BaseURL: "https://api.github.com/", Token: "ghp_x"},
+			data:      token,
+			want:      tokenOnDotCom,
 		},
 		"token and an incomplete App: ARC uses the token": {
 			configURL: "https://github.com/acme",
 			data:      map[string]string{arc.KeyGitHubToken: "ghp_x", arc.KeyGitHubAppID: "123"},
-			want:      ghclient.Credentials{BaseURL: "https://api.github.com/", Token: "ghp_x"},
+			want:      tokenOnDotCom,
 		},
 		"App on GHES": {
 			configURL: "https://ghes.example.com/acme/app",
@@ -80,7 +82,7 @@ func TestResolveARCCredentials(t *testing.T) {
 		},
 		"plain-http GHES: the caller's Router decides": {
 			configURL: "http://ghes.internal/acme",
-			data:      map[string]string{arc.KeyGitHubToken: "ghp_x"},
+			data:      token,
 			want:      ghclient.Credentials{BaseURL: "http://ghes.internal/api/v3/", Token: "ghp_x"},
 		},
 	}
