@@ -1,9 +1,9 @@
 package activation
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"net"
 	"reflect"
@@ -38,12 +38,11 @@ func newTestCerts(t *testing.T) testCerts {
 	if err != nil {
 		t.Fatal(err)
 	}
-	block, _ := pem.Decode(b.CertPEM)
-	leaf, err := x509.ParseCertificate(block.Bytes)
+	pair, err := tls.X509KeyPair(b.CertPEM, b.KeyPEM) // parses the leaf too
 	if err != nil {
 		t.Fatal(err)
 	}
-	return testCerts{caPEM: b.CACertPEM, otherCAPEM: other.CACertPEM, served: []*x509.Certificate{leaf}}
+	return testCerts{caPEM: b.CACertPEM, otherCAPEM: other.CACertPEM, served: []*x509.Certificate{pair.Leaf}}
 }
 
 func serviceConfig(ca []byte) admissionregistrationv1.WebhookClientConfig {
