@@ -67,6 +67,17 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 			wantRejected: rejected{"not_found": 0, "other_runner": 1},
 		}
 	}
+	// verifiedIn: in scope, whose runners are at path, r1's own untrusted
+	// hint is verified with a GET and then used.
+	verifiedIn := func(scope ghclient.Scope, path string) unregisterCase {
+		return unregisterCase{
+			scope:     scope,
+			setup:     func(f *ghfake.Fake) ghclient.IDHint { return untrusted(f.AddRunner(scope, "r1")) },
+			want:      ghclient.Removed,
+			wantCalls: []string{"GET " + path + "/1001", "DELETE " + path + "/1001"},
+			wantGone:  true,
+		}
+	}
 	runUnregister(t, map[string]unregisterCase{
 		"trusted hint: one DELETE": {
 			setup:        func(f *ghfake.Fake) ghclient.IDHint { return trusted(f.AddRunner(org, "r1")) },
@@ -137,20 +148,8 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 			wantGone:     true,
 			wantRejected: noneRejected,
 		},
-		"repo scope": {
-			scope:     repo,
-			setup:     func(f *ghfake.Fake) ghclient.IDHint { return untrusted(f.AddRunner(repo, "r1")) },
-			want:      ghclient.Removed,
-			wantCalls: []string{"GET " + repoRunners + "/1001", "DELETE " + repoRunners + "/1001"},
-			wantGone:  true,
-		},
-		"enterprise scope": {
-			scope:     ent,
-			setup:     func(f *ghfake.Fake) ghclient.IDHint { return untrusted(f.AddRunner(ent, "r1")) },
-			want:      ghclient.Removed,
-			wantCalls: []string{"GET " + entRunners + "/1001", "DELETE " + entRunners + "/1001"},
-			wantGone:  true,
-		},
+		"repo scope":       verifiedIn(repo, repoRunners),
+		"enterprise scope": verifiedIn(ent, entRunners),
 		"GHES under /api/v3": {
 			base: "http://ghe.example.com/api/v3/",
 			setup: func(f *ghfake.Fake) ghclient.IDHint {
