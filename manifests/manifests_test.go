@@ -560,7 +560,7 @@ func TestConfigFile(t *testing.T) {
 	if !reflect.DeepEqual(render.JSON(t, cfg), render.JSON(t, def)) {
 		t.Errorf("config beyond scopeBindings differs from the binary's defaults:\n got %s\nwant %s", render.JSON(t, cfg), render.JSON(t, def))
 	}
-	text := string(mustRead(t, "base/config.yaml"))
+	text := string(render.ReadFile(t, "manifests/base/config.yaml"))
 	for _, w := range []string{"REPLACE", "rollout restart"} {
 		if !strings.Contains(text, w) {
 			t.Errorf("base/config.yaml does not say %q", w)
@@ -728,7 +728,7 @@ func TestE2EKindOverlay(t *testing.T) {
 }
 
 func TestExampleSecret(t *testing.T) {
-	objs := render.MustParse(t, mustRead(t, "examples/github-secret.yaml"))
+	objs := render.MustParse(t, render.ReadFile(t, "manifests/examples/github-secret.yaml"))
 	s := render.Get[corev1.Secret](t, objs, "Secret", "runner-guard-github")
 	if s.Namespace != namespace {
 		t.Errorf("namespace %q", s.Namespace)
@@ -736,7 +736,7 @@ func TestExampleSecret(t *testing.T) {
 	if _, ok := s.StringData["token"]; !ok {
 		t.Error("example Secret has no token key")
 	}
-	text := string(mustRead(t, "examples/github-secret.yaml"))
+	text := string(render.ReadFile(t, "manifests/examples/github-secret.yaml"))
 	for _, w := range []string{"app-id", "installation-id", "private-key.pem", "--github-app-id", "--github-app-installation-id", "--github-app-private-key-file"} {
 		if !strings.Contains(text, w) {
 			t.Errorf("example Secret does not document %s", w)
@@ -748,15 +748,6 @@ func TestExampleSecret(t *testing.T) {
 			t.Errorf("overlay %s contains the GitHub Secret", o)
 		}
 	}
-}
-
-func mustRead(t *testing.T, p string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 // --- Against a real API server ----------------------------------------------
@@ -797,7 +788,7 @@ func TestServerSideDryRun(t *testing.T) {
 	}
 	// Render first: skips (no kustomize) before starting an API server.
 	docs := map[string][]byte{
-		"dist/install.yaml": mustRead(t, "../dist/install.yaml"),
+		"dist/install.yaml": render.ReadFile(t, "dist/install.yaml"),
 		"e2e-kind":          kustomized.Build(t, "e2e-kind"),
 		"local":             kustomized.Build(t, "local"),
 	}
@@ -895,7 +886,7 @@ func TestServerSideDryRun(t *testing.T) {
 // the pinned version.
 func TestKindTool(t *testing.T) {
 	kind := render.Tool(t, "KIND", "bin/kind", "run make kind or set KIND")
-	gomod := string(mustRead(t, "../hack/tools/kind/go.mod"))
+	gomod := string(render.ReadFile(t, "hack/tools/kind/go.mod"))
 	var want string
 	for _, line := range strings.Split(gomod, "\n") {
 		line, _, _ = strings.Cut(line, "//")

@@ -1,8 +1,6 @@
 package chart
 
 import (
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,10 +14,7 @@ import (
 // Artifact Hub accepts (its changes kinds, a category it knows), and the
 // license they name is the repository's LICENSE.
 func TestArtifactHubAnnotations(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(render.ChartDir(t), "Chart.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := render.ReadFile(t, "charts", "runner-guard", "Chart.yaml")
 	var chart struct {
 		Annotations map[string]string `json:"annotations"`
 	}
@@ -27,10 +22,7 @@ func TestArtifactHubAnnotations(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := chart.Annotations
-	license, err := os.ReadFile(filepath.Join(render.RepoRoot(t), "LICENSE"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	license := render.ReadFile(t, "LICENSE")
 	if a["artifacthub.io/license"] != "Apache-2.0" || !strings.Contains(string(license), "Apache License\n                           Version 2.0") {
 		t.Errorf("artifacthub.io/license %q, want Apache-2.0 matching LICENSE", a["artifacthub.io/license"])
 	}

@@ -3,8 +3,6 @@ package chart
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -40,7 +38,7 @@ var externalMetrics = map[string]string{
 var targetLabels = []string{"namespace", "pod", "job", "instance", "service", "endpoint", "container"}
 
 func monitoringValues() []string {
-	return []string{"--values", filepath.Join("testdata", "values", "certmanager-token.yaml")}
+	return []string{"--values", "testdata/values/certmanager-token.yaml"}
 }
 
 // servedFamily is a metric family the binary registers.
@@ -408,10 +406,7 @@ func TestMonitoringNeedsMetrics(t *testing.T) {
 // TestRunbook: every alert the chart renders has its runbook line in the
 // README's "Alerts and runbook" section, and the section names no other.
 func TestRunbook(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join(render.RepoRoot(t), "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	readme := render.ReadFile(t, "README.md")
 	_, section, ok := strings.Cut(string(readme), "\n### Alerts and runbook\n")
 	if !ok {
 		t.Fatal(`README.md has no "### Alerts and runbook" section`)

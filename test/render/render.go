@@ -32,6 +32,16 @@ func RepoRoot(t testing.TB) string {
 	return root
 }
 
+// ReadFile reads a file of the repository: path elements below its root.
+func ReadFile(t testing.TB, elem ...string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(append([]string{RepoRoot(t)}, elem...)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // ChartDir is charts/runner-guard.
 func ChartDir(t testing.TB) string { return filepath.Join(RepoRoot(t), "charts", "runner-guard") }
 
