@@ -52,15 +52,16 @@ const (
 	refNameAnnotation = "org.opencontainers.image.ref.name"
 )
 
+// listFlag is a repeatable flag: each use adds its value whole, so a
+// label's value may hold commas (-label KEY=a,b is one label).
 type listFlag []string
 
-func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) String() string { return strings.Join(*l, " ") }
 func (l *listFlag) Set(v string) error {
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			*l = append(*l, s)
-		}
+	if strings.TrimSpace(v) == "" {
+		return errors.New("empty value")
 	}
+	*l = append(*l, v)
 	return nil
 }
 
