@@ -55,14 +55,7 @@ func TestImage(t *testing.T) {
 		}
 	}
 
-	img, err := tarball.ImageFromPath(p, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	img, cf := loadArchive(t, p)
 	if cf.Config.User != "65532:65532" {
 		t.Errorf("user = %q, want 65532:65532", cf.Config.User)
 	}
@@ -139,6 +132,20 @@ func TestImage(t *testing.T) {
 	if !strings.Contains(string(out), "-webhook-port") {
 		t.Errorf("/webhook --help does not mention --webhook-port:\n%s", out)
 	}
+}
+
+// loadArchive is the image of a docker-archive and its config.
+func loadArchive(t *testing.T, path string) (v1.Image, *v1.ConfigFile) {
+	t.Helper()
+	img, err := tarball.ImageFromPath(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img, cf
 }
 
 // flatten returns the image's flattened file system by absolute path.

@@ -5,8 +5,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
-
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 // TestLabels: each -label is one label with its value whole, commas and all
@@ -28,14 +26,7 @@ func TestLabels(t *testing.T) {
 	if log, err := build("org.example.note=one, two", "org.example.empty="); err != nil {
 		t.Fatalf("image: %v\n%s", err, log)
 	}
-	img, err := tarball.ImageFromPath(out, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, cf := loadArchive(t, out)
 	if got := cf.Config.Labels["org.example.note"]; got != "one, two" {
 		t.Errorf("label org.example.note = %q, want %q (labels %v)", got, "one, two", cf.Config.Labels)
 	}
