@@ -65,10 +65,18 @@ func (l *listFlag) Set(v string) error {
 	return nil
 }
 
+// ociLabels are the org.opencontainers.image.<name> labels the flag -<name>
+// sets, with its default.
+var ociLabels = []struct{ name, def string }{
+	{"title", "runner-guard"}, {"version", "dev"}, {"description", ""}, {"source", ""}, {"revision", ""},
+}
+
 type options struct {
-	binary, path, out, ociLayout, version, title, description, source, revision, caBundle string
-	os, arch                                                                              string
-	tags, labels, platforms                                                               listFlag
+	binary, path, out, ociLayout, caBundle string
+	os, arch                               string
+	tags, labels, platforms                listFlag
+	// oci holds the ociLabels flags' values by name.
+	oci map[string]*string
 }
 
 func main() {
@@ -113,11 +121,10 @@ func buildMain(args []string) error {
 	fs.StringVar(&o.out, "out", "", "docker-archive tarball to write with the image of -arch")
 	fs.StringVar(&o.ociLayout, "oci-layout", "", "OCI image layout directory to write with the multi-arch index of the -platform images")
 	fs.Var(&o.tags, "tag", "image reference to record, e.g. runner-guard:v1 (repeatable; at least one)")
-	fs.StringVar(&o.version, "version", "dev", "org.opencontainers.image.version label")
-	fs.StringVar(&o.title, "title", "runner-guard", "org.opencontainers.image.title label")
-	fs.StringVar(&o.description, "description", "", "org.opencontainers.image.description label")
-	fs.StringVar(&o.source, "source", "", "org.opencontainers.image.source label (omitted when empty)")
-	fs.StringVar(&o.revision, "revision", "", "org.opencontainers.image.revision label (omitted when empty)")
+	o.oci = map[string]*string{}
+	for _, l := range ociLabels {
+		o.oci[l.name] = fs.String(l.name, l.def, "org.opencontainers.image."+l.name+" label (omitted when empty)")
+	}
 	fs.Var(&o.labels, "label", "extra label KEY=VALUE (repeatable)")
 	fs.StringVar(&o.caBundle, "ca-bundle", "/etc/ssl/certs/ca-certificates.crt", "PEM CA bundle to install at /etc/ssl/certs/ca-certificates.crt; empty for none")
 	fs.StringVar(&o.os, "os", "linux", "image OS")
@@ -232,17 +239,10 @@ func build(o options) error {
 }
 
 func imageLabels(o options) (map[string]string, error) {
-	labels := map[string]string{
-		"org.opencontainers.image.title":   o.title,
-		"org.opencontainers.image.version": o.version,
-	}
-	for k, v := range map[string]string{
-		"org.opencontainers.image.description": o.description,
-		"org.opencontainers.image.source":      o.source,
-		"org.opencontainers.image.revision":    o.revision,
-	} {
-		if v != "" {
-			labels[k] = v
+	labels := map[string]string{}
+	for name, v := range o.oci {
+		if *v != "" {
+			labels["org.opencontainers.image."+name] = *v
 		}
 	}
 	for _, kv := range o.labels {
