@@ -502,13 +502,20 @@ func (e *installEnv) serviceAccountKubeconfig() string {
 	return path
 }
 
-// waitForWebhook retries a dry-run delete of a busy runner's pod until the
-// API server calls the webhook and it refuses.
+// waitForWebhook waits until the webhook guards a new namespace's runner pods.
 func (e *installEnv) waitForWebhook() {
 	e.t.Helper()
 	scope, ns := e.scenario("probe")
+	e.waitGuarded("webhook configuration in effect", ns, scope)
+}
+
+// waitGuarded registers a busy runner with a pod called probe in ns and
+// retries a dry-run delete of that pod until the API server calls the
+// webhook and it refuses.
+func (e *installEnv) waitGuarded(what, ns string, scope ghclient.Scope) {
+	e.t.Helper()
 	e.runnerPod(ns, scope, "probe", true)
-	e.eventually("webhook configuration in effect", 60*time.Second, func() error {
+	e.eventually(what, 60*time.Second, func() error {
 		err := e.env.Client.CoreV1().Pods(ns).Delete(e.ctx, "probe", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil && strings.Contains(err.Error(), "runner busy") {
 			return nil
@@ -788,15 +795,7 @@ func (e *installEnv) guardNamespace(ns string) {
 	}
 	e.stopWebhook()
 	e.startWebhook()
-	scope := e.guardedScope()
-	e.runnerPod(ns, scope, "probe", true)
-	e.eventually("webhook guarding "+ns, 60*time.Second, func() error {
-		err := e.env.Client.CoreV1().Pods(ns).Delete(e.ctx, "probe", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil && strings.Contains(err.Error(), "runner busy") {
-			return nil
-		}
-		return fmt.Errorf("dry-run delete of a busy runner's pod: %v", err)
-	})
+	e.waitGuarded("webhook guarding "+ns, ns, e.guardedScope())
 }
 
 func (e *installEnv) guardedScope() ghclient.Scope {
