@@ -70,9 +70,7 @@ func TestHelmInstallOnControlPlane(t *testing.T) {
 	// Deletes and evictions go on in a guarded namespace from before the
 	// install to after the upgrade's rollout: none may fail.
 	window := e.startWindow()
-	notes := e.helm("install", releaseName, render.ChartDir(t), "--namespace", namespace, "--create-namespace", "--wait", "--timeout", "2m",
-		"--values", "testdata/values/external-url.yaml",
-		"--set", "webhook.url="+e.webhookURL(), "--set", "github.credentials.token="+githubToken)
+	notes := e.deploy("install")
 	if !strings.Contains(notes, "--dry-run=server") || !strings.Contains(notes, "kubectl delete validatingwebhookconfiguration runner-guard") {
 		t.Errorf("helm install NOTES do not show the dry-run check and the uninstall order:\n%s", notes)
 	}
@@ -102,10 +100,7 @@ func TestHelmInstallOnControlPlane(t *testing.T) {
 
 	// An upgrade that changes the policy keeps the generated CA: the API
 	// server's caBundle and the served certificate stay valid.
-	e.helm("upgrade", releaseName, render.ChartDir(t), "--namespace", namespace, "--wait", "--timeout", "2m",
-		"--values", "testdata/values/external-url.yaml",
-		"--set", "webhook.url="+e.webhookURL(), "--set", "github.credentials.token="+githubToken,
-		"--set", "policy.busyRetryAfter=20s")
+	e.deploy("upgrade", "policy.busyRetryAfter=20s")
 	// helm upgrade wrote Ignore back (a three-way merge re-applies the
 	// rendered value); the running webhook sets Fail again.
 	e.waitActivated()
@@ -205,6 +200,28 @@ func startInstallEnv(t *testing.T) *installEnv {
 
 func (e *installEnv) webhookURL() string { return fmt.Sprintf("https://127.0.0.1:%d", e.port) }
 
+// releaseArgs are helm's arguments to install or upgrade (verb) the release
+// in URL mode, at the webhook's address.
+func (e *installEnv) releaseArgs(verb string) []string {
+	args := []string{verb, releaseName, render.ChartDir(e.t), "--namespace", namespace}
+	if verb == "install" {
+		args = append(args, "--create-namespace")
+	}
+	return append(args, "--values", "testdata/values/external-url.yaml", "--set", "webhook.url="+e.webhookURL())
+}
+
+// deploy installs or upgrades (verb) the release with the fake GitHub's
+// token and waits for it; each of set is a --set value. It returns helm's
+// output (the NOTES).
+func (e *installEnv) deploy(verb string, set ...string) string {
+	e.t.Helper()
+	args := append(e.releaseArgs(verb), "--wait", "--timeout", "2m", "--set", "github.credentials.token="+githubToken)
+	for _, v := range set {
+		args = append(args, "--set", v)
+	}
+	return e.helm(args...)
+}
+
 // helm runs helm against the control plane as its admin.
 func (e *installEnv) helm(args ...string) string {
 	e.t.Helper()
@@ -225,9 +242,7 @@ func (e *installEnv) helmErr(args ...string) (string, error) {
 // naming the value, and leave nothing behind.
 func (e *installEnv) installRejectsBadValues() {
 	e.t.Helper()
-	_, err := e.helmErr("install", releaseName, render.ChartDir(e.t), "--namespace", namespace, "--create-namespace",
-		"--values", "testdata/values/external-url.yaml", "--set", "webhook.url="+e.webhookURL(),
-		"--set", "policy.githubTimeout=9s")
+	_, err := e.helmErr(append(e.releaseArgs("install"), "--set", "policy.githubTimeout=9s")...)
 	if err == nil || !strings.Contains(err.Error(), "policy.githubTimeout") {
 		e.t.Fatalf("helm install with githubTimeout 9s: %v, want an error naming policy.githubTimeout", err)
 	}
@@ -236,9 +251,7 @@ func (e *installEnv) installRejectsBadValues() {
 		e.t.Fatalf("a refused install left the webhook configuration: %v", err)
 	}
 	// Without a scope binding (and without policy.allowAnyScope) nothing is installed.
-	_, err = e.helmErr("install", releaseName, render.ChartDir(e.t), "--namespace", namespace, "--create-namespace",
-		"--values", "testdata/values/external-url.yaml", "--set", "webhook.url="+e.webhookURL(),
-		"--set", "policy.scopeBindings=null")
+	_, err = e.helmErr(append(e.releaseArgs("install"), "--set", "policy.scopeBindings=null")...)
 	if err == nil || !strings.Contains(err.Error(), "policy.scopeBindings") || !strings.Contains(err.Error(), "policy.allowAnyScope") {
 		e.t.Fatalf("helm install without a scope binding: %v, want an error naming policy.scopeBindings and policy.allowAnyScope", err)
 	}
@@ -783,10 +796,7 @@ func (e *installEnv) guardNamespace(ns string) {
 	if err := e.env.CreateNamespace(e.ctx, ns); err != nil {
 		e.t.Fatal(err)
 	}
-	e.helm("upgrade", releaseName, render.ChartDir(e.t), "--namespace", namespace, "--wait", "--timeout", "2m",
-		"--values", "testdata/values/external-url.yaml",
-		"--set", "webhook.url="+e.webhookURL(), "--set", "github.credentials.token="+githubToken,
-		"--set", "policy.guardedNamespaces={"+ns+"}")
+	e.deploy("upgrade", "policy.guardedNamespaces={"+ns+"}")
 	if _, err := e.env.Client.RbacV1().ClusterRoles().Get(e.ctx, "runner-guard", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		e.t.Fatalf("ClusterRole runner-guard with guarded namespaces: %v, want not found", err)
 	}
