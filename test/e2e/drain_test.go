@@ -32,12 +32,10 @@ func TestDrainWaitsForBusyRunner(t *testing.T) {
 	var out process.LockedBuffer
 	drain := exec.CommandContext(ctx, env.KubectlPath(), "--kubeconfig="+env.ControlPlane.Kubeconfig,
 		"drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=150s")
-	drain.Stdout, drain.Stderr = &out, &out
-	if err := drain.Start(); err != nil {
+	drainProc, err := process.StartChild("kubectl drain", drain, &out)
+	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- drain.Wait() }()
 
 	// kubectl drain retries a 429 quietly; GitHub's log shows each retry.
 	s.eventually("drain retries the refused eviction", 60*time.Second, func() error {
@@ -49,10 +47,8 @@ func TestDrainWaitsForBusyRunner(t *testing.T) {
 	if ev := s.waitForEvent("runner-drain", "RunnerBusy"); !strings.Contains(ev, "Evict") || !strings.Contains(ev, "runner busy") {
 		t.Errorf("event %q, want a RunnerBusy Evict event", ev)
 	}
-	select {
-	case err := <-done:
-		t.Fatalf("drain ended while the runner was busy: %v\n%s", err, out.String())
-	default:
+	if drainProc.Exited() {
+		t.Fatalf("drain ended while the runner was busy: %v\n%s", drainProc.Err(), out.String())
 	}
 	s.requireAlive("runner-drain")
 	if !s.registered("runner-drain") {
@@ -68,13 +64,8 @@ func TestDrainWaitsForBusyRunner(t *testing.T) {
 	})
 	// Play the kubelet so drain sees the pod gone.
 	s.requireDeleting("runner-drain")
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("drain failed: %v\n%s", err, out.String())
-		}
-	case <-time.After(90 * time.Second):
-		t.Fatalf("drain did not finish\n%s", out.String())
+	if err := drainProc.Wait(90 * time.Second); err != nil {
+		t.Fatalf("drain: %v\n%s", err, out.String())
 	}
 	if !strings.Contains(out.String(), "drained") {
 		t.Errorf("drain output lacks 'drained': %s", out.String())

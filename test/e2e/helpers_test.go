@@ -18,6 +18,7 @@ import (
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/fixture"
+	"github.com/runner-guard/runner-guard/test/process"
 )
 
 // scenario is one test's namespace and GitHub scope.
@@ -268,20 +269,11 @@ func deleteUntilAdmitted(s *scenario, pod string, args ...string) string {
 	return stderr
 }
 
-// eventually polls check until it passes or timeout.
+// eventually polls check until it passes; it fails the test once timeout
+// passes or the scenario's context ends.
 func (s *scenario) eventually(what string, timeout time.Duration, check func() error) {
 	s.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("%s: not after %s: %v", what, timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	process.Eventually(s.t, s.ctx, what, timeout, check)
 }
 
 // events lists events.k8s.io Events about a pod.

@@ -108,18 +108,14 @@ func TestMetricsSecure(t *testing.T) {
 
 	// The secure metrics server comes up after /readyz (it sets up its
 	// authentication first): wait for it to accept TLS.
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	s.eventually("metrics endpoint serving TLS", 30*time.Second, func() error {
 		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", fmt.Sprintf("127.0.0.1:%d", port),
 			&tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a probe against loopback
-		if err == nil {
-			_ = conn.Close()
-			break
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metrics endpoint not serving TLS 30s after start: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return conn.Close()
+	})
 
 	if code, body := get(""); code != http.StatusUnauthorized {
 		t.Errorf("no token: %d, want 401; body %.300s", code, body)
@@ -132,17 +128,14 @@ func TestMetricsSecure(t *testing.T) {
 	}
 	// RBAC takes effect in the API server's authorizer cache at once, but
 	// allow a few seconds for the binding to be seen.
-	var code int
 	var body string
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if code, body = get(bound); code == http.StatusOK || time.Now().After(deadline) {
-			break
+	s.eventually("token of a ServiceAccount bound to "+metricsReaderRole+" answered 200", 20*time.Second, func() error {
+		var code int
+		if code, body = get(bound); code != http.StatusOK {
+			return fmt.Errorf("%d, want 200; body %.300s", code, body)
 		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	if code != http.StatusOK {
-		t.Fatalf("token of a ServiceAccount bound to %s: %d, want 200; body %.300s", metricsReaderRole, code, body)
-	}
+		return nil
+	})
 	if !strings.Contains(body, "runner_guard_decisions_total") {
 		t.Errorf("metrics lack runner_guard_decisions_total:\n%.2000s", body)
 	}

@@ -38,6 +38,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/runner-guard/runner-guard/test/e2e/framework"
+	"github.com/runner-guard/runner-guard/test/process"
 )
 
 // Addresses inside the namespace: every one is the namespace's own loopback.
@@ -118,8 +119,8 @@ type Cluster struct {
 	ns    *netns
 	proxy *proxy
 	nodes *nodeLifecycle
-	procs []*framework.Process // in start order
-	http  *http.Client         // dials inside the namespace
+	procs []*process.Child // in start order
+	http  *http.Client     // dials inside the namespace
 }
 
 // Start brings up the e2e environment, then kube-scheduler, KWOK and
@@ -216,7 +217,7 @@ func (c *Cluster) Stop() {
 func (c *Cluster) Logs() []string {
 	var out []string
 	for _, p := range c.procs {
-		out = append(out, p.LogPath())
+		out = append(out, p.LogPath)
 	}
 	return out
 }
@@ -266,12 +267,12 @@ func (c *Cluster) componentKubeconfig(ctx context.Context, name string) (string,
 // startInNetns runs bin in the namespace (nsenter execs it, so signals reach
 // it directly) and waits until ready succeeds.
 func (c *Cluster) startInNetns(ctx context.Context, nsenter, name, bin string, args, env []string, ready func(context.Context) error) error {
-	p, err := framework.StartProcess(c.Dir, name, nsenter, append([]string{"--net=" + c.ns.path, "--", bin}, args...), env)
+	p, err := process.StartLogged(c.Dir, name, process.Command(nsenter, append([]string{"--net=" + c.ns.path, "--", bin}, args...), env))
 	if err != nil {
 		return err
 	}
 	c.procs = append(c.procs, p)
-	return p.WaitReady(ctx, name, 90*time.Second, ready)
+	return process.WaitReady(ctx, name, 90*time.Second, p, ready)
 }
 
 func (c *Cluster) get(url string) func(context.Context) error {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/test/fixture"
+	"github.com/runner-guard/runner-guard/test/process"
 )
 
 // scenario is one test's namespace, NodePool (both named after it), GitHub
@@ -184,7 +185,7 @@ func (s *scenario) requireConsolidated(node, pod string) NodeRecord {
 	}
 	// The watch may see the removal a moment after the API server says so.
 	var r NodeRecord
-	if err := WaitFor(s.ctx, "node log sees "+node+" gone", 30*time.Second, func(context.Context) error {
+	if err := process.Poll(s.ctx, "node log sees "+node+" gone", 30*time.Second, func(context.Context) error {
 		if r = s.nodes.Record(node); r.Gone.IsZero() {
 			return errNotYet
 		}

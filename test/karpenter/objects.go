@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/runner-guard/runner-guard/test/process"
 )
 
 // Karpenter's names, as its API spells them (sigs.k8s.io/karpenter/pkg/apis/v1).
@@ -129,7 +131,7 @@ func (c *Cluster) DeleteNodePool(ctx context.Context, name string) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete NodePool %s: %w", name, err)
 	}
-	return WaitFor(ctx, "nodes of NodePool "+name+" gone", 3*time.Minute, func(ctx context.Context) error {
+	return process.Poll(ctx, "nodes of NodePool "+name+" gone", 3*time.Minute, func(ctx context.Context) error {
 		nodes, err := c.PoolNodes(ctx, name)
 		if err != nil {
 			return err
@@ -153,23 +155,6 @@ func (c *Cluster) PoolNodes(ctx context.Context, pool string) ([]string, error) 
 	}
 	sort.Strings(out)
 	return out, nil
-}
-
-// WaitFor polls check every 250ms until it succeeds or timeout passes.
-func WaitFor(ctx context.Context, what string, timeout time.Duration, check func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		err := check(ctx)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: not after %s: %w", what, timeout, err)
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
 }
 
 // withCPU requests cpu on every container of the pod.
@@ -227,7 +212,7 @@ func (c *Cluster) LaunchNodes(ctx context.Context, ns, pool string, n int) (fill
 // returns it.
 func (c *Cluster) WaitRunning(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 	var pod *corev1.Pod
-	err := WaitFor(ctx, fmt.Sprintf("pod %s/%s running on a node", ns, name), 3*time.Minute, func(ctx context.Context) error {
+	err := process.Poll(ctx, fmt.Sprintf("pod %s/%s running on a node", ns, name), 3*time.Minute, func(ctx context.Context) error {
 		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -263,7 +248,7 @@ func (c *Cluster) DeleteAllPods(ctx context.Context, ns string) error {
 	if err := c.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
 		return fmt.Errorf("delete the pods of %s: %w", ns, err)
 	}
-	return WaitFor(ctx, "pods of "+ns+" gone", 2*time.Minute, func(ctx context.Context) error {
+	return process.Poll(ctx, "pods of "+ns+" gone", 2*time.Minute, func(ctx context.Context) error {
 		list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -277,7 +262,7 @@ func (c *Cluster) DeleteAllPods(ctx context.Context, ns string) error {
 
 // WaitPodGone waits until the pod no longer exists.
 func (c *Cluster) WaitPodGone(ctx context.Context, ns, name string, timeout time.Duration) error {
-	return WaitFor(ctx, fmt.Sprintf("pod %s/%s gone", ns, name), timeout, func(ctx context.Context) error {
+	return process.Poll(ctx, fmt.Sprintf("pod %s/%s gone", ns, name), timeout, func(ctx context.Context) error {
 		_, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -316,7 +301,7 @@ func (c *Cluster) WaitAnnotation(ctx context.Context, ns, pod, key, value string
 	if value == "" {
 		what = fmt.Sprintf("pod %s/%s without annotation %s", ns, pod, key)
 	}
-	return WaitFor(ctx, what, timeout, func(ctx context.Context) error {
+	return process.Poll(ctx, what, timeout, func(ctx context.Context) error {
 		p, err := c.Client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -450,7 +435,7 @@ func HasTaint(node *corev1.Node, key string) bool {
 
 // WaitNodeGone waits until the Node object no longer exists.
 func (c *Cluster) WaitNodeGone(ctx context.Context, node string, timeout time.Duration) error {
-	return WaitFor(ctx, "node "+node+" gone", timeout, func(ctx context.Context) error {
+	return process.Poll(ctx, "node "+node+" gone", timeout, func(ctx context.Context) error {
 		_, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -464,7 +449,7 @@ func (c *Cluster) WaitNodeGone(ctx context.Context, node string, timeout time.Du
 
 // WaitTainted waits until Karpenter has tainted the node DisruptedTaint.
 func (c *Cluster) WaitTainted(ctx context.Context, node string, timeout time.Duration) error {
-	return WaitFor(ctx, "node "+node+" tainted "+DisruptedTaint, timeout, func(ctx context.Context) error {
+	return process.Poll(ctx, "node "+node+" tainted "+DisruptedTaint, timeout, func(ctx context.Context) error {
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return err

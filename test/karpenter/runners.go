@@ -17,6 +17,7 @@ import (
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/fixture"
+	"github.com/runner-guard/runner-guard/test/process"
 )
 
 // EphemeralRunners is ARC's EphemeralRunner, whose CRD the e2e environment installs.
@@ -165,7 +166,7 @@ func (c *Cluster) RefusedPOSTs(ctx context.Context) (float64, error) {
 
 // WaitRefusedPOSTs waits until RefusedPOSTs reaches n.
 func (c *Cluster) WaitRefusedPOSTs(ctx context.Context, n float64, timeout time.Duration) error {
-	return WaitFor(ctx, fmt.Sprintf("%v of Karpenter's POSTs answered 429", n), timeout, func(ctx context.Context) error {
+	return process.Poll(ctx, fmt.Sprintf("%v of Karpenter's POSTs answered 429", n), timeout, func(ctx context.Context) error {
 		text, err := c.KarpenterMetrics(ctx)
 		if err != nil {
 			return err

@@ -3,6 +3,11 @@
 // directory and for the benchmark program in test/bench. No API server is
 // needed: the binary gets a kubeconfig pointing at a PodAPI, which serves the
 // pod reads it makes before asking GitHub.
+//
+// It is also the one process runner of every harness (child.go): Child starts
+// a process in its own process group with its output in a log file, WaitReady
+// waits for a starting process, and Eventually and Poll wait for a condition.
+// test/e2e/framework, test/node and test/karpenter use them.
 package process
 
 import (
@@ -23,7 +28,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -224,9 +228,8 @@ type Proc struct {
 	// Client speaks HTTPS to the webhook and trusts Files.Pool.
 	Client *http.Client
 
-	log    *LockedBuffer
-	waitCh chan struct{}
-	err    error
+	log   *LockedBuffer
+	child *Child
 }
 
 // Config starts a webhook process.
@@ -277,7 +280,6 @@ func Start(cfg Config, timeout time.Duration) (*Proc, error) {
 		HealthURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[2]),
 		Files:       cfg.Files,
 		log:         &LockedBuffer{},
-		waitCh:      make(chan struct{}),
 	}
 	p.WebhookURL = "https://" + p.WebhookAddr + ValidatePath
 	p.Client = &http.Client{
@@ -286,15 +288,9 @@ func Start(cfg Config, timeout time.Duration) (*Proc, error) {
 	}
 	p.Cmd = exec.Command(cfg.Bin, cfg.args(ports[0], ports[1], ports[2])...)
 	p.Cmd.Env = append(withoutEnv(os.Environ(), "GITHUB_TOKEN"), cfg.Env...)
-	p.Cmd.Stdout = p.log
-	p.Cmd.Stderr = p.log
-	if err := p.Cmd.Start(); err != nil {
+	if p.child, err = StartChild("webhook", p.Cmd, p.log); err != nil {
 		return nil, err
 	}
-	go func() {
-		p.err = p.Cmd.Wait()
-		close(p.waitCh)
-	}()
 	if err := p.waitReady(timeout); err != nil {
 		p.Kill()
 		return nil, fmt.Errorf("%w\nprocess output:\n%s", err, p.Log())
@@ -313,29 +309,21 @@ func NewTransport(pool *x509.CertPool, conns int) *http.Transport {
 	}
 }
 
+// waitReady waits until /readyz answers 200 and the webhook port accepts TLS.
 func (p *Proc) waitReady(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
 	c := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	defer c.CloseIdleConnections()
-	for {
-		select {
-		case <-p.waitCh:
-			return fmt.Errorf("webhook exited before it was ready: %v", p.err)
-		default:
+	return WaitReady(context.Background(), "webhook", timeout, p.child, func(ctx context.Context) error {
+		if code, _, err := get(c, p.HealthURL+"/readyz"); err != nil || code != http.StatusOK {
+			return fmt.Errorf("GET /readyz: %d %v", code, err)
 		}
-		if code, _, err := get(c, p.HealthURL+"/readyz"); err == nil && code == http.StatusOK {
-			conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", p.WebhookAddr,
-				&tls.Config{RootCAs: p.Files.Pool, ServerName: "127.0.0.1"})
-			if err == nil {
-				_ = conn.Close()
-				return nil
-			}
+		d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: time.Second}, Config: &tls.Config{RootCAs: p.Files.Pool, ServerName: "127.0.0.1"}}
+		conn, err := d.DialContext(ctx, "tcp", p.WebhookAddr)
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("webhook not ready after %s", timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return conn.Close()
+	})
 }
 
 func get(c *http.Client, url string) (int, []byte, error) {
@@ -360,34 +348,24 @@ func (p *Proc) Get(url string) (int, string, error) {
 func (p *Proc) Log() string { return p.log.String() }
 
 // Done is closed when the process has exited.
-func (p *Proc) Done() <-chan struct{} { return p.waitCh }
+func (p *Proc) Done() <-chan struct{} { return p.child.Done() }
 
 // ExitCode is the exit status once Done is closed (-1 when killed by a signal).
-func (p *Proc) ExitCode() int { return p.Cmd.ProcessState.ExitCode() }
+func (p *Proc) ExitCode() int { return p.child.ExitCode() }
 
 // Stop sends SIGTERM and waits up to timeout, then kills. It returns the exit code.
 func (p *Proc) Stop(timeout time.Duration) (int, error) {
 	p.Client.CloseIdleConnections()
-	select {
-	case <-p.waitCh:
-		return p.ExitCode(), nil
-	default:
+	if err := p.child.Stop(timeout); err != nil {
+		return -1, err
 	}
-	_ = p.Cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.waitCh:
-		return p.ExitCode(), nil
-	case <-time.After(timeout):
-		p.Kill()
-		return -1, fmt.Errorf("webhook did not exit %s after SIGTERM", timeout)
-	}
+	return p.ExitCode(), nil
 }
 
 // Kill ends the process at once and waits for it.
 func (p *Proc) Kill() {
 	p.Client.CloseIdleConnections()
-	_ = p.Cmd.Process.Kill()
-	<-p.waitCh
+	p.child.Kill()
 }
 
 // RSS returns the process's resident set (VmRSS) and peak (VmHWM) in bytes.

@@ -1,3 +1,10 @@
+// Package framework runs runner-guard's e2e environment on this machine: etcd,
+// kube-apiserver and kube-controller-manager built from their Go modules, the
+// fake GitHub, the real webhook binary, and the ValidatingWebhookConfiguration
+// rendered from manifests/local. Everything binds 127.0.0.1 and is torn down
+// by Stop; logs of every component stay in the run directory. Processes are
+// started and waited for with test/process (Child, WaitReady, Eventually),
+// which test/node and test/karpenter share.
 package framework
 
 import (
@@ -41,7 +48,7 @@ type ControlPlane struct {
 	URL    string
 	CACert []byte
 
-	etcd, apiserver, kcm *component
+	etcd, apiserver, kcm *process.Child
 	tokens               map[string]string // user -> token
 	ports                *process.Ports
 	kubectl              string // overrides Assets/kubectl for an existing cluster
@@ -97,19 +104,19 @@ func (c *ControlPlane) startEtcd(ctx context.Context, logf func(string, ...any))
 	}
 	clientURL := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
-	c.etcd, err = startProcess(c.Dir, "etcd", filepath.Join(c.Assets, "etcd"), []string{
+	c.etcd, err = process.StartLogged(c.Dir, "etcd", process.Command(filepath.Join(c.Assets, "etcd"), []string{
 		"--data-dir=" + filepath.Join(c.Dir, "etcd-data"),
 		"--listen-client-urls=" + clientURL, "--advertise-client-urls=" + clientURL,
 		"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
 		"--initial-cluster=default=" + peerURL,
 		"--unsafe-no-fsync=true",
-	}, nil)
+	}, nil))
 	if err != nil {
 		return err
 	}
 	c.URL = clientURL // temporarily: etcd's URL for the API server
 	logf("etcd starting on %s", clientURL)
-	return waitFor(ctx, "etcd", 30*time.Second, c.etcd, func(ctx context.Context) error {
+	return process.WaitReady(ctx, "etcd", 30*time.Second, c.etcd, func(ctx context.Context) error {
 		return HTTPGetOK(ctx, http.DefaultClient, clientURL+"/health")
 	})
 }
@@ -149,7 +156,7 @@ func (c *ControlPlane) startAPIServer(ctx context.Context, logf func(string, ...
 		return err
 	}
 	c.URL = fmt.Sprintf("https://127.0.0.1:%d", port)
-	c.apiserver, err = startProcess(c.Dir, "kube-apiserver", filepath.Join(c.Assets, "kube-apiserver"), append([]string{
+	c.apiserver, err = process.StartLogged(c.Dir, "kube-apiserver", process.Command(filepath.Join(c.Assets, "kube-apiserver"), append([]string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", port),
@@ -165,7 +172,7 @@ func (c *ControlPlane) startAPIServer(ctx context.Context, logf func(string, ...
 		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
 		"--cert-dir=" + certDir,
-	}, extraArgs...), nil)
+	}, extraArgs...), nil))
 	if err != nil {
 		return err
 	}
@@ -178,7 +185,7 @@ func (c *ControlPlane) startAPIServer(ctx context.Context, logf func(string, ...
 	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
 		return err
 	}
-	return waitFor(ctx, "kube-apiserver", 90*time.Second, c.apiserver, func(ctx context.Context) error {
+	return process.WaitReady(ctx, "kube-apiserver", 90*time.Second, c.apiserver, func(ctx context.Context) error {
 		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		if err != nil {
 			return fmt.Errorf("readyz: %w: %s", err, body)
@@ -193,7 +200,7 @@ func (c *ControlPlane) startControllerManager(ctx context.Context, logf func(str
 		return err
 	}
 	var err error
-	c.kcm, err = startProcess(c.Dir, "kube-controller-manager", filepath.Join(c.Assets, "kube-controller-manager"), []string{
+	c.kcm, err = process.StartLogged(c.Dir, "kube-controller-manager", process.Command(filepath.Join(c.Assets, "kube-controller-manager"), []string{
 		"--kubeconfig=" + kubeconfig,
 		"--authentication-kubeconfig=" + kubeconfig,
 		"--authorization-kubeconfig=" + kubeconfig,
@@ -203,12 +210,12 @@ func (c *ControlPlane) startControllerManager(ctx context.Context, logf func(str
 		"--controllers=serviceaccount-controller,namespace-controller,replicaset-controller,garbage-collector-controller",
 		"--concurrent-namespace-syncs=2",
 		"--namespace-sync-period=10s",
-	}, nil)
+	}, nil))
 	if err != nil {
 		return err
 	}
 	logf("kube-controller-manager starting")
-	return waitFor(ctx, "kube-controller-manager (default ServiceAccount)", 60*time.Second, c.kcm, func(ctx context.Context) error {
+	return process.WaitReady(ctx, "kube-controller-manager (default ServiceAccount)", 60*time.Second, c.kcm, func(ctx context.Context) error {
 		_, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err
 	})
@@ -241,17 +248,17 @@ func (c *ControlPlane) WriteKubeconfig(path, user, token string) error {
 
 // Stop ends the components in reverse order.
 func (c *ControlPlane) Stop() {
-	for _, p := range []*component{c.kcm, c.apiserver, c.etcd} {
-		_ = p.stop(10 * time.Second)
+	for _, p := range []*process.Child{c.kcm, c.apiserver, c.etcd} {
+		_ = p.Stop(10 * time.Second)
 	}
 }
 
 // Logs lists the log files of the components.
 func (c *ControlPlane) Logs() []string {
 	var logs []string
-	for _, p := range []*component{c.etcd, c.apiserver, c.kcm} {
+	for _, p := range []*process.Child{c.etcd, c.apiserver, c.kcm} {
 		if p != nil {
-			logs = append(logs, p.logPath)
+			logs = append(logs, p.LogPath)
 		}
 	}
 	return logs

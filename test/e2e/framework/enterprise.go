@@ -131,7 +131,7 @@ type Tinyproxy struct {
 	// URL is http://127.0.0.1:PORT, for HTTPS_PROXY.
 	URL     string
 	LogPath string
-	proc    *component
+	proc    *process.Child
 }
 
 // TinyproxyOptions configure StartTinyproxy.
@@ -183,12 +183,12 @@ func StartTinyproxy(ctx context.Context, o TinyproxyOptions) (*Tinyproxy, error)
 	if len(wrap) > 0 {
 		cmd, args = wrap[0], append(append(append([]string{}, wrap[1:]...), bin), args...)
 	}
-	p, err := startProcess(dir, "tinyproxy", cmd, args, nil)
+	p, err := process.StartLogged(dir, "tinyproxy", process.Command(cmd, args, nil))
 	if err != nil {
 		return nil, err
 	}
 	t := &Tinyproxy{URL: fmt.Sprintf("http://127.0.0.1:%d", port), LogPath: logPath, proc: p}
-	err = waitFor(ctx, "tinyproxy", 20*time.Second, p, func(ctx context.Context) error {
+	err = process.WaitReady(ctx, "tinyproxy", 20*time.Second, p, func(ctx context.Context) error {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
@@ -197,7 +197,7 @@ func StartTinyproxy(ctx context.Context, o TinyproxyOptions) (*Tinyproxy, error)
 		return c.Close()
 	})
 	if err != nil {
-		_ = p.stop(5 * time.Second)
+		_ = p.Stop(5 * time.Second)
 		return nil, err
 	}
 	return t, nil
@@ -223,7 +223,7 @@ func (t *Tinyproxy) Connects() ([]string, error) {
 }
 
 // Stop ends tinyproxy.
-func (t *Tinyproxy) Stop() error { return t.proc.stop(5 * time.Second) }
+func (t *Tinyproxy) Stop() error { return t.proc.Stop(5 * time.Second) }
 
 // WebhookMetric reads one unlabelled sample of the webhook's /metrics (a
 // gauge or counter), as started by StartWebhook with its plain-HTTP metrics.

@@ -78,7 +78,7 @@ type Env struct {
 	githubSrv   *http.Server
 	controlSrv  *http.Server
 	githubAddr  string
-	webhook     *component
+	webhook     *process.Child
 	webhookPort int
 	certDir     string
 	kubeconfig  string          // the webhook's own (ServiceAccount) kubeconfig
@@ -305,7 +305,7 @@ func (e *Env) StartWebhookWith(ctx context.Context, proc WebhookProcess, extraAr
 	if len(proc.Wrap) > 0 {
 		bin, args = proc.Wrap[0], append(append(slices.Clone(proc.Wrap[1:]), bin), args...)
 	}
-	e.webhook, err = startProcess(e.Dir, name, bin, args, proc.Env)
+	e.webhook, err = process.StartLogged(e.Dir, name, process.Command(bin, args, proc.Env))
 	if err != nil {
 		return err
 	}
@@ -314,7 +314,7 @@ func (e *Env) StartWebhookWith(ctx context.Context, proc WebhookProcess, extraAr
 	} else {
 		e.opts.Logf("runner-guard webhook starting on 127.0.0.1:%d", e.webhookPort)
 	}
-	return waitFor(ctx, "runner-guard webhook", 30*time.Second, e.webhook, func(ctx context.Context) error {
+	return process.WaitReady(ctx, "runner-guard webhook", 30*time.Second, e.webhook, func(ctx context.Context) error {
 		return HTTPGetOK(ctx, http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/readyz", healthPort))
 	})
 }
@@ -329,7 +329,7 @@ func (e *Env) RestartWebhookWith(ctx context.Context, proc WebhookProcess, extra
 	if e.webhook == nil {
 		return errors.New("the webhook runs in the cluster; it cannot be restarted from here")
 	}
-	if err := e.webhook.stop(15 * time.Second); err != nil {
+	if err := e.webhook.Stop(15 * time.Second); err != nil {
 		return err
 	}
 	return e.StartWebhookWith(ctx, proc, extraArgs...)
@@ -379,7 +379,7 @@ func (e *Env) waitForWebhook(ctx context.Context) error {
 	if _, err := e.CreateRunningPod(ctx, probe); err != nil {
 		return err
 	}
-	return waitFor(ctx, "ValidatingWebhookConfiguration in effect", 30*time.Second, e.webhook, func(ctx context.Context) error {
+	return process.WaitReady(ctx, "ValidatingWebhookConfiguration in effect", 30*time.Second, e.webhook, func(ctx context.Context) error {
 		err := e.Client.CoreV1().Pods(ns).Delete(ctx, "probe", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil && strings.Contains(err.Error(), "cannot tell where") {
 			return nil
@@ -394,7 +394,7 @@ func (e *Env) CreateNamespace(ctx context.Context, ns string) error {
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create namespace %s: %w", ns, err)
 	}
-	return waitFor(ctx, "default ServiceAccount in "+ns, 30*time.Second, nil, func(ctx context.Context) error {
+	return process.WaitReady(ctx, "default ServiceAccount in "+ns, 30*time.Second, nil, func(ctx context.Context) error {
 		_, err := e.Client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
 		return err
 	})
@@ -502,7 +502,7 @@ func (e *Env) kustomize(ctx context.Context, dir string) ([]byte, error) {
 // Stop tears everything down. Logs stay in Dir.
 func (e *Env) Stop() {
 	if e.webhook != nil {
-		_ = e.webhook.stop(15 * time.Second)
+		_ = e.webhook.Stop(15 * time.Second)
 	}
 	e.StopGitHub()
 	if e.controlSrv != nil {
