@@ -3,7 +3,6 @@ package chart
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -850,15 +849,5 @@ func (e *installEnv) scenarioGuardedIdle(t *testing.T) {
 
 func (e *installEnv) eventually(what string, timeout time.Duration, check func() error) {
 	e.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) || errors.Is(e.ctx.Err(), context.DeadlineExceeded) {
-			e.t.Fatalf("%s: %v (logs in %s)", what, err, e.dir)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	process.Eventually(e.t, e.ctx, what+" (logs in "+e.dir+")", timeout, check)
 }
