@@ -23,7 +23,9 @@ import (
 // holds a pod, never that a pod is no runner pod (one created a moment ago,
 // or missed by a stalled watch, is absent from it). A runner pod is guarded, a
 // pod that is no runner goes after one read, and only a failed read goes to
-// the on-error policy.
+// the on-error policy. A review in flight when the server is told to stop (a
+// rollout's SIGTERM ends controller-runtime's request contexts) still reads
+// the pod and decides.
 func TestEvictionReadsEveryPodLive(t *testing.T) {
 	runner := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
 	web := fixture.MakePod("ci", "web").Running().Obj()
@@ -31,6 +33,7 @@ func TestEvictionReadsEveryPodLive(t *testing.T) {
 		pod        *corev1.Pod
 		namespaces []string
 		failRead   bool
+		stopping   bool
 		reason     Reason
 		allowed    bool
 		reads      int
@@ -42,6 +45,7 @@ func TestEvictionReadsEveryPodLive(t *testing.T) {
 		"failed read":                       {pod: runner, failRead: true, reason: ReasonPodLookupFailed, reads: 1},
 		"pod outside the runner namespaces": {pod: runner, namespaces: []string{"team-a"}, reason: ReasonNotRunnerPod, allowed: true},
 		"pod inside the runner namespaces":  {pod: runner, namespaces: []string{"ci"}, reason: ReasonRunnerBusy, reads: 1, asked: 1},
+		"server stopping":                   {pod: runner, stopping: true, reason: ReasonRunnerBusy, reads: 1, asked: 1},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -53,6 +57,9 @@ func TestEvictionReadsEveryPodLive(t *testing.T) {
 						if tc.failRead {
 							return errors.New("connection refused")
 						}
+					}
+					if err := ctx.Err(); err != nil {
+						return err // as client-go does
 					}
 					return c.Get(ctx, key, obj, opts...)
 				},
@@ -68,7 +75,12 @@ func TestEvictionReadsEveryPodLive(t *testing.T) {
 			req := admission.Request{}
 			req.UID, req.Operation, req.Namespace, req.Name = "1", "CREATE", tc.pod.Namespace, tc.pod.Name
 			req.Resource.Resource, req.SubResource = "pods", "eviction"
-			resp := h.Handle(context.Background(), req)
+			ctx, stop := context.WithCancel(context.Background())
+			if tc.stopping {
+				stop()
+			}
+			defer stop()
+			resp := h.Handle(ctx, req)
 			if resp.Allowed != tc.allowed {
 				t.Errorf("allowed %v (%+v), want %v", resp.Allowed, resp.Result, tc.allowed)
 			}

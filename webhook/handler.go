@@ -141,9 +141,12 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Allowed(fmt.Sprintf("runner-guard does not handle %s %s/%s", req.Operation, req.Resource.Resource, req.SubResource))
 	}
 	// The API server's timeoutSeconds runs from about now: the eviction's pod
-	// read below, like every later step, ends inside it.
+	// read below, like every later step, ends inside it. Only that deadline
+	// bounds it: controller-runtime's request contexts end when the server is
+	// told to stop (a rollout's SIGTERM), and a review in flight then must
+	// still be answered on its facts, not refused as a failed read.
 	arrived := time.Now()
-	readCtx, cancel := context.WithDeadline(ctx, decisionDeadline(arrived, h.decider.webhookTimeout))
+	readCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), decisionDeadline(arrived, h.decider.webhookTimeout))
 	defer cancel()
 	r, err := h.facts(readCtx, op, req)
 	if err != nil {
