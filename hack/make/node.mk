@@ -4,7 +4,8 @@
 
 NODE_IMAGE_PAUSE      ?= $(BIN)/node-pause-image.tar
 NODE_IMAGE_FAKERUNNER ?= $(BIN)/fakerunner-image.tar
-# What test/node reads (written by node-deps): binaries, images, kustomize.
+# What test/node reads (written by node-deps): binaries, images, helm (it
+# installs runner-guard from charts/runner-guard).
 NODE_ENV_FILE         := $(BIN)/node.env
 # The node needs root and network namespaces. `make test` runs it where it
 # can; E2E_NODE=1 makes a machine that cannot a failure instead of a skip.
@@ -26,17 +27,17 @@ node-images: $(IMAGE_TOOL) ## Build the node's pause image and the fake runner i
 	  -description "A GitHub Actions runner played against the fake GitHub, for runner-guard's node tests"
 
 .PHONY: node-deps
-node-deps: k8s node kustomize image image-fakegithub node-images
+node-deps: k8s node $(HELM) image image-fakegithub node-images
 	@[ "$(NODE_CAPABLE)" = yes ] || { echo "node: cannot run the real node here: it needs root, nsenter and ip (iproute2)" >&2; exit 1; }
 	@{ echo "KUBEBUILDER_ASSETS=$(K8S_ASSETS)"; \
 	   echo "RUNNER_GUARD_NODE_ASSETS=$$($(CURDIR)/hack/build-node.sh)"; \
 	   echo "RUNNER_GUARD_NODE_IMAGES=$(NODE_IMAGE_PAUSE) $(IMAGE_TAR) $(FAKEGITHUB_TAR) $(NODE_IMAGE_FAKERUNNER)"; \
-	   echo "KUSTOMIZE=$(KUSTOMIZE)"; } > $(NODE_ENV_FILE)
+	   echo "HELM=$(HELM)"; } > $(NODE_ENV_FILE)
 
 # RUNNER_GUARD_NODE_SKIP is cleared: make test sets it for its own go test
 # (see below), and its prerequisites inherit it.
 .PHONY: e2e-node
-e2e-node: node-deps ## Run the real-node scenarios (root): runner-guard as pods, busy/idle runners, drain, rollout, the e2e suite.
+e2e-node: node-deps ## Run the real-node scenarios (root): runner-guard installed with helm, busy/idle runners, drain, rollout, the e2e suite, dist/install.yaml.
 	RUNNER_GUARD_NODE_SKIP= E2E_NODE=1 RUNNER_GUARD_NODE_ENV=$(NODE_ENV_FILE) $(GO) test -count=1 -timeout 45m -v ./test/node/
 
 # `make test` runs the node where it can (or must: E2E_NODE=1), before its

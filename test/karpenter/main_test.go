@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/runner-guard/runner-guard/test/e2e/framework"
+	"github.com/runner-guard/runner-guard/test/process"
 )
 
 // cluster is the environment every scenario shares; each works in its own
@@ -28,11 +29,9 @@ func run(m *testing.M) int {
 	}
 	opts, reason := optionsFromEnv()
 	if reason != "" {
-		if os.Getenv("E2E_NODE") == "1" {
-			fmt.Fprintf(os.Stderr, "karpenter: E2E_NODE=1 but the Karpenter scenarios cannot run here: %s\n", reason)
+		if process.CannotRun("karpenter", reason) {
 			return 1
 		}
-		fmt.Printf("karpenter: scenarios skipped: %s (E2E_NODE=1 makes this a failure)\n", reason)
 		return m.Run()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

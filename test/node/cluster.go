@@ -14,12 +14,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runner-guard/runner-guard/test/e2e/framework"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/runner-guard/runner-guard/test/e2e/framework"
+	"github.com/runner-guard/runner-guard/test/process"
 )
 
 // Options says where the binaries are and where the run keeps its files.
@@ -54,7 +55,7 @@ type Cluster struct {
 
 	pki        *pki
 	tokens     map[string]string // user -> token
-	components []*component      // in start order
+	components []*process.Child  // in start order
 	sock       string            // containerd's socket
 }
 
@@ -102,7 +103,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 // the node (see Cleanup). Logs stay in Dir.
 func (c *Cluster) Stop() {
 	for i := len(c.components) - 1; i >= 0; i-- {
-		c.components[i].stop(10 * time.Second)
+		if err := c.components[i].Stop(10 * time.Second); err != nil {
+			c.opts.Logf("%v", err)
+		}
 	}
 	if err := Cleanup(c.opts.Logf); err != nil {
 		c.opts.Logf("cleanup: %v", err)
@@ -113,17 +116,21 @@ func (c *Cluster) Stop() {
 func (c *Cluster) Logs() []string {
 	var out []string
 	for _, p := range c.components {
-		out = append(out, p.logPath)
+		out = append(out, p.LogPath)
 	}
 	return out
 }
 
-func (c *Cluster) start(name, bin string, args ...string) (*component, error) {
+func (c *Cluster) start(name, bin string, args ...string) (*process.Child, error) {
 	return c.startEnv(name, nil, bin, args...)
 }
 
-func (c *Cluster) startEnv(name string, env []string, bin string, args ...string) (*component, error) {
-	p, err := startComponent(c.opts.Dir, name, env, bin, args...)
+// startEnv starts bin in the node's network namespace (host mount
+// namespace); env is added to the harness's environment.
+func (c *Cluster) startEnv(name string, env []string, bin string, args ...string) (*process.Child, error) {
+	cmd := inNetnsCommand(context.Background(), bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	p, err := process.StartLogged(c.opts.Dir, name, cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +219,7 @@ func (c *Cluster) startEtcd(ctx context.Context) error {
 		return err
 	}
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: DialContext}}
-	return waitFor(ctx, "etcd", 60*time.Second, p, func(ctx context.Context) error {
+	return process.WaitReady(ctx, "etcd", 60*time.Second, p, func(ctx context.Context) error {
 		return framework.HTTPGetOK(ctx, client, url+"/health")
 	})
 }
@@ -254,7 +261,7 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return waitFor(ctx, "kube-apiserver", 120*time.Second, p, func(ctx context.Context) error {
+	return process.WaitReady(ctx, "kube-apiserver", 120*time.Second, p, func(ctx context.Context) error {
 		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		if err != nil {
 			return fmt.Errorf("readyz: %w: %s", err, body)
@@ -279,7 +286,7 @@ func (c *Cluster) startControllerManager(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return waitFor(ctx, "kube-controller-manager (default ServiceAccount)", 90*time.Second, p, func(ctx context.Context) error {
+	return process.WaitReady(ctx, "kube-controller-manager (default ServiceAccount)", 90*time.Second, p, func(ctx context.Context) error {
 		_, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err
 	})
@@ -295,7 +302,7 @@ func (c *Cluster) startScheduler(ctx context.Context) error {
 	}
 	// Ready once it serves its health endpoint; it needs no more to schedule.
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: DialContext, TLSClientConfig: insecureLocalTLS()}}
-	return waitFor(ctx, "kube-scheduler", 60*time.Second, p, func(ctx context.Context) error {
+	return process.WaitReady(ctx, "kube-scheduler", 60*time.Second, p, func(ctx context.Context) error {
 		return framework.HTTPGetOK(ctx, client, "https://127.0.0.1:10259/healthz")
 	})
 }
@@ -323,7 +330,7 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return waitFor(ctx, "containerd", 60*time.Second, p, func(ctx context.Context) error {
+	return process.WaitReady(ctx, "containerd", 60*time.Second, p, func(ctx context.Context) error {
 		return c.ctr(ctx, "version")
 	})
 }
@@ -370,7 +377,7 @@ func (c *Cluster) startKubelet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return waitFor(ctx, "kubelet (Node Ready)", 120*time.Second, p, func(ctx context.Context) error {
+	return process.WaitReady(ctx, "kubelet (Node Ready)", 120*time.Second, p, func(ctx context.Context) error {
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -394,7 +401,7 @@ func (c *Cluster) startKubeProxy(ctx context.Context) error {
 		return err
 	}
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: DialContext}}
-	return waitFor(ctx, "kube-proxy", 60*time.Second, p, func(ctx context.Context) error {
+	return process.WaitReady(ctx, "kube-proxy", 60*time.Second, p, func(ctx context.Context) error {
 		return framework.HTTPGetOK(ctx, client, "http://127.0.0.1:10256/healthz")
 	})
 }

@@ -9,15 +9,15 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/runner-guard/runner-guard/certs"
+	"github.com/runner-guard/runner-guard/test/process"
 	"github.com/runner-guard/runner-guard/webhook/activation"
 )
 
@@ -29,19 +29,122 @@ const FakeGitHubIP = "10.96.0.50"
 // FakeGitHubURL is the fake GitHub as pods see it.
 const FakeGitHubURL = "http://" + FakeGitHubIP + ":8080"
 
-// RenderRunnerGuard renders what a user applies without cert-manager: the
-// e2e-kind overlay (manifests/default plus the fake GitHub and its token
-// Secret) with cert-manager's Issuer and Certificate replaced by a serving
-// certificate Secret from the certs package and the CA bundle written into
-// the ValidatingWebhookConfiguration, and the fake GitHub addressed by its
-// pinned ClusterIP instead of its DNS name.
-func RenderRunnerGuard(ctx context.Context, repoRoot, kustomize string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, kustomize, "build", filepath.Join(repoRoot, "manifests", "e2e-kind"))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	rendered, err := cmd.Output()
+// The release test/node installs, named so its objects match dist/install.yaml's.
+const releaseName = "runner-guard"
+
+// fakeGitHubToken is the token manifests/e2e-kind/github-secret.yaml holds.
+const fakeGitHubToken = "e2e-token"
+
+// chartValues are the chart's values on the node: the images imported into
+// containerd, the fake GitHub by its pinned address, certificates the chart
+// generates (no cert-manager), any scope (the suites register runners of many
+// organisations), evictions reviewed in every namespace with Fail, and each
+// replica 450 GitHub points a minute (the chart splits the budget between the
+// replicas), as manifests/e2e-kind sets them up for the e2e suite run
+// against the node.
+func chartValues() string {
+	return fmt.Sprintf(`image:
+  repository: runner-guard
+  tag: latest
+  pullPolicy: Never
+github:
+  url: %s/
+  allowHTTP: true
+  credentials:
+    existingSecret: runner-guard-github
+certificates:
+  mode: generate
+policy:
+  allowAnyScope: true
+  evictionsInAllNamespaces: true
+  evictionsFailurePolicy: Fail
+  githubBudget:
+    pointsPerMinute: 900
+`, FakeGitHubURL)
+}
+
+// RenderFakeGitHub renders manifests/e2e-kind's fake GitHub and its token
+// Secret for the node: the Service at its pinned ClusterIP, and the token also
+// under ARC's key name (github_token), which the chart's existingSecret reads.
+func RenderFakeGitHub(repoRoot string) ([]byte, error) {
+	var out bytes.Buffer
+	for _, f := range []string{"github-secret.yaml", "fakegithub.yaml"} {
+		b, err := os.ReadFile(filepath.Join(repoRoot, "manifests", "e2e-kind", f))
+		if err != nil {
+			return nil, err
+		}
+		objs, err := decodeAll(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		for _, o := range objs {
+			switch o["kind"] {
+			case "Secret":
+				data, _ := o["stringData"].(map[string]any)
+				if data["token"] != fakeGitHubToken {
+					return nil, fmt.Errorf("%s: stringData.token is not %q", f, fakeGitHubToken)
+				}
+				data["github_token"] = fakeGitHubToken
+			case "Service":
+				o["spec"].(map[string]any)["clusterIP"] = FakeGitHubIP
+			}
+			if err := writeJSONDoc(&out, o); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out.Bytes(), nil
+}
+
+// InstallRunnerGuard deploys the fake GitHub, then installs runner-guard with
+// `helm install` from charts/runner-guard (the README's first install path),
+// and waits until both replicas are ready and a replica has activated the
+// webhook configuration.
+func (c *Cluster) InstallRunnerGuard(ctx context.Context, repoRoot, helm string) error {
+	fake, err := RenderFakeGitHub(repoRoot)
 	if err != nil {
-		return nil, fmt.Errorf("kustomize build manifests/e2e-kind: %w: %s", err, stderr.String())
+		return err
+	}
+	if out, err := c.Kubectl(ctx, "create", "namespace", certs.Namespace); err != nil {
+		return fmt.Errorf("create namespace %s: %w: %s", certs.Namespace, err, out)
+	}
+	if err := c.apply(ctx, "fakegithub.yaml", fake); err != nil {
+		return err
+	}
+	values := c.file("values.yaml")
+	if err := os.WriteFile(values, []byte(chartValues()), 0o644); err != nil {
+		return err
+	}
+	if out, err := c.Helm(ctx, helm, "install", releaseName, filepath.Join(repoRoot, "charts", "runner-guard"),
+		"--namespace", certs.Namespace, "--values", values, "--wait", "--timeout", "3m"); err != nil {
+		return fmt.Errorf("helm install: %w: %s\n%s", err, out, c.diagnose(certs.Namespace))
+	}
+	return c.rolledOut(ctx, "deployment/fakegithub", "deployment/runner-guard-webhook")
+}
+
+// Helm runs helm as the admin inside the node's network namespace, with a
+// configuration of its own (no user repositories or registries are read).
+func (c *Cluster) Helm(ctx context.Context, helm string, args ...string) (string, error) {
+	home := c.file("helm")
+	cmd := inNetnsCommand(ctx, helm, append(args, "--kubeconfig", c.Kubeconfig)...)
+	cmd.Env = append(os.Environ(),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"))
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// RenderInstallYAML renders dist/install.yaml, what a user applies, for the
+// node, which has no cert-manager: cert-manager's Issuers and Certificates
+// replaced by a serving certificate Secret from the certs package and the CA
+// bundle written into the ValidatingWebhookConfiguration. As in
+// manifests/e2e-kind, the webhook calls the fake GitHub (by its pinned
+// address), any scope is allowed, and evictions are reviewed in every namespace.
+func RenderInstallYAML(repoRoot string) ([]byte, error) {
+	rendered, err := os.ReadFile(filepath.Join(repoRoot, "dist", "install.yaml"))
+	if err != nil {
+		return nil, err
 	}
 	bundle, err := certs.Generate(certs.Options{DNSNames: certs.DefaultDNSNames()})
 	if err != nil {
@@ -106,7 +209,7 @@ func writeJSONDoc(w *bytes.Buffer, o map[string]any) error {
 	return nil
 }
 
-// adjust rewrites one rendered object in place; false drops it.
+// adjust rewrites one object of dist/install.yaml in place; false drops it.
 func adjust(o map[string]any, caPEM []byte) (bool, error) {
 	kind, _ := o["kind"].(string)
 	meta, _ := o["metadata"].(map[string]any)
@@ -120,48 +223,68 @@ func adjust(o map[string]any, caPEM []byte) (bool, error) {
 		}
 		hooks, _ := o["webhooks"].([]any)
 		for _, h := range hooks {
-			cc, _ := h.(map[string]any)["clientConfig"].(map[string]any)
+			hook, _ := h.(map[string]any)
+			cc, _ := hook["clientConfig"].(map[string]any)
 			if cc == nil {
 				return false, fmt.Errorf("webhook without clientConfig in %s", name)
 			}
 			cc["caBundle"] = base64.StdEncoding.EncodeToString(caPEM)
+			if hook["name"] == "evictions.runner-guard.io" {
+				sel, _ := hook["namespaceSelector"].(map[string]any)
+				delete(sel, "matchLabels")
+			}
 		}
 		return len(hooks) > 0, nil
-	case kind == "Service" && name == "fakegithub":
-		o["spec"].(map[string]any)["clusterIP"] = FakeGitHubIP
+	case kind == "ConfigMap" && name == "runner-guard-config":
+		o["data"].(map[string]any)["config.yaml"] = "scopeBindings: []\n"
 	case kind == "Deployment" && name == "runner-guard-webhook":
-		return true, rewriteGitHubURL(o)
+		return true, addWebhookArgs(o, "--github-url="+FakeGitHubURL+"/", "--github-allow-http")
 	}
 	return true, nil
 }
 
-// rewriteGitHubURL points the webhook's --github-url at the fake's address.
-func rewriteGitHubURL(deploy map[string]any) error {
+// addWebhookArgs appends args to the webhook container's command line.
+func addWebhookArgs(deploy map[string]any, args ...string) error {
 	spec := deploy["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
 	containers, _ := spec["containers"].([]any)
-	for _, c := range containers {
-		args, _ := c.(map[string]any)["args"].([]any)
-		for i, a := range args {
-			if s, _ := a.(string); strings.HasPrefix(s, "--github-url=") {
-				args[i] = "--github-url=" + FakeGitHubURL + "/"
-				return nil
-			}
-		}
+	if len(containers) == 0 {
+		return errors.New("runner-guard-webhook Deployment has no container")
 	}
-	return errors.New("runner-guard-webhook Deployment has no --github-url argument to point at the fake")
+	c := containers[0].(map[string]any)
+	have, _ := c["args"].([]any)
+	for _, a := range args {
+		have = append(have, a)
+	}
+	c["args"] = have
+	return nil
 }
 
-// DeployRunnerGuard applies the rendered manifests with kubectl and waits for
-// the fake GitHub and both webhook replicas to be rolled out.
+// DeployRunnerGuard applies the rendered manifests with kubectl and waits
+// until both webhook replicas are ready and a replica has activated the
+// webhook configuration.
 func (c *Cluster) DeployRunnerGuard(ctx context.Context, manifests []byte) error {
-	path := filepath.Join(c.opts.Dir, "runner-guard.yaml")
+	if err := c.apply(ctx, "runner-guard.yaml", manifests); err != nil {
+		return err
+	}
+	return c.rolledOut(ctx, "deployment/runner-guard-webhook")
+}
+
+// apply writes manifests to the run directory as name and applies them.
+func (c *Cluster) apply(ctx context.Context, name string, manifests []byte) error {
+	path := c.file(name)
 	if err := os.WriteFile(path, manifests, 0o644); err != nil {
 		return err
 	}
 	if out, err := c.Kubectl(ctx, "apply", "--server-side", "-f", path); err != nil {
-		return fmt.Errorf("kubectl apply: %w: %s", err, out)
+		return fmt.Errorf("kubectl apply -f %s: %w: %s", name, err, out)
 	}
-	for _, d := range []string{"deployment/fakegithub", "deployment/runner-guard-webhook"} {
+	return nil
+}
+
+// rolledOut waits for the rollouts of runner-guard's namespace, then for a
+// replica to activate the webhook configuration.
+func (c *Cluster) rolledOut(ctx context.Context, deployments ...string) error {
+	for _, d := range deployments {
 		wctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
 		out, err := c.Kubectl(wctx, "-n", certs.Namespace, "rollout", "status", d, "--timeout=180s")
 		cancel()
@@ -177,31 +300,21 @@ func (c *Cluster) DeployRunnerGuard(ctx context.Context, manifests []byte) error
 // (package webhook/activation), so a test that stops runner-guard next sees
 // the policy users get.
 func (c *Cluster) waitActivated(ctx context.Context) error {
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		var out bytes.Buffer
-		cmd := c.KubectlCommand(ctx, "get", "validatingwebhookconfiguration", "runner-guard", "-o", "json")
-		cmd.Stdout = &out
-		err := cmd.Run()
-		var pending []string
-		if err == nil {
-			var vwc admissionregistrationv1.ValidatingWebhookConfiguration
-			if err = json.Unmarshal(out.Bytes(), &vwc); err == nil {
-				pending, err = notActivated(&vwc)
-			}
+	err := process.Poll(ctx, "webhook configuration activated", 2*time.Minute, func(ctx context.Context) error {
+		vwc, err := c.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "runner-guard", metav1.GetOptions{})
+		if err != nil {
+			return err
 		}
-		if err == nil && len(pending) == 0 {
-			return nil
+		pending, err := notActivated(vwc)
+		if err == nil && len(pending) > 0 {
+			err = fmt.Errorf("entries not activated: %v", pending)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("webhook configuration not activated: %v %v\n%s", pending, err, c.diagnose(certs.Namespace))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, c.diagnose(certs.Namespace))
 	}
+	return nil
 }
 
 // notActivated names the entries whose failurePolicy is not yet their annotated one.

@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/runner-guard/runner-guard/test/process"
 )
 
 // The fake GitHub's control API through the API server's service proxy.
@@ -115,20 +117,11 @@ func (s *scenario) startRunners(names ...string) {
 	}
 }
 
-// eventually polls f every 250ms until it succeeds or timeout passes.
-func (s *scenario) eventually(what string, timeout time.Duration, f func() error) {
+// eventually polls check until it passes; it fails the test once timeout
+// passes or the scenario's context ends.
+func (s *scenario) eventually(what string, timeout time.Duration, check func() error) {
 	s.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) || s.ctx.Err() != nil {
-			s.t.Fatalf("%s: not within %s: %v", what, timeout, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	process.Eventually(s.t, s.ctx, what, timeout, check)
 }
 
 func (s *scenario) pod(name string) *corev1.Pod {

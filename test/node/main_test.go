@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/runner-guard/runner-guard/test/process"
 )
 
 // cluster is the node every scenario shares; each works in its own
@@ -34,11 +36,9 @@ func run(m *testing.M) int {
 	}
 	opts, reason := optionsFromEnv()
 	if reason != "" {
-		if os.Getenv("E2E_NODE") == "1" {
-			fmt.Fprintf(os.Stderr, "node: E2E_NODE=1 but the node tests cannot run here: %s\n", reason)
+		if process.CannotRun("node", reason) {
 			return 1
 		}
-		fmt.Printf("node: skipped: %s (E2E_NODE=1 makes this a failure)\n", reason)
 		return 0
 	}
 	unlock, err := lockNode()
@@ -89,11 +89,7 @@ func run(m *testing.M) int {
 }
 
 func deploy(ctx context.Context) error {
-	manifests, err := RenderRunnerGuard(ctx, repoRoot, os.Getenv("KUSTOMIZE"))
-	if err != nil {
-		return err
-	}
-	return cluster.DeployRunnerGuard(ctx, manifests)
+	return cluster.InstallRunnerGuard(ctx, repoRoot, os.Getenv("HELM"))
 }
 
 // optionsFromEnv reads what `make e2e-node` passes; a non-empty reason says
@@ -117,10 +113,10 @@ func optionsFromEnv() (Options, string) {
 		Logf:       func(f string, a ...any) { fmt.Printf("node: "+f+"\n", a...) },
 	}
 	images := strings.Fields(os.Getenv("RUNNER_GUARD_NODE_IMAGES"))
-	if opts.K8sAssets == "" || opts.NodeAssets == "" || len(images) == 0 || os.Getenv("KUSTOMIZE") == "" {
-		return Options{}, "KUBEBUILDER_ASSETS, RUNNER_GUARD_NODE_ASSETS, RUNNER_GUARD_NODE_IMAGES and KUSTOMIZE are not set (run make e2e-node)"
+	if opts.K8sAssets == "" || opts.NodeAssets == "" || len(images) == 0 || os.Getenv("HELM") == "" {
+		return Options{}, "KUBEBUILDER_ASSETS, RUNNER_GUARD_NODE_ASSETS, RUNNER_GUARD_NODE_IMAGES and HELM are not set (run make e2e-node)"
 	}
-	for _, f := range append(images, filepath.Join(opts.NodeAssets, "kubelet"), filepath.Join(opts.K8sAssets, "kube-apiserver")) {
+	for _, f := range append(images, filepath.Join(opts.NodeAssets, "kubelet"), filepath.Join(opts.K8sAssets, "kube-apiserver"), os.Getenv("HELM")) {
 		if _, err := os.Stat(f); err != nil {
 			return Options{}, fmt.Sprintf("missing %v (run make e2e-node)", err)
 		}

@@ -197,12 +197,10 @@ func TestNodeDrainWaitsForBusyRunner(t *testing.T) {
 		// --force: ARC's runner pods are owned by its custom resources,
 		// which drain does not know as controllers.
 		"--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=200s")
-	drain.Stdout, drain.Stderr = &out, &out
-	if err := drain.Start(); err != nil {
+	drainProc, err := process.StartChild("kubectl drain", drain, &out)
+	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- drain.Wait() }()
 
 	s.eventually("drain retries the refused eviction", 60*time.Second, func() error {
 		if n := s.countDeletes(422); n < 2 {
@@ -210,10 +208,8 @@ func TestNodeDrainWaitsForBusyRunner(t *testing.T) {
 		}
 		return nil
 	})
-	select {
-	case err := <-done:
-		t.Fatalf("drain ended while the runner was busy: %v\n%s", err, out.String())
-	default:
+	if drainProc.Exited() {
+		t.Fatalf("drain ended while the runner was busy: %v\n%s", drainProc.Err(), out.String())
 	}
 	if p := s.pod("runner-drain"); p == nil || p.DeletionTimestamp != nil || !s.containerRunning("runner-drain") {
 		t.Fatalf("busy runner disturbed during drain: %s", s.podSummary("runner-drain"))
@@ -223,13 +219,8 @@ func TestNodeDrainWaitsForBusyRunner(t *testing.T) {
 	}
 
 	s.setBusy("runner-drain", false)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("drain failed: %v\n%s", err, out.String())
-		}
-	case <-time.After(150 * time.Second):
-		t.Fatalf("drain did not finish after the job ended\n%s", out.String())
+	if err := drainProc.Wait(150 * time.Second); err != nil {
+		t.Fatalf("drain after the job ended: %v\n%s", err, out.String())
 	}
 	if !strings.Contains(out.String(), "drained") {
 		t.Errorf("drain output lacks 'drained': %s", out.String())
@@ -501,5 +492,43 @@ func TestNodeE2ESuiteExternal(t *testing.T) {
 	t.Logf("e2e suite (external) in %s:\n%s", time.Since(start).Round(time.Second), lines(string(out), "--- ", "PASS", "FAIL", "ok ", "panic"))
 	if runErr != nil {
 		t.Fatalf("e2e suite against the node failed: %v; full output in %s", runErr, logPath)
+	}
+}
+
+// dist/install.yaml, what a user applies with kubectl, on the node: the helm
+// release is uninstalled as its NOTES say (the webhook configuration first),
+// the rendered file applied (RenderInstallYAML: the node has no
+// cert-manager), and both replicas come up and activate the webhook
+// configuration; a busy runner's pod delete is refused and an idle runner's
+// admitted and unregistered. It runs last: the node keeps this install.
+func TestNodeInstallYAML(t *testing.T) {
+	manifests, err := RenderInstallYAML(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newScenario(t, "install-yaml")
+	s.kubectl("delete", "validatingwebhookconfiguration", "runner-guard")
+	if out, err := cluster.Helm(s.ctx, os.Getenv("HELM"), "uninstall", releaseName, "--namespace", rgNamespace, "--wait", "--timeout", "2m"); err != nil {
+		t.Fatalf("helm uninstall: %v: %s", err, out)
+	}
+	if err := cluster.DeployRunnerGuard(s.ctx, manifests); err != nil {
+		t.Fatalf("apply dist/install.yaml: %v", err)
+	}
+	requireTwoReadyReplicas(t, s)
+
+	s.startRunners("runner-busy", "runner-idle")
+	s.setBusy("runner-busy", true)
+	s.waitLog("runner-busy", "job started")
+	if out, err := s.deletePod("runner-busy"); err == nil || !strings.Contains(out, "runner busy") {
+		t.Fatalf("kubectl delete of a busy runner: err %v, output %q; want refused as runner busy", err, out)
+	}
+	if !s.registered("runner-busy") {
+		t.Fatal("busy runner was unregistered")
+	}
+	if out, err := s.deletePod("runner-idle"); err != nil {
+		t.Fatalf("kubectl delete of an idle runner: %v: %s", err, out)
+	}
+	if s.registered("runner-idle") || s.countDeletes(204) != 1 {
+		t.Fatalf("the idle runner's delete did not unregister it once: %+v", s.githubRequests())
 	}
 }

@@ -181,3 +181,15 @@ func poll(ctx context.Context, what string, timeout, interval time.Duration, chi
 		}
 	}
 }
+
+// CannotRun reports that a suite needing this machine's root and network
+// namespaces (test/node, test/karpenter) cannot run here, and why: a failure
+// under E2E_NODE=1 (what CI sets), which it returns as true, else a skip.
+func CannotRun(suite, reason string) (fail bool) {
+	if os.Getenv("E2E_NODE") == "1" {
+		fmt.Fprintf(os.Stderr, "%s: E2E_NODE=1 but the suite cannot run here: %s\n", suite, reason)
+		return true
+	}
+	fmt.Printf("%s: skipped: %s (E2E_NODE=1 makes this a failure)\n", suite, reason)
+	return false
+}
