@@ -125,17 +125,16 @@ func (l *cachedPodList) DeepCopyObject() runtime.Object {
 // pod is the cached pod as a *corev1.Pod. It shares maps and slices with p:
 // give it a copy, or only read it.
 func (p *cachedPod) pod() *corev1.Pod {
-	c := p
-	out := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: c.ObjectMeta}
-	out.Spec.NodeName = c.Spec.NodeName
-	for _, ct := range c.Spec.Containers {
+	out := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: p.ObjectMeta}
+	out.Spec.NodeName = p.Spec.NodeName
+	for _, ct := range p.Spec.Containers {
 		out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: ct.Name, Env: ct.Env})
 	}
-	out.Status.Phase, out.Status.StartTime = c.Status.Phase, c.Status.StartTime
-	for _, cond := range c.Status.Conditions {
+	out.Status.Phase, out.Status.StartTime = p.Status.Phase, p.Status.StartTime
+	for _, cond := range p.Status.Conditions {
 		out.Status.Conditions = append(out.Status.Conditions, corev1.PodCondition{Type: cond.Type, Status: cond.Status})
 	}
-	for _, cs := range c.Status.ContainerStatuses {
+	for _, cs := range p.Status.ContainerStatuses {
 		out.Status.ContainerStatuses = append(out.Status.ContainerStatuses, corev1.ContainerStatus{
 			Name: cs.Name, State: cs.State, Ready: cs.Ready, RestartCount: cs.RestartCount, Started: cs.Started,
 		})

@@ -30,10 +30,10 @@ import (
 // How long answers are remembered: controller-runtime's figures, so a
 // scraper every 15 s costs the API server about one review a minute.
 const (
-	authnTTL     = time.Minute
-	allowTTL     = 5 * time.Minute
-	denyTTL      = 30 * time.Second
-	reviewTimout = 10 * time.Second
+	authnTTL      = time.Minute
+	allowTTL      = 5 * time.Minute
+	denyTTL       = 30 * time.Second
+	reviewTimeout = 10 * time.Second
 	// maxRemembered bounds each cache; a full cache forgets its expired
 	// entries, then everything (scrapers are few).
 	maxRemembered = 1024
@@ -95,7 +95,7 @@ func (g *Guard) Filter(log logr.Logger, handler http.Handler) (http.Handler, err
 			http.Error(w, "Unauthorized: send a ServiceAccount token as Authorization: Bearer", http.StatusUnauthorized)
 			return
 		}
-		ctx, cancel := context.WithTimeout(req.Context(), reviewTimout)
+		ctx, cancel := context.WithTimeout(req.Context(), reviewTimeout)
 		defer cancel()
 		user, err := g.authenticate(ctx, token)
 		if err != nil {
