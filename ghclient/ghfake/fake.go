@@ -931,13 +931,9 @@ func installationLookup(method string, parts []string) (owner, repo string, ok b
 // findInstallationLocked answers an installation look-up, which must carry the
 // App's JWT: 200 with the installation on owner, else 404.
 func (f *Fake) findInstallationLocked(r *http.Request, h http.Header, owner, repo string, now time.Time) response {
-	tok, ok := credential(r)
+	appID, denied, ok := f.authenticateAppLocked(r, h, now)
 	if !ok {
-		return errorResponse(http.StatusUnauthorized, h, "A JSON web token could not be decoded")
-	}
-	appID, err := f.verifyJWTLocked(tok, now)
-	if err != nil {
-		return errorResponse(http.StatusUnauthorized, h, "A JSON web token could not be decoded: "+err.Error())
+		return denied
 	}
 	in := f.installationOnLocked(appID, owner)
 	if in == nil {
@@ -1135,13 +1131,9 @@ func credential(r *http.Request) (string, bool) {
 // yields a token scoped to its owners; once the App has installations, other
 // IDs answer 404. Otherwise (the App has none) any ID yields an unscoped token.
 func (f *Fake) issueTokenLocked(r *http.Request, h http.Header, idStr string, now time.Time) response {
-	tok, ok := credential(r)
+	appID, denied, ok := f.authenticateAppLocked(r, h, now)
 	if !ok {
-		return errorResponse(http.StatusUnauthorized, h, "A JSON web token could not be decoded")
-	}
-	appID, err := f.verifyJWTLocked(tok, now)
-	if err != nil {
-		return errorResponse(http.StatusUnauthorized, h, "A JSON web token could not be decoded: "+err.Error())
+		return denied
 	}
 	id, err := strconv.ParseInt(idStr, 10, 64)
 	if err != nil {
@@ -1175,6 +1167,21 @@ func (f *Fake) appHasInstallationsLocked(appID int64) bool {
 		}
 	}
 	return false
+}
+
+// authenticateAppLocked checks the App JWT r carries and returns its App's ID
+// (as verifyJWTLocked), or the 401 GitHub answers when the JWT is missing or
+// does not verify.
+func (f *Fake) authenticateAppLocked(r *http.Request, h http.Header, now time.Time) (appID int64, denied response, ok bool) {
+	tok, ok := credential(r)
+	if !ok {
+		return 0, errorResponse(http.StatusUnauthorized, h, "A JSON web token could not be decoded"), false
+	}
+	appID, err := f.verifyJWTLocked(tok, now)
+	if err != nil {
+		return 0, errorResponse(http.StatusUnauthorized, h, "A JSON web token could not be decoded: "+err.Error()), false
+	}
+	return appID, response{}, true
 }
 
 // verifyJWTLocked checks an app JWT and returns its App's ID (0 when no App
