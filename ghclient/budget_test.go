@@ -5,37 +5,18 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/runner-guard/runner-guard/test/fixture/fakeclock"
 )
 
-// testClock is a settable clock whose Sleep moves time instead of waiting.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// epochUnix is where a test's clock starts, in Unix seconds.
+const epochUnix = 1_800_000_000
 
-func newTestClock() *testClock { return &testClock{now: time.Unix(1_800_000_000, 0)} }
+func newTestClock() *fakeclock.Clock { return fakeclock.New(time.Unix(epochUnix, 0)) }
 
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func (c *testClock) Sleep(ctx context.Context, d time.Duration) error {
-	c.Advance(d)
-	return ctx.Err()
-}
-
-func newTestBudget(t *testing.T, cfg BudgetConfig, clock *testClock) *Budget {
+func newTestBudget(t *testing.T, cfg BudgetConfig, clock *fakeclock.Clock) *Budget {
 	t.Helper()
 	cfg.Now, cfg.Sleep = clock.Now, clock.Sleep
 	bs, err := NewBudgets(cfg, NewMetrics())
@@ -162,7 +143,7 @@ func TestBudgetReleaseWaitsForRoomInsideItsDeadline(t *testing.T) {
 		t.Fatalf("a release whose room comes in 5s, with 9s left, was refused: %v", err)
 	}
 	done()
-	if waited := clock.Now().Sub(time.Unix(1_800_000_000, 0)); waited < time.Minute {
+	if waited := clock.Now().Sub(time.Unix(epochUnix, 0)); waited < time.Minute {
 		t.Fatalf("sent after %s, want after the first DELETE left the window (1m)", waited)
 	}
 }

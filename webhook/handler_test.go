@@ -22,13 +22,14 @@ import (
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/fixture"
+	"github.com/runner-guard/runner-guard/test/fixture/fakeclock"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
 // harness serves the Handler over HTTP the way the webhook server does, in
 // front of the real GitHub client talking to the fake GitHub.
 type harness struct {
-	clock   *fixture.Clock
+	clock   *fakeclock.Clock
 	github  *ghfake.Fake
 	events  *events.FakeRecorder
 	metrics *Metrics
@@ -37,7 +38,7 @@ type harness struct {
 
 func newHarness(t *testing.T, cfg Config, pods ...*corev1.Pod) *harness {
 	t.Helper()
-	clock := fixture.NewClock(time.Now())
+	clock := fakeclock.New(time.Now())
 	gh, client := fixture.FakeGitHubClocked(t, clock.Now)
 	// ARC's legacy Runner of the pod "ci/runner-1" that arcLegacy builds.
 	objs := []runtime.Object{legacyRunner().Obj()}

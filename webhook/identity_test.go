@@ -18,6 +18,7 @@ import (
 
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/test/fixture"
+	"github.com/runner-guard/runner-guard/test/fixture/fakeclock"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
@@ -167,7 +168,7 @@ func (s *statusGitHub) Status(context.Context, ghclient.Runner) (ghclient.Runner
 // look-up per memory window, and never an unregister.
 func TestForgedDryRunsCostOneLookUpPerWindow(t *testing.T) {
 	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
-	clock := fixture.NewClock(time.Now())
+	clock := fakeclock.New(time.Now())
 	gh := &statusGitHub{}
 	d := newDecider(DefaultConfig(), gh, fake.NewClientBuilder().WithObjects(pod.DeepCopy()).Build(), clock.Now)
 	dryRun := func() Decision {

@@ -15,16 +15,16 @@ import (
 	"github.com/google/go-github/v93/github"
 
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
-	"github.com/runner-guard/runner-guard/test/fixture"
+	"github.com/runner-guard/runner-guard/test/fixture/fakeclock"
 	"github.com/runner-guard/runner-guard/test/process"
 )
 
 // clocked serves a fake whose clock the test moves. It starts at the real
 // time, as JWTs are made with it.
-func clocked(t *testing.T) (*ghfake.Fake, string, *fixture.Clock) {
+func clocked(t *testing.T) (*ghfake.Fake, string, *fakeclock.Clock) {
 	t.Helper()
 	f, srv := serve(t)
-	clock := fixture.NewClock(time.Now().Truncate(time.Second))
+	clock := fakeclock.New(time.Now().Truncate(time.Second))
 	f.SetClock(clock.Now)
 	return f, srv.URL, clock
 }

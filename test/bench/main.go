@@ -52,6 +52,7 @@ import (
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/fixture"
+	"github.com/runner-guard/runner-guard/test/fixture/fakeclock"
 	"github.com/runner-guard/runner-guard/test/process"
 	"github.com/runner-guard/runner-guard/webhook"
 	"github.com/runner-guard/runner-guard/webhook/arc"
@@ -448,7 +449,7 @@ func (e *env) busyRetryHour() error {
 	if err := e.pods.Create(context.Background(), pod.DeepCopy()); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
-	clock := fixture.NewClock(time.Now())
+	clock := fakeclock.New(time.Now())
 	gc, err := ghclient.New(ghclient.Config{BaseURL: e.ghURL, AllowHTTP: true, Token: token, Budgets: unlimitedBudget(), Now: clock.Now})
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/fixture"
+	"github.com/runner-guard/runner-guard/test/fixture/fakeclock"
 	"github.com/runner-guard/runner-guard/test/process"
 	"github.com/runner-guard/runner-guard/webhook"
 	"github.com/runner-guard/runner-guard/webhook/arc"
@@ -49,7 +50,7 @@ type stormRunner struct {
 
 // stormWorld is the fake GitHub and API server of one storm, and its replicas.
 type stormWorld struct {
-	clock    *fixture.Clock
+	clock    *fakeclock.Clock
 	gh       *ghfake.Fake
 	url      string
 	pods     client.Client
@@ -60,7 +61,7 @@ type stormWorld struct {
 // newStormWorld serves a fake GitHub enforcing GitHub's secondary limit, on
 // a simulated clock; add runners, then start the replicas.
 func newStormWorld() (*stormWorld, func()) {
-	w := &stormWorld{clock: fixture.NewClock(time.Unix(1_900_000_000, 0)), gh: ghfake.New()}
+	w := &stormWorld{clock: fakeclock.New(time.Unix(1_900_000_000, 0)), gh: ghfake.New()}
 	w.gh.SetToken(token)
 	w.gh.SetClock(w.clock.Now)
 	w.gh.SetRateLimit(15000, 15000, w.clock.Now().Add(time.Hour))
