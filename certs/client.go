@@ -12,6 +12,9 @@ import (
 type ClientOptions struct {
 	// CommonName is the client's name; required.
 	CommonName string
+	// Organizations are the subject's O values, which a Kubernetes API
+	// server or kubelet takes as the client's groups; default "runner-guard".
+	Organizations []string
 	// Validity is the certificate lifetime; default DefaultValidity.
 	Validity time.Duration
 	// Now is the clock; default time.Now.
@@ -29,5 +32,9 @@ func (ca *CA) IssueClient(opts ClientOptions) (*Bundle, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ca.sign(leaf.template(opts.CommonName, x509.ExtKeyUsageClientAuth), leaf.key)
+	tmpl := leaf.template(opts.CommonName, x509.ExtKeyUsageClientAuth)
+	if len(opts.Organizations) > 0 {
+		tmpl.Subject.Organization = append([]string(nil), opts.Organizations...)
+	}
+	return ca.sign(tmpl, leaf.key)
 }

@@ -41,6 +41,28 @@ func TestIssueClient(t *testing.T) {
 	}
 }
 
+// TestIssueClientOrganizations: the O values are the groups a Kubernetes
+// component grants the client; without them the certificate names the project.
+func TestIssueClientOrganizations(t *testing.T) {
+	ca := newCA(t, certs.CAOptions{})
+	for _, tc := range []struct {
+		orgs, want []string
+	}{
+		{nil, []string{"runner-guard"}},
+		{[]string{"system:masters"}, []string{"system:masters"}},
+		// DER encodes the values as a SET, in sorted order.
+		{[]string{"system:nodes", "ops"}, []string{"ops", "system:nodes"}},
+	} {
+		b, err := ca.IssueClient(certs.ClientOptions{CommonName: "kube-apiserver-kubelet-client", Organizations: tc.orgs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := parseCert(t, b.CertPEM).Subject.Organization; strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("Organizations %v: subject O = %v, want %v", tc.orgs, got, tc.want)
+		}
+	}
+}
+
 func TestIssueClientBadOptions(t *testing.T) {
 	now := time.Now()
 	ca := newCA(t, certs.CAOptions{Validity: time.Hour, Now: func() time.Time { return now }})
