@@ -486,20 +486,28 @@ func (e *env) busyRetryHour() error {
 	return nil
 }
 
+// registerBurst registers `registered` runners named prefix-NNNN on scope and
+// returns their IDs by name and the names of the `deletes` runners a burst
+// deletes, spread evenly over them.
+func (e *env) registerBurst(scope ghclient.Scope, prefix string, registered, deletes int) (ids map[string]int64, names []string) {
+	ids = make(map[string]int64, registered)
+	for i := range registered {
+		name := fmt.Sprintf("%s-%04d", prefix, i)
+		ids[name] = e.gh.AddRunner(scope, name)
+	}
+	names = make([]string, deletes)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%04d", prefix, i*(registered/deletes))
+	}
+	return ids, names
+}
+
 // burst: 100 concurrent deletes of idle runner pods in an org with 1,000
 // registered runners and a cold client cache; runner-guard vs the seed algorithm.
 func (e *env) burst() error {
 	const registered, deletes = 1000, 100
 	scope := org("burst")
-	ids := map[string]int64{}
-	for i := range registered {
-		name := fmt.Sprintf("runner-%04d", i)
-		ids[name] = e.gh.AddRunner(scope, name)
-	}
-	names := make([]string, deletes)
-	for i := range names {
-		names[i] = fmt.Sprintf("runner-%04d", i*(registered/deletes))
-	}
+	ids, names := e.registerBurst(scope, "runner", registered, deletes)
 	reRegister := func() {
 		for _, n := range names {
 			ids[n] = e.gh.AddRunner(scope, n)
@@ -649,6 +657,22 @@ func handleDeletes(h *webhook.Handler, runners []arcRunner) (int, error) {
 	return int(allowed.Load()), err
 }
 
+// arcDeletes sends the DELETE review of every runner's pod at once to a fresh
+// arcHandler and returns how many were allowed, the GitHub requests they cost
+// and the handler's API client, to see what was retired.
+func (e *env) arcDeletes(runners []arcRunner) (allowed, calls int, c client.Client, err error) {
+	h, c, err := e.arcHandler(runners)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	e.gh.ResetLog()
+	allowed, err = handleDeletes(h, runners)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	return allowed, e.gh.Count(""), c, nil
+}
+
 // scaleSetBurst: 100 concurrent deletes of idle scale-set runners' pods in an
 // organisation of 1,000 registered runners, with their EphemeralRunners
 // readable: the runner ID comes from status.runnerId, so one DELETE each, and
@@ -656,26 +680,12 @@ func handleDeletes(h *webhook.Handler, runners []arcRunner) (int, error) {
 func (e *env) scaleSetBurst() error {
 	const registered, deletes = 1000, 100
 	scope := org("scaleset")
-	ids := map[string]int64{}
-	for i := range registered {
-		name := fmt.Sprintf("scaleset-runner-%04d", i)
-		ids[name] = e.gh.AddRunner(scope, name)
-	}
-	names := make([]string, deletes)
-	for i := range names {
-		names[i] = fmt.Sprintf("scaleset-runner-%04d", i*(registered/deletes))
-	}
+	ids, names := e.registerBurst(scope, "scaleset-runner", registered, deletes)
 	runners := arcRunners(scope.Name, ids, names, nil)
-	h, c, err := e.arcHandler(runners)
+	allowed, calls, c, err := e.arcDeletes(runners)
 	if err != nil {
 		return err
 	}
-	e.gh.ResetLog()
-	allowed, err := handleDeletes(h, runners)
-	if err != nil {
-		return err
-	}
-	calls := e.gh.Count("")
 	if allowed != deletes {
 		return fmt.Errorf("%d of %d deletes allowed", allowed, deletes)
 	}
@@ -724,16 +734,10 @@ func (e *env) arcCleanup() error {
 			w.Phase("Succeeded")
 		}
 	})
-	h, _, err := e.arcHandler(runners)
+	allowed, calls, _, err := e.arcDeletes(runners)
 	if err != nil {
 		return err
 	}
-	e.gh.ResetLog()
-	allowed, err := handleDeletes(h, runners)
-	if err != nil {
-		return err
-	}
-	calls := e.gh.Count("")
 	progress("ARC clean-up: %d of %d deletes allowed, %d GitHub requests", allowed, n, calls)
 	e.record("calls_arc_cleanup_100", float64(calls), "requests", "0", calls == 0 && allowed == n,
 		"ARC deleting pods of runners it removed (EphemeralRunner deleted without registration finalizer, or Succeeded)")
