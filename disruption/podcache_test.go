@@ -57,21 +57,25 @@ func decodeCached(t *testing.T, pod *corev1.Pod) *cachedPod {
 // the rest of the spec and status.
 func TestCachedPodKeepsWhatTheControllersRead(t *testing.T) {
 	full := fullRunnerPod("runner-1", "n1")
-	pod := decodeCached(t, full).pod()
+	cached := decodeCached(t, full)
+	pod := cached.pod()
 	for what, same := range map[string]bool{
-		"name and uid":     pod.Name == full.Name && pod.Namespace == full.Namespace && pod.UID == full.UID,
-		"labels":           equality.Semantic.DeepEqual(pod.Labels, full.Labels),
-		"annotations":      equality.Semantic.DeepEqual(pod.Annotations, full.Annotations),
-		"owners":           equality.Semantic.DeepEqual(pod.OwnerReferences, full.OwnerReferences),
-		"node":             pod.Spec.NodeName == "n1",
-		"container env":    len(pod.Spec.Containers) == 1 && equality.Semantic.DeepEqual(pod.Spec.Containers[0].Env, full.Spec.Containers[0].Env),
-		"container state":  len(pod.Status.ContainerStatuses) == 1 && pod.Status.ContainerStatuses[0].State.Running != nil && pod.Status.ContainerStatuses[0].Ready,
-		"phase and start":  pod.Status.Phase == corev1.PodRunning && pod.Status.StartTime.Unix() == full.Status.StartTime.Unix(),
-		"conditions":       len(pod.Status.Conditions) == len(full.Status.Conditions) && podReadyCondition(pod) && pod.Status.Conditions[len(pod.Status.Conditions)-1].Type == corev1.DisruptionTarget,
-		"volumes dropped":  pod.Spec.Volumes == nil,
-		"image dropped":    pod.Spec.Containers[0].Image == "" && pod.Status.ContainerStatuses[0].Image == "",
-		"tolerations gone": pod.Spec.Tolerations == nil,
-		"messages gone":    pod.Status.Conditions[len(pod.Status.Conditions)-1].Message == "",
+		"maps held as pairs": cached.ObjectMeta.Labels == nil && cached.ObjectMeta.Annotations == nil &&
+			len(cached.labels) == 2*len(full.Labels) && len(cached.annotations) == 2*len(full.Annotations),
+		"one annotation read": cached.annotation(AnnotationDoNotDisrupt) == "true" && cached.annotation("absent") == "",
+		"name and uid":        pod.Name == full.Name && pod.Namespace == full.Namespace && pod.UID == full.UID,
+		"labels":              equality.Semantic.DeepEqual(pod.Labels, full.Labels),
+		"annotations":         equality.Semantic.DeepEqual(pod.Annotations, full.Annotations),
+		"owners":              equality.Semantic.DeepEqual(pod.OwnerReferences, full.OwnerReferences),
+		"node":                pod.Spec.NodeName == "n1",
+		"container env":       len(pod.Spec.Containers) == 1 && equality.Semantic.DeepEqual(pod.Spec.Containers[0].Env, full.Spec.Containers[0].Env),
+		"container state":     len(pod.Status.ContainerStatuses) == 1 && pod.Status.ContainerStatuses[0].State.Running != nil && pod.Status.ContainerStatuses[0].Ready,
+		"phase and start":     pod.Status.Phase == corev1.PodRunning && pod.Status.StartTime.Unix() == full.Status.StartTime.Unix(),
+		"conditions":          len(pod.Status.Conditions) == len(full.Status.Conditions) && podReadyCondition(pod) && pod.Status.Conditions[len(pod.Status.Conditions)-1].Type == corev1.DisruptionTarget,
+		"volumes dropped":     pod.Spec.Volumes == nil,
+		"image dropped":       pod.Spec.Containers[0].Image == "" && pod.Status.ContainerStatuses[0].Image == "",
+		"tolerations gone":    pod.Spec.Tolerations == nil,
+		"messages gone":       pod.Status.Conditions[len(pod.Status.Conditions)-1].Message == "",
 	} {
 		if !same {
 			t.Errorf("%s: not as the controllers need it", what)
@@ -88,13 +92,34 @@ func podReadyCondition(pod *corev1.Pod) bool {
 	return false
 }
 
+// A JSON round trip (a fake client's, a patch's) keeps the labels and
+// annotations the cached pod holds as pairs.
+func TestCachedPodJSONRoundTripKeepsItsMaps(t *testing.T) {
+	orig := decodeCached(t, fullRunnerPod("runner-1", "n1"))
+	raw, err := json.Marshal(orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back cachedPod
+	if err := json.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(back.pod(), orig.pod()) {
+		t.Errorf("after a JSON round trip:\n got %+v\nwant %+v", back.pod().ObjectMeta, orig.pod().ObjectMeta)
+	}
+	back.SetLabels(map[string]string{"b": "2", "a": "1"})
+	if got := back.GetLabels(); len(got) != 2 || got["a"] != "1" || got["b"] != "2" {
+		t.Errorf("SetLabels then GetLabels: %v", got)
+	}
+}
+
 // A copy the cache hands out shares nothing with what it holds.
 func TestCachedPodDeepCopyIsIndependent(t *testing.T) {
 	orig := decodeCached(t, fullRunnerPod("runner-1", "n1"))
 	before := orig.pod().DeepCopy()
 	cp := orig.DeepCopyObject().(*cachedPod)
-	cp.Labels["x"] = "y"
-	cp.Annotations[AnnotationDoNotDisrupt] = "false"
+	cp.labels[1] = "changed"
+	cp.annotations[1] = "changed"
 	cp.Spec.Containers[0].Env[0].Value = "changed"
 	cp.Status.Conditions[0].Status = corev1.ConditionFalse
 	cp.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Now()
@@ -135,6 +160,13 @@ func TestPodReaderConvertsPods(t *testing.T) {
 	}
 	if len(names) != 2 || !names["a"] || !names["b"] {
 		t.Errorf("List on node n1: %v, want a and b", names)
+	}
+	// A label selector reads the labels the cached pods hold as pairs.
+	if err := r.List(ctx, &pods, client.MatchingLabels{"runner-deployment-name": "rd"}); err != nil || len(pods.Items) != 3 {
+		t.Errorf("List by a label all three carry: %d pods, %v", len(pods.Items), err)
+	}
+	if err := r.List(ctx, &pods, client.MatchingLabels{"runner-deployment-name": "other"}); err != nil || len(pods.Items) != 0 {
+		t.Errorf("List by a label none carries: %d pods, %v", len(pods.Items), err)
 	}
 	got := &corev1.Node{}
 	if err := r.Get(ctx, client.ObjectKey{Name: "n1"}, got); err != nil || !got.Spec.Unschedulable {

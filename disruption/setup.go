@@ -121,7 +121,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	runnerPods := predicate.NewTypedPredicateFuncs(func(cp *cachedPod) bool {
 		_, guarded := o.Guard.RunnerContainer(cp.pod())
-		return guarded || cp.Annotations[AnnotationOwned] != ""
+		return guarded || cp.annotation(AnnotationOwned) != ""
 	})
 	if len(o.Hints) > 0 {
 		r := &hintReconciler{pods: cl, guard: o.Guard, listing: o.HintListing, enabled: o.Hints}
