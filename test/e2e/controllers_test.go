@@ -131,12 +131,7 @@ func TestReplicaSetScaleDown(t *testing.T) {
 	s.requireAlive(second)
 
 	env.GitHub.SetBusy(s.scope, first, false)
-	s.eventually("idle runner's pod deleted by the ReplicaSet controller", 90*time.Second, func() error {
-		if p := s.pod(first); p != nil && p.DeletionTimestamp == nil {
-			return fmt.Errorf("pod %s alive", first)
-		}
-		return nil
-	})
+	s.waitDeletionAdmitted("idle runner's pod deleted by the ReplicaSet controller", 90*time.Second, first)
 	s.requireDeleting(first)
 	s.requireAlive(second)
 	if s.registered(first) || !s.registered(second) {
@@ -144,12 +139,7 @@ func TestReplicaSetScaleDown(t *testing.T) {
 	}
 
 	env.GitHub.SetBusy(s.scope, second, false)
-	s.eventually("second pod deleted once idle", 90*time.Second, func() error {
-		if p := s.pod(second); p != nil && p.DeletionTimestamp == nil {
-			return fmt.Errorf("pod %s alive", second)
-		}
-		return nil
-	})
+	s.waitDeletionAdmitted("second pod deleted once idle", 90*time.Second, second)
 	s.requireDeleting(second)
 	if s.registered(second) {
 		t.Error("second runner still registered")

@@ -148,8 +148,8 @@ func TestCordonReleasesIdleRunners(t *testing.T) {
 	}
 	s.eventually("idle runners released", 5*time.Second, func() error {
 		for _, r := range idle {
-			if p := s.pod(r.name); p != nil && p.DeletionTimestamp == nil {
-				return fmt.Errorf("pod %s still alive", r.name)
+			if err := s.deletionAdmitted(r.name); err != nil {
+				return err
 			}
 			if r.registered() {
 				return fmt.Errorf("runner %s still registered", r.name)
@@ -189,8 +189,8 @@ func TestCordonReleasesIdleRunners(t *testing.T) {
 	// The job ends: GitHub's DELETE now answers 204 and the pod goes.
 	env.GitHub.SetBusy(scope, busy.name, false)
 	s.eventually("busy runner released once idle", 30*time.Second, func() error {
-		if p := s.pod(busy.name); p != nil && p.DeletionTimestamp == nil {
-			return fmt.Errorf("pod %s still alive", busy.name)
+		if err := s.deletionAdmitted(busy.name); err != nil {
+			return err
 		}
 		if busy.registered() {
 			return fmt.Errorf("runner %s still registered", busy.name)

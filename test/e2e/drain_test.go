@@ -56,12 +56,7 @@ func TestDrainWaitsForBusyRunner(t *testing.T) {
 	}
 
 	env.GitHub.SetBusy(s.scope, "runner-drain", false)
-	s.eventually("eviction admitted once idle", 60*time.Second, func() error {
-		if p := s.pod("runner-drain"); p != nil && p.DeletionTimestamp == nil {
-			return fmt.Errorf("pod not evicted yet")
-		}
-		return nil
-	})
+	s.waitDeletionAdmitted("eviction admitted once idle", 60*time.Second, "runner-drain")
 	// Play the kubelet so drain sees the pod gone.
 	s.requireDeleting("runner-drain")
 	if err := drainProc.Wait(90 * time.Second); err != nil {

@@ -381,16 +381,15 @@ func TestManyScaleSetsFewCredentials(t *testing.T) {
 	s := newScaleSet(t, "many-sets")
 	s.allowSecrets()
 	const appID = 9301
-	key, keyPEM := newAppKey(t)
-	fake.AddApp(appID, &key.PublicKey)
+	keyPEM := addApp(t, fake, appID)
 	orgA, orgB, orgC := "org-many-a", "org-many-b", "org-many-c"
 	installA, installB := fake.AddInstallation(appID, orgA), fake.AddInstallation(appID, orgB)
 	contents := []struct {
 		org  string
 		data map[string]string
 	}{
-		{orgA, map[string]string{"github_app_id": strconv.Itoa(appID), "github_app_installation_id": strconv.FormatInt(installA, 10), "github_app_private_key": string(keyPEM)}},
-		{orgB, map[string]string{"github_app_id": strconv.Itoa(appID), "github_app_installation_id": strconv.FormatInt(installB, 10), "github_app_private_key": string(keyPEM)}},
+		{orgA, appSecretData(appID, installA, string(keyPEM))},
+		{orgB, appSecretData(appID, installB, string(keyPEM))},
 		{orgC, map[string]string{"github_token": e2eGitHubToken}},
 	}
 	restartWebhook(t, "--credentials-mode=arc")
@@ -488,8 +487,8 @@ func TestNamespaceDeletionAfterItsSecret(t *testing.T) {
 			// for each one admitted.
 			gone := func(r scaleSetRunner) func() error {
 				return func() error {
-					if p := s.pod(r.name); p != nil && p.DeletionTimestamp == nil {
-						return fmt.Errorf("pod %s alive", r.name)
+					if err := s.deletionAdmitted(r.name); err != nil {
+						return err
 					}
 					return env.FinishTermination(s.ctx, s.ns, r.name)
 				}
@@ -499,7 +498,7 @@ func TestNamespaceDeletionAfterItsSecret(t *testing.T) {
 			if c.static == first.registered() {
 				t.Errorf("idle runner %s registered: %t; want %t (static credentials unregister it; without them nothing asks GitHub)", first.name, first.registered(), !c.static)
 			}
-			if p := s.pod(last.name); p != nil && p.DeletionTimestamp == nil {
+			if s.deletionAdmitted(last.name) != nil {
 				t.Logf("pod %s waits behind the busy runner's pod in the namespace controller's DELETE collection", last.name)
 			}
 

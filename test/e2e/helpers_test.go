@@ -233,13 +233,28 @@ func (s *scenario) requireAlive(name string) {
 	}
 }
 
+// deletionAdmitted says why the pod is not yet gone or admitted for deletion
+// (a deletionTimestamp set); nil once it is.
+func (s *scenario) deletionAdmitted(name string) error {
+	s.t.Helper()
+	if p := s.pod(name); p != nil && p.DeletionTimestamp == nil {
+		return fmt.Errorf("pod %s/%s still alive", s.ns, name)
+	}
+	return nil
+}
+
+// waitDeletionAdmitted waits until the pod is gone or admitted for deletion.
+func (s *scenario) waitDeletionAdmitted(what string, timeout time.Duration, name string) {
+	s.t.Helper()
+	s.eventually(what, timeout, func() error { return s.deletionAdmitted(name) })
+}
+
 // requireDeleting fails unless the pod is gone or admitted for deletion, and
 // finishes a graceful deletion as the kubelet would.
 func (s *scenario) requireDeleting(name string) {
 	s.t.Helper()
-	p := s.pod(name)
-	if p != nil && p.DeletionTimestamp == nil {
-		s.t.Fatalf("pod %s/%s still alive, want it deleted", s.ns, name)
+	if err := s.deletionAdmitted(name); err != nil {
+		s.t.Fatalf("%v, want it deleted", err)
 	}
 	if err := env.FinishTermination(s.ctx, s.ns, name); err != nil {
 		s.t.Fatal(err)

@@ -228,12 +228,7 @@ func TestNamespaceDeletionWaitsForBusyRunner(t *testing.T) {
 	s.requireAlive("runner-busy")
 
 	env.GitHub.SetBusy(s.scope, "runner-busy", false)
-	s.eventually("pod admitted for deletion once idle", 120*time.Second, func() error {
-		if p := s.pod("runner-busy"); p != nil && p.DeletionTimestamp == nil {
-			return fmt.Errorf("pod alive")
-		}
-		return nil
-	})
+	s.waitDeletionAdmitted("pod admitted for deletion once idle", 120*time.Second, "runner-busy")
 	s.requireDeleting("runner-busy")
 	if owned {
 		// ARC drops its finalizer once it has unregistered the runner.

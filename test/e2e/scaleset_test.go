@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -306,14 +307,26 @@ func (s *scaleSet) secret(name string, data map[string]string) {
 	}
 }
 
-// newAppKey generates an App's RSA key and returns it with its PEM.
-func newAppKey(t *testing.T) (*rsa.PrivateKey, []byte) {
+// addApp registers GitHub App appID on the fake with a new RSA key and
+// returns the key's PEM, for runner-guard's credentials.
+func addApp(t *testing.T, fake *ghfake.Fake, appID int64) (keyPEM []byte) {
 	t.Helper()
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return key, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	fake.AddApp(appID, &key.PublicKey)
+	return pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+}
+
+// appSecretData is an ARC githubConfigSecret's data for App appID's
+// installation, with privateKey as the key's PEM.
+func appSecretData(appID, installation int64, privateKey string) map[string]string {
+	return map[string]string{
+		"github_app_id":              strconv.FormatInt(appID, 10),
+		"github_app_installation_id": strconv.FormatInt(installation, 10),
+		"github_app_private_key":     privateKey,
+	}
 }
 
 // credential is the token a request carried.
@@ -508,17 +521,11 @@ func TestScaleSetARCCredentials(t *testing.T) {
 	s := newScaleSet(t, "ss-arccreds")
 	s.allowSecrets()
 	const appID = 9101
-	key, keyPEM := newAppKey(t)
-	fake.AddApp(appID, &key.PublicKey)
+	keyPEM := addApp(t, fake, appID)
 	install := fake.AddInstallation(appID, "org-arccreds-app")
 	s.secret("arc-token", map[string]string{"github_token": e2eGitHubToken})
-	s.secret("arc-app", map[string]string{
-		"github_app_id": fmt.Sprint(appID), "github_app_installation_id": fmt.Sprint(install), "github_app_private_key": string(keyPEM),
-	})
-	s.secret("arc-badkey", map[string]string{
-		"github_app_id": fmt.Sprint(appID), "github_app_installation_id": fmt.Sprint(install),
-		"github_app_private_key": "-----BEGIN RSA PRIVATE KEY-----\nbm90IGEga2V5\n-----END RSA PRIVATE KEY-----\n",
-	})
+	s.secret("arc-app", appSecretData(appID, install, string(keyPEM)))
+	s.secret("arc-badkey", appSecretData(appID, install, "-----BEGIN RSA PRIVATE KEY-----\nbm90IGEga2V5\n-----END RSA PRIVATE KEY-----\n"))
 	restartWebhook(t, "--credentials-mode=arc")
 
 	t.Run("token and App for two organisations", func(t *testing.T) {
@@ -611,8 +618,7 @@ func TestScaleSetAppInstallationDiscovery(t *testing.T) {
 	fake := fakeGitHub(t)
 	s := newScaleSet(t, "ss-appdisc")
 	const appID = 9102
-	key, keyPEM := newAppKey(t)
-	fake.AddApp(appID, &key.PublicKey)
+	keyPEM := addApp(t, fake, appID)
 	orgs := map[string]int64{}
 	for _, o := range []string{"org-appdisc-a", "org-appdisc-b"} {
 		orgs[o] = fake.AddInstallation(appID, o)
