@@ -69,86 +69,79 @@ func (g *RemoteGitHub) check(err error) bool {
 	panic(err)
 }
 
-// ctx bounds one control request.
-func ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), 10*time.Second)
+// control runs one control request with a bounded context and reports its
+// error as check does.
+func (g *RemoteGitHub) control(op func(context.Context, *ghfake.Remote) error) bool {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return g.check(op(c, g.remote()))
+}
+
+// controlValue is control for a request that answers a value, returned even
+// when the request failed (then usually the zero value).
+func controlValue[T any](g *RemoteGitHub, op func(context.Context, *ghfake.Remote) (T, error)) T {
+	var v T
+	g.control(func(c context.Context, r *ghfake.Remote) error {
+		var err error
+		v, err = op(c, r)
+		return err
+	})
+	return v
 }
 
 func (g *RemoteGitHub) AddRunner(scope ghclient.Scope, name string) int64 {
-	c, cancel := ctx()
-	defer cancel()
-	id, err := g.remote().AddRunner(c, scope, name)
-	g.check(err)
-	return id
+	return controlValue(g, func(c context.Context, r *ghfake.Remote) (int64, error) { return r.AddRunner(c, scope, name) })
 }
 
 func (g *RemoteGitHub) SetBusy(scope ghclient.Scope, name string, busy bool) bool {
-	c, cancel := ctx()
-	defer cancel()
-	return g.check(g.remote().SetBusy(c, scope, name, busy))
+	return g.control(func(c context.Context, r *ghfake.Remote) error { return r.SetBusy(c, scope, name, busy) })
 }
 
 func (g *RemoteGitHub) SetOnline(scope ghclient.Scope, name string, online bool) bool {
-	c, cancel := ctx()
-	defer cancel()
-	return g.check(g.remote().SetOnline(c, scope, name, online))
+	return g.control(func(c context.Context, r *ghfake.Remote) error { return r.SetOnline(c, scope, name, online) })
 }
 
 func (g *RemoteGitHub) Runner(scope ghclient.Scope, name string) (ghfake.Runner, bool) {
-	c, cancel := ctx()
-	defer cancel()
-	r, found, err := g.remote().Runner(c, scope, name)
-	return r, g.check(err) && found
+	var runner ghfake.Runner
+	var found bool
+	ok := g.control(func(c context.Context, r *ghfake.Remote) error {
+		var err error
+		runner, found, err = r.Runner(c, scope, name)
+		return err
+	})
+	return runner, ok && found
 }
 
 func (g *RemoteGitHub) Requests() []ghfake.Request {
-	c, cancel := ctx()
-	defer cancel()
-	reqs, err := g.remote().Requests(c)
-	g.check(err)
-	return reqs
+	return controlValue(g, func(c context.Context, r *ghfake.Remote) ([]ghfake.Request, error) { return r.Requests(c) })
 }
 
 func (g *RemoteGitHub) ResetLog() {
-	c, cancel := ctx()
-	defer cancel()
-	g.check(g.remote().ResetLog(c))
+	g.control(func(c context.Context, r *ghfake.Remote) error { return r.ResetLog(c) })
 }
 
 func (g *RemoteGitHub) InjectFault(f ghfake.Fault) {
-	c, cancel := ctx()
-	defer cancel()
-	g.check(g.remote().InjectFault(c, f))
+	g.control(func(c context.Context, r *ghfake.Remote) error { return r.InjectFault(c, f) })
 }
 
 func (g *RemoteGitHub) ClearFaults() {
-	c, cancel := ctx()
-	defer cancel()
-	g.check(g.remote().ClearFaults(c))
+	g.control(func(c context.Context, r *ghfake.Remote) error { return r.ClearFaults(c) })
 }
 
 func (g *RemoteGitHub) SetSecondaryLimit(l ghfake.SecondaryLimit) {
-	c, cancel := ctx()
-	defer cancel()
-	g.check(g.remote().SetSecondaryLimit(c, l))
+	g.control(func(c context.Context, r *ghfake.Remote) error { return r.SetSecondaryLimit(c, l) })
 }
 
 func (g *RemoteGitHub) SecondaryUsage() map[string]ghfake.SecondaryUsage {
-	c, cancel := ctx()
-	defer cancel()
-	u, err := g.remote().SecondaryUsage(c)
-	g.check(err)
-	return u
+	return controlValue(g, func(c context.Context, r *ghfake.Remote) (map[string]ghfake.SecondaryUsage, error) {
+		return r.SecondaryUsage(c)
+	})
 }
 
 func (g *RemoteGitHub) ResetSecondaryUsage() {
-	c, cancel := ctx()
-	defer cancel()
-	g.check(g.remote().ResetSecondaryUsage(c))
+	g.control(func(c context.Context, r *ghfake.Remote) error { return r.ResetSecondaryUsage(c) })
 }
 
 func (g *RemoteGitHub) SetListingLags(scope ghclient.Scope, name string, lags bool) bool {
-	c, cancel := ctx()
-	defer cancel()
-	return g.check(g.remote().SetListingLags(c, scope, name, lags))
+	return g.control(func(c context.Context, r *ghfake.Remote) error { return r.SetListingLags(c, scope, name, lags) })
 }

@@ -10,13 +10,20 @@ import (
 	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
+// remoteFake serves a fake GitHub over HTTP and returns it, its server and
+// a RemoteGitHub driving it that fails t on any control error.
+func remoteFake(t *testing.T) (*ghfake.Fake, *httptest.Server, *RemoteGitHub) {
+	t.Helper()
+	fake := ghfake.New()
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	return fake, srv, &RemoteGitHub{BaseURL: srv.URL, Fail: func(err error) { t.Fatal(err) }}
+}
+
 // RemoteGitHub must do to an out-of-process fake what the scenarios do to an
 // in-process one: check each control against the fake's own state.
 func TestRemoteGitHubControlsTheFake(t *testing.T) {
-	fake := ghfake.New()
-	srv := httptest.NewServer(fake)
-	defer srv.Close()
-	remote := &RemoteGitHub{BaseURL: srv.URL, Fail: func(err error) { t.Fatal(err) }}
+	fake, srv, remote := remoteFake(t)
 	org := fixture.Org("acme")
 
 	id := remote.AddRunner(org, "r1")
@@ -62,10 +69,7 @@ func TestRemoteGitHubControlsTheFake(t *testing.T) {
 // The secondary limit and the lagging listing reach the fake through the
 // control API as well.
 func TestRemoteGitHubSecondaryAndLag(t *testing.T) {
-	fake := ghfake.New()
-	srv := httptest.NewServer(fake)
-	defer srv.Close()
-	remote := &RemoteGitHub{BaseURL: srv.URL, Fail: func(err error) { t.Fatal(err) }}
+	fake, srv, remote := remoteFake(t)
 	org := fixture.Org("acme")
 	fake.AddRunner(org, "r1")
 
