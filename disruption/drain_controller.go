@@ -244,11 +244,11 @@ func (r *drainReconciler) forget(pod *corev1.Pod) {
 	r.said.forget(string(pod.UID) + "/")
 }
 
-// nodeOfPod maps a runner pod's event to its node, so a job's end (the pod
+// nodeRequest maps a runner pod's event to its node, so a job's end (the pod
 // completes) is seen at once.
-func nodeOfPod(pod *corev1.Pod) []reconcile.Request {
-	if pod.Spec.NodeName == "" {
+func nodeRequest(nodeName string) []reconcile.Request {
+	if nodeName == "" {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: pod.Spec.NodeName}}}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: nodeName}}}
 }

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
@@ -36,6 +37,8 @@ var _ Guard = &guardStub{}
 func (g *guardStub) RunnerContainer(pod *corev1.Pod) (string, bool) {
 	return "runner", pod.Labels["runner"] == "true"
 }
+
+func (g *guardStub) Guards(_ string, l labels.Labels) bool { return l.Get("runner") == "true" }
 
 func (g *guardStub) RunnerRunning(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodRunning

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -102,14 +103,31 @@ func pairsOf(m map[string]string) pairs {
 	return out
 }
 
+var _ labels.Labels = pairs(nil)
+
 func (p pairs) get(key string) string {
+	v, _ := p.Lookup(key)
+	return v
+}
+
+// Lookup implements labels.Labels, so a selector matches pairs as they are.
+func (p pairs) Lookup(key string) (string, bool) {
 	for i := 0; i+1 < len(p); i += 2 {
 		if p[i] == key {
-			return p[i+1]
+			return p[i+1], true
 		}
 	}
-	return ""
+	return "", false
 }
+
+// Has implements labels.Labels.
+func (p pairs) Has(key string) bool {
+	_, ok := p.Lookup(key)
+	return ok
+}
+
+// Get implements labels.Labels.
+func (p pairs) Get(key string) string { return p.get(key) }
 
 // asMap is p as a new map; nil when p is empty.
 func (p pairs) asMap() map[string]string {

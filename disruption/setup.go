@@ -120,8 +120,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("disruption client: %w", err)
 	}
 	runnerPods := predicate.NewTypedPredicateFuncs(func(cp *cachedPod) bool {
-		_, guarded := o.Guard.RunnerContainer(cp.pod())
-		return guarded || cp.annotation(AnnotationOwned) != ""
+		return o.Guard.Guards(cp.Namespace, cp.labels) || cp.annotation(AnnotationOwned) != ""
 	})
 	if len(o.Hints) > 0 {
 		r := &hintReconciler{pods: cl, guard: o.Guard, listing: o.HintListing, enabled: o.Hints}
@@ -156,7 +155,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	b := ctrl.NewControllerManagedBy(mgr).Named("runner-drain").
 		WatchesRawSource(source.Kind(c, &corev1.Node{}, &handler.TypedEnqueueRequestForObject[*corev1.Node]{}, draining)).
 		WatchesRawSource(source.Kind(c, &cachedPod{}, handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, cp *cachedPod) []reconcile.Request {
-			return nodeOfPod(cp.pod())
+			return nodeRequest(cp.Spec.NodeName)
 		}), runnerPods)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4})
 	if erServed {
@@ -165,7 +164,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 			if err := cl.Get(ctx, types.NamespacedName{Namespace: er.GetNamespace(), Name: er.GetName()}, pod); err != nil {
 				return nil
 			}
-			return nodeOfPod(pod)
+			return nodeRequest(pod.Spec.NodeName)
 		})))
 	}
 	if err := b.Complete(d); err != nil {

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/runner-guard/runner-guard/ghclient"
@@ -18,6 +19,8 @@ import (
 // which runner each one runs.
 type Guard interface {
 	RunnerContainer(pod *corev1.Pod) (string, bool)
+	// Guards is RunnerContainer's verdict from a pod's namespace and labels.
+	Guards(namespace string, podLabels labels.Labels) bool
 	RunnerRunning(pod *corev1.Pod) bool
 	Resolve(ctx context.Context, pod *corev1.Pod) (webhook.Resolved, error)
 	Unregistered(pod *corev1.Pod, t webhook.Target)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/webhook/arc"
@@ -43,17 +44,34 @@ var ErrNotGuarded = errors.New("not a guarded runner pod")
 // RunnerContainer returns the runner container of a pod runner-guard guards:
 // one its runnerPods match, outside the exempt namespaces.
 func (h *Handler) RunnerContainer(pod *corev1.Pod) (string, bool) {
-	if pod == nil || slices.Contains(h.exempt, pod.Namespace) {
+	if pod == nil {
 		return "", false
 	}
-	if h.runnerNamespaces != nil && !h.runnerNamespaces[pod.Namespace] {
-		return "", false
-	}
-	spec := matchRunnerPod(pod, h.specs)
+	spec := h.runnerPodSpec(pod.Namespace, labels.Set(pod.Labels))
 	if spec == nil {
 		return "", false
 	}
 	return spec.Container, true
+}
+
+// Guards reports whether runner-guard guards a pod of namespace with these
+// labels, as RunnerContainer does, from the two facts that decide it: the
+// controllers' watch predicates ask it of every pod event without building
+// a *corev1.Pod.
+func (h *Handler) Guards(namespace string, podLabels labels.Labels) bool {
+	return h.runnerPodSpec(namespace, podLabels) != nil
+}
+
+// runnerPodSpec is the runnerPods entry matching a pod outside the exempt
+// namespaces, nil when none does.
+func (h *Handler) runnerPodSpec(namespace string, podLabels labels.Labels) *RunnerPodSpec {
+	if slices.Contains(h.exempt, namespace) {
+		return nil
+	}
+	if h.runnerNamespaces != nil && !h.runnerNamespaces[namespace] {
+		return nil
+	}
+	return matchRunnerLabels(podLabels, h.specs)
 }
 
 // RunnerRunning reports whether the runner container of a guarded pod is

@@ -24,9 +24,13 @@ func matchRunnerPod(pod *corev1.Pod, specs []RunnerPodSpec) *RunnerPodSpec {
 	if pod == nil {
 		return nil
 	}
-	set := labels.Set(pod.Labels)
+	return matchRunnerLabels(labels.Set(pod.Labels), specs)
+}
+
+// matchRunnerLabels is matchRunnerPod for a pod's labels alone.
+func matchRunnerLabels(podLabels labels.Labels, specs []RunnerPodSpec) *RunnerPodSpec {
 	for i := range specs {
-		if specs[i].selector != nil && specs[i].selector.Matches(set) {
+		if specs[i].selector != nil && specs[i].selector.Matches(podLabels) {
 			return &specs[i]
 		}
 	}
