@@ -2,11 +2,8 @@ package framework
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -15,25 +12,15 @@ import (
 // SlowProxy is a TCP proxy on loopback that holds every chunk a client sends
 // for a settable delay before passing it on: a slow API server (or network)
 // in front of the real one, TLS passing through untouched.
-type SlowProxy struct {
-	ln     net.Listener
-	target string
-	delay  atomic.Int64 // nanoseconds
-
-	mu    sync.Mutex
-	conns []net.Conn
-	wg    sync.WaitGroup
-}
+type SlowProxy struct{ *tcpProxy }
 
 // NewSlowProxy listens on 127.0.0.1 and forwards to target (host:port).
 func NewSlowProxy(target string) (*SlowProxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := listenTCPProxy("127.0.0.1:0", target)
 	if err != nil {
 		return nil, err
 	}
-	p := &SlowProxy{ln: ln, target: target}
-	p.wg.Go(p.serve)
-	return p, nil
+	return &SlowProxy{p}, nil
 }
 
 // Addr is the proxy's host:port.
@@ -41,56 +28,6 @@ func (p *SlowProxy) Addr() string { return p.ln.Addr().String() }
 
 // SetDelay sets how long each chunk from a client is held.
 func (p *SlowProxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
-
-// Close stops the proxy and its connections.
-func (p *SlowProxy) Close() {
-	_ = p.ln.Close()
-	p.mu.Lock()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
-func (p *SlowProxy) serve() {
-	for {
-		in, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		out, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = in.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, in, out)
-		p.mu.Unlock()
-		p.wg.Go(func() { p.pipe(out, in, true) })
-		p.wg.Go(func() { p.pipe(in, out, false) })
-	}
-}
-
-// pipe copies src to dst, holding each chunk when slow.
-func (p *SlowProxy) pipe(dst, src net.Conn, slow bool) {
-	defer func() { _ = dst.Close(); _ = src.Close() }()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if d := time.Duration(p.delay.Load()); slow && d > 0 {
-				time.Sleep(d)
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return // EOF, or the other side closed
-		}
-	}
-}
 
 // WebhookKubeconfigVia writes a copy of the webhook's kubeconfig that reaches
 // the API server through addr (the API server's certificate is for
