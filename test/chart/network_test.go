@@ -2,10 +2,8 @@ package chart
 
 import (
 	"context"
-	"errors"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -37,12 +35,9 @@ const ghesChartHost = "ghes.chart.test"
 // is reached through tinyproxy (with basic auth) and trusted through the
 // chart's bundle.
 func (e *installEnv) scenarioChartNetwork(t *testing.T) {
-	if _, err := exec.LookPath("tinyproxy"); err != nil && os.Getenv("CI") == "" {
-		t.Skip("tinyproxy is not installed (make test installs it with hack/install-tinyproxy.sh)")
-	}
-	wrap, err := framework.MountNamespace(t.TempDir(), ghesChartHost)
-	if errors.Is(err, framework.ErrNeedsRoot) && os.Getenv("CI") == "" {
-		t.Skipf("resolving %s needs a mount namespace: %v", ghesChartHost, err)
+	wrap, skip, err := framework.ProxyNetwork(t.TempDir(), ghesChartHost)
+	if skip != "" {
+		t.Skip(skip)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -2,11 +2,9 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -216,12 +214,9 @@ func TestGHESPrivateCA(t *testing.T) {
 // ghesHost over TLS, and tinyproxy in that namespace with basic auth.
 func proxied(t *testing.T) ([]string, *framework.TLSServer, string, *framework.Tinyproxy) {
 	t.Helper()
-	if _, err := exec.LookPath("tinyproxy"); err != nil && os.Getenv("CI") == "" {
-		t.Skip("tinyproxy is not installed (make e2e installs it with hack/install-tinyproxy.sh)")
-	}
-	wrap, err := framework.MountNamespace(t.TempDir(), ghesHost)
-	if errors.Is(err, framework.ErrNeedsRoot) && os.Getenv("CI") == "" {
-		t.Skipf("the proxy scenarios resolve %s in a mount namespace: %v", ghesHost, err)
+	wrap, skip, err := framework.ProxyNetwork(t.TempDir(), ghesHost)
+	if skip != "" {
+		t.Skip("the proxy scenarios: " + skip)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -125,6 +125,23 @@ func MountNamespace(dir string, names ...string) ([]string, error) {
 // ErrNeedsRoot: the machine cannot give a process a mount namespace.
 var ErrNeedsRoot = errors.New("needs root with unshare and mount")
 
+// ProxyNetwork checks what the proxy scenarios need, tinyproxy and a mount
+// namespace where host resolves (MountNamespace, its /etc/hosts in dir), and
+// returns the namespace's command prefix. When this machine lacks either,
+// skip says why and the scenarios should be skipped; in CI (CI set), which
+// installs both, a lack is an error instead.
+func ProxyNetwork(dir, host string) (wrap []string, skip string, err error) {
+	inCI := os.Getenv("CI") != ""
+	if _, err := exec.LookPath("tinyproxy"); err != nil && !inCI {
+		return nil, "tinyproxy is not installed (hack/install-tinyproxy.sh installs it; make test and make e2e run it)", nil
+	}
+	wrap, err = MountNamespace(dir, host)
+	if errors.Is(err, ErrNeedsRoot) && !inCI {
+		return nil, fmt.Sprintf("resolving %s needs a mount namespace: %v", host, err), nil
+	}
+	return wrap, "", err
+}
+
 // Tinyproxy is Debian's tinyproxy, a real forward proxy, on a loopback port
 // with its own configuration and log file.
 type Tinyproxy struct {
