@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/runner-guard/runner-guard/certs"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/process"
 )
@@ -53,6 +54,16 @@ func newFiles(t *testing.T) *process.Files {
 	}
 	t.Cleanup(f.Close)
 	return f
+}
+
+// newCA makes a CA named commonName, for certificates the test issues itself.
+func newCA(t *testing.T, commonName string) *certs.CA {
+	t.Helper()
+	ca, err := certs.NewCA(certs.CAOptions{CommonName: commonName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
 }
 
 // newFake serves a fake GitHub (token auth on, rate limit out of the way) until the test ends.

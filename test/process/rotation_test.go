@@ -26,12 +26,9 @@ import (
 func TestCertificateRotation(t *testing.T) {
 	gh, url := newFake(t)
 	files := newFiles(t)
-	newCA, err := certs.NewCA(certs.CAOptions{CommonName: "runner-guard-ca-2"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	secondCA := newCA(t, "runner-guard-ca-2")
 	// Trust both CAs from the start: a pool must not change while in use.
-	files.Pool.AddCert(newCA.Certificate())
+	files.Pool.AddCert(secondCA.Certificate())
 	e := startWith(t, gh, url, files)
 
 	serial := func() (*big.Int, error) {
@@ -121,7 +118,7 @@ func TestCertificateRotation(t *testing.T) {
 		}
 	}
 	second := rotate("same CA", files.CA, first)
-	rotate("new CA", newCA, second)
+	rotate("new CA", secondCA, second)
 	time.Sleep(300 * time.Millisecond) // requests on the newest certificate too
 	stop.Store(true)
 	wg.Wait()

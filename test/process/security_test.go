@@ -64,14 +64,8 @@ func writeFile(t *testing.T, path string, data []byte) string {
 func TestClientCAFile(t *testing.T) {
 	gh, url := newFake(t)
 	files := newFiles(t)
-	clientCA, err := certs.NewCA(certs.CAOptions{CommonName: "api-server-client-ca"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	otherCA, err := certs.NewCA(certs.CAOptions{CommonName: "someone-else"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	clientCA := newCA(t, "api-server-client-ca")
+	otherCA := newCA(t, "someone-else")
 	caFile := writeFile(t, filepath.Join(files.CertDir, "client-ca.crt"), clientCA.CertPEM())
 	e := startWith(t, gh, url, files, "--client-ca-file="+caFile)
 
