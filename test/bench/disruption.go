@@ -10,9 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
@@ -22,8 +20,6 @@ import (
 	"github.com/runner-guard/runner-guard/test/e2e/framework"
 	"github.com/runner-guard/runner-guard/test/fixture"
 )
-
-var ephemeralRunnersGVR = schema.GroupVersionResource{Group: "actions.github.com", Version: "v1alpha1", Resource: "ephemeralrunners"}
 
 // Sizes of the disruption runs.
 const (
@@ -78,16 +74,9 @@ func (d *disruptionBench) runner(ctx context.Context, ns, name, node string, sco
 	want := w.Obj()
 	want.SetUID("")
 	want.SetFinalizers(nil)
-	created, err := d.dyn.Resource(ephemeralRunnersGVR).Namespace(ns).Create(ctx, want, metav1.CreateOptions{})
+	created, err := framework.CreateEphemeralRunner(ctx, d.dyn, want)
 	if err != nil {
-		return fmt.Errorf("create EphemeralRunner %s: %w", name, err)
-	}
-	status, _, _ := unstructured.NestedMap(want.Object, "status")
-	if err := unstructured.SetNestedMap(created.Object, status, "status"); err != nil {
 		return err
-	}
-	if _, err := d.dyn.Resource(ephemeralRunnersGVR).Namespace(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("status of EphemeralRunner %s: %w", name, err)
 	}
 	pod := fixture.MakeScaleSetRunnerPod(ns, name).OwnedByEphemeralRunner(&fixture.EphemeralRunnerWrapper{Unstructured: *created}).Obj()
 	pod.Spec.NodeName = node
@@ -121,7 +110,7 @@ func (d *disruptionBench) hintLag(ctx context.Context, e *env) error {
 		}
 		patch, _ := json.Marshal(map[string]any{"status": map[string]any{"jobRequestId": 1000 + i, "jobId": fmt.Sprint(1000 + i), "jobRepositoryName": "acme/app", "jobDisplayName": "build"}})
 		start := time.Now()
-		if _, err := d.dyn.Resource(ephemeralRunnersGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		if _, err := d.dyn.Resource(framework.EphemeralRunnerResource()).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 			w.Stop()
 			return err
 		}

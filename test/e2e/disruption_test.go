@@ -16,6 +16,7 @@ import (
 
 	"github.com/runner-guard/runner-guard/disruption"
 	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/test/e2e/framework"
 )
 
 // setJob writes the listener's job fields into the EphemeralRunner's status,
@@ -29,7 +30,7 @@ func (s *scaleSet) setJob(name string, requestID int64, display string) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if _, err := s.dyn.Resource(ephemeralRunners).Namespace(s.ns).Patch(s.ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+	if _, err := s.dyn.Resource(framework.EphemeralRunnerResource()).Namespace(s.ns).Patch(s.ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		s.t.Fatalf("set the job fields of EphemeralRunner %s: %v", name, err)
 	}
 }

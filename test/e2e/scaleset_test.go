@@ -20,7 +20,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
@@ -34,8 +33,6 @@ import (
 // runner pod is controlled by an EphemeralRunner (the CRD in
 // testdata/crds, installed by the harness) whose status the test sets through
 // the status subresource, as ARC's controller does.
-
-var ephemeralRunners = schema.GroupVersionResource{Group: "actions.github.com", Version: "v1alpha1", Resource: "ephemeralrunners"}
 
 const (
 	// keepFinalizer is the test's own: it keeps an EphemeralRunner readable
@@ -146,17 +143,12 @@ func (s *scaleSet) runner(name, configURL string, scope ghclient.Scope, busy boo
 	want := w.Obj()
 	want.SetUID("")
 	want.SetFinalizers(append(want.GetFinalizers(), keepFinalizer))
-	created, err := s.dyn.Resource(ephemeralRunners).Namespace(s.ns).Create(s.ctx, want, metav1.CreateOptions{})
+	created, err := framework.CreateEphemeralRunner(s.ctx, s.dyn, want)
+	if created != nil {
+		s.t.Cleanup(func() { s.release(name) })
+	}
 	if err != nil {
-		s.t.Fatalf("create EphemeralRunner %s: %v", name, err)
-	}
-	s.t.Cleanup(func() { s.release(name) })
-	status, _, _ := unstructured.NestedMap(want.Object, "status")
-	if err := unstructured.SetNestedMap(created.Object, status, "status"); err != nil {
 		s.t.Fatal(err)
-	}
-	if _, err := s.dyn.Resource(ephemeralRunners).Namespace(s.ns).UpdateStatus(s.ctx, created, metav1.UpdateOptions{}); err != nil {
-		s.t.Fatalf("set status of EphemeralRunner %s: %v", name, err)
 	}
 	owner := &fixture.EphemeralRunnerWrapper{Unstructured: *created}
 	pod := fixture.MakeScaleSetRunnerPod(s.ns, name).OwnedByEphemeralRunner(owner).Obj()
@@ -173,7 +165,7 @@ func (s *scaleSet) release(name string) {
 	patch := []byte(`{"metadata":{"finalizers":null}}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := s.dyn.Resource(ephemeralRunners).Namespace(s.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err := s.dyn.Resource(framework.EphemeralRunnerResource()).Namespace(s.ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		s.t.Logf("release EphemeralRunner %s: %v", name, err)
 	}
@@ -182,7 +174,7 @@ func (s *scaleSet) release(name string) {
 // ephemeralRunner fetches an EphemeralRunner; nil when it is gone.
 func (s *scaleSet) ephemeralRunner(name string) *unstructured.Unstructured {
 	s.t.Helper()
-	u, err := s.dyn.Resource(ephemeralRunners).Namespace(s.ns).Get(s.ctx, name, metav1.GetOptions{})
+	u, err := s.dyn.Resource(framework.EphemeralRunnerResource()).Namespace(s.ns).Get(s.ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -216,7 +208,7 @@ func (s *scaleSet) waitRetired(name string) {
 func (s *scaleSet) deleteEphemeralRunner(name string) {
 	s.t.Helper()
 	bg := metav1.DeletePropagationBackground
-	if err := s.dyn.Resource(ephemeralRunners).Namespace(s.ns).Delete(s.ctx, name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+	if err := s.dyn.Resource(framework.EphemeralRunnerResource()).Namespace(s.ns).Delete(s.ctx, name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
 		s.t.Fatal(err)
 	}
 }
@@ -226,7 +218,7 @@ func (s *scaleSet) setFinalizers(name string, fins ...string) {
 	s.t.Helper()
 	u := s.ephemeralRunner(name)
 	u.SetFinalizers(append(fins, keepFinalizer))
-	if _, err := s.dyn.Resource(ephemeralRunners).Namespace(s.ns).Update(s.ctx, u, metav1.UpdateOptions{}); err != nil {
+	if _, err := s.dyn.Resource(framework.EphemeralRunnerResource()).Namespace(s.ns).Update(s.ctx, u, metav1.UpdateOptions{}); err != nil {
 		s.t.Fatal(err)
 	}
 }
@@ -238,7 +230,7 @@ func (s *scaleSet) setPhase(name, phase string) {
 	if err := unstructured.SetNestedField(u.Object, phase, "status", "phase"); err != nil {
 		s.t.Fatal(err)
 	}
-	if _, err := s.dyn.Resource(ephemeralRunners).Namespace(s.ns).UpdateStatus(s.ctx, u, metav1.UpdateOptions{}); err != nil {
+	if _, err := s.dyn.Resource(framework.EphemeralRunnerResource()).Namespace(s.ns).UpdateStatus(s.ctx, u, metav1.UpdateOptions{}); err != nil {
 		s.t.Fatal(err)
 	}
 }

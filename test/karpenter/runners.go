@@ -10,18 +10,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
+	"github.com/runner-guard/runner-guard/test/e2e/framework"
 	"github.com/runner-guard/runner-guard/test/fixture"
 	"github.com/runner-guard/runner-guard/test/process"
 )
-
-// EphemeralRunners is ARC's EphemeralRunner, whose CRD the e2e environment installs.
-var EphemeralRunners = schema.GroupVersionResource{Group: "actions.github.com", Version: "v1alpha1", Resource: "ephemeralrunners"}
 
 // ScaleSetRunner is one ARC scale-set runner: its EphemeralRunner and pod
 // (both named Name) and its registration on the fake GitHub.
@@ -57,16 +53,9 @@ func (c *Cluster) CreateScaleSetRunner(ctx context.Context, ns, name string, sco
 	}
 	want := w.Obj()
 	want.SetUID("")
-	created, err := c.Dynamic.Resource(EphemeralRunners).Namespace(ns).Create(ctx, want, metav1.CreateOptions{})
+	created, err := framework.CreateEphemeralRunner(ctx, c.Dynamic, want)
 	if err != nil {
-		return ScaleSetRunner{}, fmt.Errorf("create EphemeralRunner %s/%s: %w", ns, name, err)
-	}
-	status, _, _ := unstructured.NestedMap(want.Object, "status")
-	if err := unstructured.SetNestedMap(created.Object, status, "status"); err != nil {
 		return ScaleSetRunner{}, err
-	}
-	if created, err = c.Dynamic.Resource(EphemeralRunners).Namespace(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		return ScaleSetRunner{}, fmt.Errorf("status of EphemeralRunner %s/%s: %w", ns, name, err)
 	}
 	owner := &fixture.EphemeralRunnerWrapper{Unstructured: *created}
 	pod := fixture.MakeScaleSetRunnerPod(ns, name).OwnedByEphemeralRunner(owner).
@@ -94,7 +83,7 @@ func WithJob(id int64) func(*fixture.EphemeralRunnerWrapper) {
 // controller does (Succeeded once the runner has exited after its job).
 func (c *Cluster) SetEphemeralRunnerPhase(ctx context.Context, r ScaleSetRunner, phase string) error {
 	patch := []byte(fmt.Sprintf(`{"status":{"phase":%q}}`, phase))
-	_, err := c.Dynamic.Resource(EphemeralRunners).Namespace(r.Namespace).Patch(ctx, r.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	_, err := c.Dynamic.Resource(framework.EphemeralRunnerResource()).Namespace(r.Namespace).Patch(ctx, r.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	if err != nil {
 		return fmt.Errorf("phase of EphemeralRunner %s/%s: %w", r.Namespace, r.Name, err)
 	}
@@ -130,13 +119,13 @@ func (c *Cluster) CreatePod(ctx context.Context, ns, name, pool, node string, an
 // ns (no ARC controller runs here to drop them), so they and, through the
 // garbage collector, their pods can go.
 func (c *Cluster) ReleaseEphemeralRunners(ctx context.Context, ns string) error {
-	list, err := c.Dynamic.Resource(EphemeralRunners).Namespace(ns).List(ctx, metav1.ListOptions{})
+	list, err := c.Dynamic.Resource(framework.EphemeralRunnerResource()).Namespace(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
 	patch := []byte(`{"metadata":{"finalizers":null}}`)
 	for _, er := range list.Items {
-		_, err := c.Dynamic.Resource(EphemeralRunners).Namespace(ns).Patch(ctx, er.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
+		_, err := c.Dynamic.Resource(framework.EphemeralRunnerResource()).Namespace(ns).Patch(ctx, er.GetName(), types.MergePatchType, patch, metav1.PatchOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("release EphemeralRunner %s/%s: %w", ns, er.GetName(), err)
 		}
