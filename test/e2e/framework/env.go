@@ -152,7 +152,8 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 		}
 		apiserverArgs = e.clientAuth.apiserverArgs()
 	}
-	if e.ControlPlane, err = startControlPlane(ctx, o.Dir, o.Assets, o.Logf, ports, apiserverArgs); err != nil {
+	cp := ControlPlaneOptions{Dir: o.Dir, Assets: o.Assets, Logf: o.Logf, APIServerArgs: apiserverArgs}
+	if e.ControlPlane, err = startControlPlane(ctx, cp, ports); err != nil {
 		return e, err
 	}
 	e.fake.SetToken(githubToken)
