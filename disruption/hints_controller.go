@@ -33,6 +33,10 @@ type hintReconciler struct {
 	ephemeral *arc.Resolver
 	// listing is the job source of pods without job fields; nil: none yet.
 	listing Listing
+	// watch, when the listing is not refreshed for hints, looks at legacy
+	// pods when their scope's listing is taken instead of every
+	// listingRecheck; nil: requeue them.
+	watch   *listingWatch
 	enabled []Hint
 }
 
@@ -43,9 +47,15 @@ func (r *hintReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 	log := logr.FromContextOrDiscard(ctx)
 	pod := &corev1.Pod{}
 	if err := r.pods.Get(ctx, req.NamespacedName, pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	state, recheck := r.state(ctx, pod)
+	if state == JobEnded {
+		r.forget(req.NamespacedName)
+	}
 	if state == JobUnknown {
 		return reconcile.Result{RequeueAfter: recheck}, nil
 	}
@@ -107,11 +117,23 @@ func (r *hintReconciler) state(ctx context.Context, pod *corev1.Pod) (JobState, 
 	if err != nil {
 		return JobUnknown, 0
 	}
+	recheck := listingRecheck
+	if r.watch != nil {
+		// Looked at again when its scope's listing is taken anew.
+		r.watch.remember(client.ObjectKeyFromObject(pod), res.Runner)
+		recheck = 0
+	}
 	busy, err := r.listing.Busy(ctx, res.Runner)
 	if err != nil {
 		logr.FromContextOrDiscard(ctx).V(1).Info("listing not available for hints", "pod", client.ObjectKeyFromObject(pod), "error", err.Error())
-		return JobUnknown, listingRecheck
+		return JobUnknown, recheck
 	}
 	f.Listed = &busy
-	return jobState(f), listingRecheck
+	return jobState(f), recheck
+}
+
+func (r *hintReconciler) forget(key types.NamespacedName) {
+	if r.watch != nil {
+		r.watch.forget(key)
+	}
 }

@@ -236,25 +236,53 @@ func (l *cachedPodList) DeepCopyObject() runtime.Object {
 	return out
 }
 
-// pod is the cached pod as a *corev1.Pod. Its labels and annotations are
-// new maps; it shares slices with p: give it a copy, or only read it.
+// pod is the cached pod as a new *corev1.Pod (see podInto).
 func (p *cachedPod) pod() *corev1.Pod {
-	out := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: p.ObjectMeta}
+	out := &corev1.Pod{}
+	p.podInto(out)
+	return out
+}
+
+// podInto writes the cached pod into out as a *corev1.Pod that shares
+// nothing with p: the cache hands podReader its own objects (no deep copy
+// first), and a caller may write to what it reads (a patch decodes the
+// answer into it).
+func (p *cachedPod) podInto(out *corev1.Pod) {
+	*out = corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}}
+	p.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
 	out.Labels, out.Annotations = p.labels.asMap(), p.annotations.asMap()
 	out.Spec.NodeName = p.Spec.NodeName
-	for _, ct := range p.Spec.Containers {
-		out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: ct.Name, Env: ct.Env})
+	if len(p.Spec.Containers) > 0 {
+		out.Spec.Containers = make([]corev1.Container, len(p.Spec.Containers))
+		for i, ct := range p.Spec.Containers {
+			out.Spec.Containers[i].Name = ct.Name
+			if ct.Env != nil {
+				out.Spec.Containers[i].Env = make([]corev1.EnvVar, len(ct.Env))
+				for j := range ct.Env {
+					ct.Env[j].DeepCopyInto(&out.Spec.Containers[i].Env[j])
+				}
+			}
+		}
 	}
-	out.Status.Phase, out.Status.StartTime = p.Status.Phase, p.Status.StartTime
-	for _, cond := range p.Status.Conditions {
-		out.Status.Conditions = append(out.Status.Conditions, corev1.PodCondition{Type: cond.Type, Status: cond.Status})
+	out.Status.Phase, out.Status.StartTime = p.Status.Phase, p.Status.StartTime.DeepCopy()
+	if len(p.Status.Conditions) > 0 {
+		out.Status.Conditions = make([]corev1.PodCondition, len(p.Status.Conditions))
+		for i, cond := range p.Status.Conditions {
+			out.Status.Conditions[i] = corev1.PodCondition{Type: cond.Type, Status: cond.Status}
+		}
 	}
-	for _, cs := range p.Status.ContainerStatuses {
-		out.Status.ContainerStatuses = append(out.Status.ContainerStatuses, corev1.ContainerStatus{
-			Name: cs.Name, State: cs.State, Ready: cs.Ready, RestartCount: cs.RestartCount, Started: cs.Started,
-		})
+	if len(p.Status.ContainerStatuses) > 0 {
+		out.Status.ContainerStatuses = make([]corev1.ContainerStatus, len(p.Status.ContainerStatuses))
+		for i, cs := range p.Status.ContainerStatuses {
+			st := &out.Status.ContainerStatuses[i]
+			st.Name, st.Ready, st.RestartCount = cs.Name, cs.Ready, cs.RestartCount
+			cs.State.DeepCopyInto(&st.State)
+			if cs.Started != nil {
+				started := *cs.Started
+				st.Started = &started
+			}
+		}
 	}
-	return out
 }
 
 // cacheScheme is the scheme of the controllers' cache: pods decode into
@@ -294,11 +322,11 @@ func (r podReader) Get(ctx context.Context, key client.ObjectKey, obj client.Obj
 	if !ok {
 		return r.cache.Get(ctx, key, obj, opts...)
 	}
-	var cp cachedPod // the cache's own deep copy
+	var cp cachedPod // shares its slices with the cache's object (no deep copy)
 	if err := r.cache.Get(ctx, key, &cp, opts...); err != nil {
 		return err
 	}
-	*pod = *cp.pod()
+	cp.podInto(pod)
 	return nil
 }
 
@@ -308,14 +336,14 @@ func (r podReader) List(ctx context.Context, list client.ObjectList, opts ...cli
 	if !ok {
 		return r.cache.List(ctx, list, opts...)
 	}
-	var cl cachedPodList // the cache's own deep copies
+	var cl cachedPodList // shares its items' slices with the cache (no deep copy)
 	if err := r.cache.List(ctx, &cl, opts...); err != nil {
 		return err
 	}
 	pods.ListMeta = cl.ListMeta
 	pods.Items = make([]corev1.Pod, len(cl.Items))
 	for i := range cl.Items {
-		pods.Items[i] = *cl.Items[i].pod()
+		cl.Items[i].podInto(&pods.Items[i])
 	}
 	return nil
 }

@@ -129,6 +129,29 @@ func TestCachedPodDeepCopyIsIndependent(t *testing.T) {
 	}
 }
 
+// The *corev1.Pod podReader hands out shares nothing with the cached pod:
+// the cache gives podReader its own objects, and a caller may write to what
+// it read (a patch decodes the answer into it).
+func TestCachedPodAsPodSharesNothing(t *testing.T) {
+	full := fullRunnerPod("runner-1", "n1")
+	full.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ReplicaSet", Name: "rs", UID: "u1"}}
+	full.Finalizers = []string{"example.com/f"}
+	cached := decodeCached(t, full)
+	before := cached.pod()
+	out := cached.pod()
+	out.Labels["x"] = "y"
+	out.Annotations[AnnotationDoNotDisrupt] = "false"
+	out.OwnerReferences[0].Name = "changed"
+	out.Finalizers[0] = "changed"
+	out.Spec.Containers[0].Env[0].Value = "changed"
+	out.Status.Conditions[0].Status = corev1.ConditionFalse
+	out.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Now()
+	out.Status.StartTime.Time = out.Status.StartTime.Add(1)
+	if after := cached.pod(); !equality.Semantic.DeepEqual(after, before) {
+		t.Errorf("writing to the converted pod changed the cached pod:\nbefore %+v\nafter  %+v", before, after)
+	}
+}
+
 // podReader hands the controllers *corev1.Pod from the cached pods, by key
 // and by the node index, and leaves other kinds to the cache.
 func TestPodReaderConvertsPods(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
@@ -99,7 +100,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return err
 	}
-	copts := cache.Options{Scheme: scheme, Mapper: mgr.GetRESTMapper(), DefaultTransform: cache.TransformStripManagedFields()}
+	// podReader copies every pod it reads into a new *corev1.Pod, so the
+	// cache's deep copy before that would be a second copy of each.
+	noDeepCopy := true
+	copts := cache.Options{Scheme: scheme, Mapper: mgr.GetRESTMapper(), DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{&cachedPod{}: {UnsafeDisableDeepCopy: &noDeepCopy}}}
 	if len(o.Namespaces) > 0 {
 		copts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range o.Namespaces {
@@ -119,14 +124,25 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return fmt.Errorf("disruption client: %w", err)
 	}
-	runnerPods := predicate.NewTypedPredicateFuncs(func(cp *cachedPod) bool {
+	isRunnerPod := func(cp *cachedPod) bool {
 		return o.Guard.Guards(cp.Namespace, cp.labels) || cp.annotation(AnnotationOwned) != ""
-	})
+	}
+	runnerPods := predicate.NewTypedPredicateFuncs(isRunnerPod)
 	if len(o.Hints) > 0 {
 		r := &hintReconciler{pods: cl, guard: o.Guard, listing: o.HintListing, enabled: o.Hints}
+		hintPods := runnerPods
+		if o.HintListing != nil && !o.HintListing.Refreshes() {
+			r.watch = newListingWatch(o.HintListing, c, o.Guard, ghclient.ListingTTL/2)
+			hintPods = predicate.NewTypedPredicateFuncs(func(cp *cachedPod) bool {
+				return isRunnerPod(cp) && (ephemeralRunnerOwned(cp) || r.watch.admits(cp))
+			})
+		}
 		b := ctrl.NewControllerManagedBy(mgr).Named("runner-hints").
-			WatchesRawSource(source.Kind(c, &cachedPod{}, &handler.TypedEnqueueRequestForObject[*cachedPod]{}, runnerPods)).
+			WatchesRawSource(source.Kind(c, &cachedPod{}, &handler.TypedEnqueueRequestForObject[*cachedPod]{}, hintPods)).
 			WithOptions(controller.Options{MaxConcurrentReconciles: 4})
+		if r.watch != nil {
+			b = b.WatchesRawSource(source.TypedFunc[reconcile.Request](r.watch.start))
+		}
 		if erServed {
 			r.ephemeral = arc.NewResolver(arc.Options{Reader: c})
 			b = b.WatchesRawSource(source.Kind(c, ephemeralRunner(), handler.TypedEnqueueRequestsFromMapFunc(samePod)))

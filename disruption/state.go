@@ -3,6 +3,7 @@ package disruption
 import (
 	"context"
 	"errors"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,6 +46,13 @@ type Listing interface {
 	// Pressed reports that the runner's credential budget is pressed: the
 	// drain then asks the listing before spending a DELETE.
 	Pressed(r ghclient.Runner) bool
+	// Taken is when the listing answering for r was taken, zero when no
+	// fresh one is held. It never sends a request.
+	Taken(ctx context.Context, r ghclient.Runner) time.Time
+	// Any reports whether a fresh listing of any scope is held.
+	Any() bool
+	// Refreshes reports whether Busy takes a stale listing anew.
+	Refreshes() bool
 }
 
 // RouterListing is the Router's shared per-scope listing (ghclient/listing.go).
@@ -77,6 +85,21 @@ func (l RouterListing) Busy(ctx context.Context, r ghclient.Runner) (bool, error
 
 // Pressed is the Router's budget pressure for the runner's credential.
 func (l RouterListing) Pressed(r ghclient.Runner) bool { return l.Router.Pressed(r) }
+
+// Taken implements Listing.
+func (l RouterListing) Taken(ctx context.Context, r ghclient.Runner) time.Time {
+	li, err := l.Router.Listed(ctx, r, false)
+	if err != nil || li.State == ghclient.ListedUnknown {
+		return time.Time{}
+	}
+	return li.Taken
+}
+
+// Any implements Listing.
+func (l RouterListing) Any() bool { return l.Router.HasListing() }
+
+// Refreshes implements Listing.
+func (l RouterListing) Refreshes() bool { return l.Refresh }
 
 // JobState is what the controller knows about a runner pod's job.
 type JobState int
@@ -147,7 +170,7 @@ func podDone(g Guard, pod *corev1.Pod) bool {
 }
 
 // ephemeralRunnerOwned reports whether the pod's controller is an EphemeralRunner.
-func ephemeralRunnerOwned(pod *corev1.Pod) bool {
+func ephemeralRunnerOwned(pod metav1.Object) bool {
 	owner := metav1.GetControllerOf(pod)
 	if owner == nil || owner.Kind != arc.Kind {
 		return false

@@ -289,6 +289,41 @@ func (r *Router) Listed(ctx context.Context, rn Runner, refresh bool) (Listing, 
 	return c.Listed(ctx, rn.Scope, rn.Name, refresh)
 }
 
+// HasListing reports whether the client holds a listing of any scope younger
+// than ListingTTL. It sends nothing.
+func (c *Client) HasListing() bool {
+	now := c.now()
+	c.listings.mu.Lock()
+	defer c.listings.mu.Unlock()
+	for _, sl := range c.listings.scopes {
+		if !sl.taken.IsZero() && now.Sub(sl.taken) < ListingTTL {
+			return true
+		}
+	}
+	return false
+}
+
+// HasListing is Client.HasListing over the default client and every kept
+// one: the disruption controller looks at legacy runner pods' hints only
+// once some listing exists to answer for them.
+func (r *Router) HasListing() bool {
+	if r.def != nil && r.def.HasListing() {
+		return true
+	}
+	r.mu.Lock()
+	clients := make([]*Client, 0, r.lru.Len())
+	for e := r.lru.Front(); e != nil; e = e.Next() {
+		clients = append(clients, e.Value.(*routed).client)
+	}
+	r.mu.Unlock()
+	for _, c := range clients {
+		if c.HasListing() {
+			return true
+		}
+	}
+	return false
+}
+
 // Pressed is Client.Pressed for the runner's client; false when it has none.
 func (r *Router) Pressed(rn Runner) bool {
 	c, err := r.ClientFor(rn.Creds)

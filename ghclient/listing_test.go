@@ -28,6 +28,9 @@ func TestListedSharesOneConditionalListing(t *testing.T) {
 	}
 	e.fake.SetBusy(org, "r007", true)
 	e.fake.SetBusy(org, "r140", true)
+	if e.client.HasListing() {
+		t.Error("HasListing before any listing was taken")
+	}
 
 	for name, want := range map[string]ghclient.ListedState{
 		"r007": ghclient.ListedBusy, "r140": ghclient.ListedBusy, "r008": ghclient.ListedIdle, "gone": ghclient.ListedAbsent,
@@ -43,10 +46,16 @@ func TestListedSharesOneConditionalListing(t *testing.T) {
 	if got, _ := e.client.Listed(ctx, org, "r007", false); got.State != ghclient.ListedBusy {
 		t.Errorf("a fresh listing without refresh: %v, want busy", got.State)
 	}
+	if !e.client.HasListing() {
+		t.Error("HasListing false with a fresh listing")
+	}
 
 	advance(ghclient.ListingTTL)
 	if got, _ := e.client.Listed(ctx, org, "r007", false); got.State != ghclient.ListedUnknown {
 		t.Errorf("a stale listing without refresh: %v, want unknown (and no request)", got.State)
+	}
+	if e.client.HasListing() {
+		t.Error("HasListing true with only a stale listing")
 	}
 	e.fake.ResetLog()
 	if got, err := e.client.Listed(ctx, org, "r007", true); err != nil || got.State != ghclient.ListedBusy {

@@ -47,8 +47,14 @@ func (s *scenario) annotations(name string) map[string]string {
 // wantAnnotations waits until the pod carries exactly want for the hint keys.
 func (s *scenario) wantAnnotations(name string, want map[string]string) {
 	s.t.Helper()
+	s.wantAnnotationsWithin(name, want, 10*time.Second)
+}
+
+// wantAnnotationsWithin is wantAnnotations waiting up to timeout.
+func (s *scenario) wantAnnotationsWithin(name string, want map[string]string, timeout time.Duration) {
+	s.t.Helper()
 	keys := []string{disruption.AnnotationDoNotDisrupt, disruption.AnnotationSafeToEvict, disruption.AnnotationOwned}
-	s.eventually("hints of pod "+name, 10*time.Second, func() error {
+	s.eventually("hints of pod "+name, timeout, func() error {
 		got := s.annotations(name)
 		for _, k := range keys {
 			if got[k] != want[k] {
@@ -122,6 +128,52 @@ func TestHintsFollowJobFields(t *testing.T) {
 	s.wantAnnotations(users.name, map[string]string{disruption.AnnotationDoNotDisrupt: "false"})
 	if reqs := s.github()[before:]; len(reqs) != 0 {
 		t.Errorf("hints cost GitHub requests:%s", describe(reqs))
+	}
+}
+
+// Legacy runner pods (no job fields, no --hint-from-listing) get hints from
+// the listing the webhook takes anyway: a busy runner's second refused
+// delete has it list the scope, and within a look of the hint controller
+// both busy runners' pods carry the hints and the idle one's none. Until
+// then no legacy pod is looked at, and the hints cost no GitHub request of
+// their own.
+func TestHintsForLegacyRunnersFromTheWebhooksListing(t *testing.T) {
+	s := newScenario(t, "legacy-hints")
+	s.runnerPod("lh-busy", true, true)
+	s.runnerPod("lh-other", true, true)
+	s.runnerPod("lh-idle", false, true)
+	for _, name := range []string{"lh-busy", "lh-other", "lh-idle"} {
+		if a := s.annotations(name); a[disruption.AnnotationOwned] != "" {
+			t.Fatalf("pod %s has hints before any listing: %v", name, a)
+		}
+	}
+	if n := len(s.github()); n != 0 {
+		t.Fatalf("legacy pods cost %d GitHub requests before any decision, want 0:%s", n, describe(s.github()))
+	}
+	for i := range 2 {
+		if _, stderr, err := s.kubectl("delete", "pod", "lh-busy", "--wait=false"); err == nil || !strings.Contains(stderr, "runner busy") {
+			t.Fatalf("delete %d of the busy runner's pod: err %v, stderr %q; want refused with 'runner busy'", i+1, err, stderr)
+		}
+	}
+	listings := 0
+	for _, r := range s.github() {
+		if r.Method == "GET" && strings.HasSuffix(r.Path, "/actions/runners") {
+			listings++
+		}
+	}
+	if listings == 0 {
+		t.Fatalf("the second refused delete took no listing of the scope:%s", describe(s.github()))
+	}
+	before := len(s.github())
+	ours := map[string]string{
+		disruption.AnnotationDoNotDisrupt: "true", disruption.AnnotationSafeToEvict: "false", disruption.AnnotationOwned: "do-not-disrupt,safe-to-evict",
+	}
+	// The hint controller looks at the listings every ListingTTL/2.
+	s.wantAnnotationsWithin("lh-busy", ours, 2*ghclient.ListingTTL)
+	s.wantAnnotationsWithin("lh-other", ours, 2*ghclient.ListingTTL)
+	s.wantAnnotations("lh-idle", map[string]string{})
+	if reqs := s.github()[before:]; len(reqs) != 0 {
+		t.Errorf("hints from the webhook's listing cost GitHub requests of their own:%s", describe(reqs))
 	}
 }
 
