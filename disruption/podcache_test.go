@@ -113,42 +113,42 @@ func TestCachedPodJSONRoundTripKeepsItsMaps(t *testing.T) {
 	}
 }
 
-// A copy the cache hands out shares nothing with what it holds.
-func TestCachedPodDeepCopyIsIndependent(t *testing.T) {
-	orig := decodeCached(t, fullRunnerPod("runner-1", "n1"))
-	before := orig.pod().DeepCopy()
-	cp := orig.DeepCopyObject().(*cachedPod)
-	cp.labels[1] = "changed"
-	cp.annotations[1] = "changed"
-	cp.Spec.Containers[0].Env[0].Value = "changed"
-	cp.Status.Conditions[0].Status = corev1.ConditionFalse
-	cp.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Now()
-	cp.Status.StartTime.Time = cp.Status.StartTime.Add(1)
-	if after := orig.pod(); !equality.Semantic.DeepEqual(after, before) {
-		t.Errorf("changing a deep copy changed the cached pod:\nbefore %+v\nafter  %+v", before, after)
-	}
-}
-
-// The *corev1.Pod podReader hands out shares nothing with the cached pod:
-// the cache gives podReader its own objects, and a caller may write to what
-// it read (a patch decodes the answer into it).
-func TestCachedPodAsPodSharesNothing(t *testing.T) {
-	full := fullRunnerPod("runner-1", "n1")
-	full.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ReplicaSet", Name: "rs", UID: "u1"}}
-	full.Finalizers = []string{"example.com/f"}
-	cached := decodeCached(t, full)
-	before := cached.pod()
-	out := cached.pod()
-	out.Labels["x"] = "y"
-	out.Annotations[AnnotationDoNotDisrupt] = "false"
-	out.OwnerReferences[0].Name = "changed"
-	out.Finalizers[0] = "changed"
-	out.Spec.Containers[0].Env[0].Value = "changed"
-	out.Status.Conditions[0].Status = corev1.ConditionFalse
-	out.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Now()
-	out.Status.StartTime.Time = out.Status.StartTime.Add(1)
-	if after := cached.pod(); !equality.Semantic.DeepEqual(after, before) {
-		t.Errorf("writing to the converted pod changed the cached pod:\nbefore %+v\nafter  %+v", before, after)
+// Neither a deep copy the cache hands out nor the *corev1.Pod podReader
+// makes shares anything with the cached pod: the cache gives podReader its
+// own objects, and a caller may write to what it read (a patch decodes the
+// answer into it).
+func TestCachedPodCopiesShareNothing(t *testing.T) {
+	for name, write := range map[string]func(*cachedPod){
+		"a deep copy": func(c *cachedPod) {
+			cp := c.DeepCopyObject().(*cachedPod)
+			cp.labels[1], cp.annotations[1] = "changed", "changed"
+			cp.OwnerReferences[0].Name, cp.Finalizers[0] = "changed", "changed"
+			cp.Spec.Containers[0].Env[0].Value = "changed"
+			cp.Status.Conditions[0].Status = corev1.ConditionFalse
+			cp.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Now()
+			cp.Status.StartTime.Time = cp.Status.StartTime.Add(1)
+		},
+		"the converted pod": func(c *cachedPod) {
+			out := c.pod()
+			out.Labels["x"], out.Annotations[AnnotationDoNotDisrupt] = "y", "false"
+			out.OwnerReferences[0].Name, out.Finalizers[0] = "changed", "changed"
+			out.Spec.Containers[0].Env[0].Value = "changed"
+			out.Status.Conditions[0].Status = corev1.ConditionFalse
+			out.Status.ContainerStatuses[0].State.Running.StartedAt = metav1.Now()
+			out.Status.StartTime.Time = out.Status.StartTime.Add(1)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			full := fullRunnerPod("runner-1", "n1")
+			full.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ReplicaSet", Name: "rs", UID: "u1"}}
+			full.Finalizers = []string{"example.com/f"}
+			cached := decodeCached(t, full)
+			before := cached.pod().DeepCopy()
+			write(cached)
+			if after := cached.pod(); !equality.Semantic.DeepEqual(after, before) {
+				t.Errorf("writing to %s changed the cached pod:\nbefore %+v\nafter  %+v", name, before, after)
+			}
+		})
 	}
 }
 
