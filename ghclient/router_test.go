@@ -73,6 +73,29 @@ func TestRouterPerSecretClients(t *testing.T) {
 	}
 }
 
+// HasListing sees a listing held by any per-Credentials client, not only
+// the default one, and sends nothing to find out.
+func TestRouterHasListing(t *testing.T) {
+	f, srv := appFake(t)
+	r := newRouter(t, srv)
+	ctx := context.Background()
+	f.AddRunner(org, "r1")
+	if r.HasListing() {
+		t.Fatal("HasListing on a new Router")
+	}
+	rn := ghclient.Runner{Scope: org, Name: "r1", Creds: tokenCreds("ns/s", "1", testToken)}
+	if got, err := r.Listed(ctx, rn, true); err != nil || got.State != ghclient.ListedIdle {
+		t.Fatalf("Listed: %v, %v", got.State, err)
+	}
+	sent := len(f.Requests())
+	if !r.HasListing() {
+		t.Error("HasListing false after a Secret's client took a listing")
+	}
+	if n := len(f.Requests()); n != sent {
+		t.Errorf("HasListing sent %d requests", n-sent)
+	}
+}
+
 func TestRouterRebuildsOnContentChange(t *testing.T) {
 	f, srv := appFake(t)
 	r := newRouter(t, srv)
