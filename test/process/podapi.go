@@ -31,10 +31,14 @@ type PodAPI struct {
 	listedOnce sync.Once
 }
 
-// NewPodAPI starts a PodAPI on loopback over TLS.
+// NewPodAPI starts a PodAPI on loopback over TLS, speaking HTTP/2 as
+// kube-apiserver does: client-go then sends every read over one connection,
+// as it does in a cluster, instead of one connection per request in flight.
 func NewPodAPI() *PodAPI {
 	a := &PodAPI{pods: map[string]*corev1.Pod{}, listed: make(chan struct{})}
-	a.srv = httptest.NewTLSServer(http.HandlerFunc(a.serve))
+	a.srv = httptest.NewUnstartedServer(http.HandlerFunc(a.serve))
+	a.srv.EnableHTTP2 = true
+	a.srv.StartTLS()
 	return a
 }
 
