@@ -3,8 +3,6 @@ package node
 import (
 	"bytes"
 	"context"
-	"crypto/x509"
-	"encoding/base64"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,9 +14,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
+	"github.com/runner-guard/runner-guard/certs"
 	"github.com/runner-guard/runner-guard/test/e2e/framework"
 	"github.com/runner-guard/runner-guard/test/process"
 )
@@ -45,18 +42,18 @@ const PauseImage = "docker.io/library/runner-guard-pause:latest"
 
 // Cluster is the running node and its control plane.
 type Cluster struct {
-	opts Options
-	// Kubeconfig is the admin kubeconfig (group system:masters). Its server
-	// address is only reachable inside the node's network namespace: use
-	// Kubectl, or Config whose dialer enters the namespace.
-	Kubeconfig string
-	Config     *rest.Config
-	Client     kubernetes.Interface
+	// ControlPlane is etcd, kube-apiserver and kube-controller-manager,
+	// started by test/e2e/framework inside the node's network namespace. Its
+	// Kubeconfig is the admin's (group system:masters), with a server address
+	// only reachable inside that namespace: use Kubectl, or Config, whose
+	// dialer enters it.
+	*framework.ControlPlane
 
-	pki        *pki
-	tokens     map[string]string // user -> token
-	components []*process.Child  // in start order
-	sock       string            // containerd's socket
+	opts         Options
+	controlPlane framework.ControlPlaneOptions
+	ca           *certs.CA        // the control plane's, also the kubelet's client CA and signer
+	components   []*process.Child // the node's, in start order
+	sock         string           // containerd's socket
 }
 
 // Start brings the whole node up. On error everything started is stopped and
@@ -68,7 +65,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := Cleanup(opts.Logf); err != nil {
 		return nil, fmt.Errorf("leftovers of an earlier run: %w", err)
 	}
-	c = &Cluster{opts: opts, tokens: map[string]string{}, sock: filepath.Join(RunDir, "containerd.sock")}
+	c = &Cluster{opts: opts, sock: filepath.Join(RunDir, "containerd.sock")}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -79,10 +76,8 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		f    func(context.Context) error
 	}{
 		{"network namespace", createNetns},
-		{"certificates", c.writeCredentials},
-		{"etcd", c.startEtcd},
-		{"kube-apiserver", c.startAPIServer},
-		{"kube-controller-manager", c.startControllerManager},
+		{"certificates", c.writeCertificates},
+		{"control plane", c.startControlPlane},
 		{"kube-scheduler", c.startScheduler},
 		{"containerd", c.startContainerd},
 		{"images", c.importImages},
@@ -107,6 +102,9 @@ func (c *Cluster) Stop() {
 			c.opts.Logf("%v", err)
 		}
 	}
+	if c.ControlPlane != nil {
+		c.ControlPlane.Stop()
+	}
 	if err := Cleanup(c.opts.Logf); err != nil {
 		c.opts.Logf("cleanup: %v", err)
 	}
@@ -115,6 +113,9 @@ func (c *Cluster) Stop() {
 // Logs lists the components' log files.
 func (c *Cluster) Logs() []string {
 	var out []string
+	if c.ControlPlane != nil {
+		out = c.ControlPlane.Logs()
+	}
 	for _, p := range c.components {
 		out = append(out, p.LogPath)
 	}
@@ -138,162 +139,79 @@ func (c *Cluster) startEnv(name string, env []string, bin string, args ...string
 	return p, nil
 }
 
-func (c *Cluster) k8s(bin string) string  { return filepath.Join(c.opts.K8sAssets, bin) }
 func (c *Cluster) node(bin string) string { return filepath.Join(c.opts.NodeAssets, bin) }
 func (c *Cluster) file(name string) string {
 	return filepath.Join(c.opts.Dir, name)
 }
 
-// users of the static token file and their groups. Each component gets the
-// identity the bootstrap RBAC policy of a real cluster grants to it.
-var users = []struct{ name, groups string }{
-	{"runner-guard-node-admin", "system:masters"},
-	{"system:kube-controller-manager", ""},
-	{"system:kube-scheduler", ""},
-	{"system:kube-proxy", ""},
-	{"system:node:" + NodeName, "system:nodes"},
+// users of the static token file besides the admin, and their groups. Each
+// component gets the identity the bootstrap RBAC policy of a real cluster
+// grants to it.
+var users = []framework.TokenUser{
+	{Name: framework.ControllerManagerUser},
+	{Name: "system:kube-scheduler"},
+	{Name: "system:kube-proxy"},
+	{Name: "system:node:" + NodeName, Groups: []string{"system:nodes"}},
 }
 
-func (c *Cluster) writeCredentials(context.Context) error {
+// writeCertificates makes the cluster's CA and the client certificate the API
+// server shows the kubelet (logs, exec, port-forward). The webhook's
+// certificate comes from the certs package too, as a user would make it.
+func (c *Cluster) writeCertificates(context.Context) error {
 	var err error
-	if c.pki, err = newPKI(c.file("pki")); err != nil {
+	if c.ca, err = certs.NewCA(certs.CAOptions{CommonName: "runner-guard-node-ca"}); err != nil {
 		return err
 	}
-	var lines []string
-	for _, u := range users {
-		tok := randomToken()
-		c.tokens[u.name] = tok
-		lines = append(lines, fmt.Sprintf("%s,%s,%s,%q", tok, u.name, u.name, u.groups))
-		if err := c.writeKubeconfig(kubeconfigName(u.name), u.name); err != nil {
-			return err
-		}
-	}
-	c.Kubeconfig = c.file(kubeconfigName(users[0].name))
-	if err := os.WriteFile(c.file("pki/tokens.csv"), []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+	kubeletClient, err := c.ca.IssueClient(certs.ClientOptions{CommonName: "kube-apiserver-kubelet-client", Organizations: []string{"system:masters"}})
+	if err != nil {
 		return err
 	}
-	c.Config = &rest.Config{
-		Host:            fmt.Sprintf("https://%s:%d", NodeIP, apiserverPort),
-		BearerToken:     c.tokens[users[0].name],
-		TLSClientConfig: rest.TLSClientConfig{CAData: c.pki.caPEM},
-		Dial:            DialContext,
-		QPS:             50, Burst: 100,
+	return kubeletClient.WriteDir(c.file("pki/apiserver-kubelet-client"))
+}
+
+// startControlPlane runs the e2e suite's control plane in the node's
+// namespace on the node's address, with what a kubelet needs on top: Node
+// authorization, the API server's kubelet client certificate, and every
+// controller (the node lifecycle controller lifts the not-ready taint the
+// kubelet registers with) issuing service-account tokens and node CIDRs.
+func (c *Cluster) startControlPlane(ctx context.Context) error {
+	o := framework.ControlPlaneOptions{
+		Dir: c.opts.Dir, Assets: c.opts.K8sAssets, Logf: c.opts.Logf,
+		Address: NodeIP, BindAddress: "0.0.0.0",
+		EtcdPort: 2379, EtcdPeerPort: 2380, APIServerPort: apiserverPort,
+		Command: func(bin string, args []string) *exec.Cmd {
+			return inNetnsCommand(context.Background(), bin, args...)
+		},
+		Dial:          DialContext,
+		CA:            c.ca,
+		AdminUser:     "runner-guard-node-admin",
+		Users:         users,
+		Authorization: "Node,RBAC",
+		Controllers:   []string{"*"},
 	}
-	c.Client, err = kubernetes.NewForConfig(c.Config)
+	kubeletClient := c.file("pki/apiserver-kubelet-client")
+	o.APIServerArgs = []string{
+		"--kubelet-client-certificate=" + filepath.Join(kubeletClient, certs.CertFile),
+		"--kubelet-client-key=" + filepath.Join(kubeletClient, certs.KeyFile),
+		"--kubelet-certificate-authority=" + o.CAFile(),
+		"--kubelet-preferred-address-types=InternalIP",
+		"--enable-admission-plugins=NodeRestriction",
+	}
+	o.ControllerManagerArgs = []string{
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + o.ServiceAccountKeyFile(),
+		"--root-ca-file=" + o.CAFile(),
+		"--allocate-node-cidrs=true", "--cluster-cidr=" + clusterCIDR, "--node-cidr-mask-size=24",
+		"--service-cluster-ip-range=" + framework.ServiceCIDR,
+	}
+	c.controlPlane = o
+	var err error
+	c.ControlPlane, err = framework.StartControlPlaneWith(ctx, o)
 	return err
 }
 
-func kubeconfigName(user string) string {
-	return strings.NewReplacer(":", "-").Replace(user) + ".kubeconfig"
-}
-
-func (c *Cluster) writeKubeconfig(name, user string) error {
-	cfg := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: node
-  cluster:
-    server: https://%s:%d
-    certificate-authority-data: %s
-users:
-- name: %q
-  user:
-    token: %s
-contexts:
-- name: node
-  context: {cluster: node, user: %q, namespace: default}
-current-context: node
-`, NodeIP, apiserverPort, base64.StdEncoding.EncodeToString(c.pki.caPEM), user, c.tokens[user], user)
-	return os.WriteFile(c.file(name), []byte(cfg), 0o600)
-}
-
-func (c *Cluster) startEtcd(ctx context.Context) error {
-	const url = "http://127.0.0.1:2379"
-	p, err := c.start("etcd", c.k8s("etcd"),
-		"--data-dir="+c.file("etcd"),
-		"--listen-client-urls="+url, "--advertise-client-urls="+url,
-		"--listen-peer-urls=http://127.0.0.1:2380", "--initial-advertise-peer-urls=http://127.0.0.1:2380",
-		"--initial-cluster=default=http://127.0.0.1:2380",
-		"--unsafe-no-fsync=true")
-	if err != nil {
-		return err
-	}
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: DialContext}}
-	return process.WaitReady(ctx, "etcd", 60*time.Second, p, func(ctx context.Context) error {
-		return framework.HTTPGetOK(ctx, client, url+"/health")
-	})
-}
-
-func (c *Cluster) startAPIServer(ctx context.Context) error {
-	crt, key, err := c.pki.issue("apiserver", "kube-apiserver", nil,
-		[]string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "localhost"},
-		[]net.IP{net.ParseIP(NodeIP), net.ParseIP(KubernetesServiceIP), net.IPv4(127, 0, 0, 1)}, x509.ExtKeyUsageServerAuth)
-	if err != nil {
-		return err
-	}
-	// The API server's identity towards the kubelet (logs, exec, port-forward).
-	kcrt, kkey, err := c.pki.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", []string{"system:masters"}, nil, nil, x509.ExtKeyUsageClientAuth)
-	if err != nil {
-		return err
-	}
-	saKey := c.file("pki/sa.key")
-	if err := writeRSAKey(saKey); err != nil {
-		return err
-	}
-	p, err := c.start("kube-apiserver", c.k8s("kube-apiserver"),
-		"--etcd-servers=http://127.0.0.1:2379",
-		"--bind-address=0.0.0.0", "--advertise-address="+NodeIP,
-		fmt.Sprintf("--secure-port=%d", apiserverPort),
-		"--tls-cert-file="+crt, "--tls-private-key-file="+key,
-		"--client-ca-file="+c.pki.caFile,
-		"--kubelet-client-certificate="+kcrt, "--kubelet-client-key="+kkey,
-		"--kubelet-certificate-authority="+c.pki.caFile,
-		"--kubelet-preferred-address-types=InternalIP",
-		"--token-auth-file="+c.file("pki/tokens.csv"),
-		"--authorization-mode=Node,RBAC",
-		"--enable-admission-plugins=NodeRestriction",
-		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+saKey,
-		"--service-account-signing-key-file="+saKey,
-		"--service-cluster-ip-range="+ServiceCIDR,
-		"--allow-privileged=true",
-		"--cert-dir="+c.file("pki"))
-	if err != nil {
-		return err
-	}
-	return process.WaitReady(ctx, "kube-apiserver", 120*time.Second, p, func(ctx context.Context) error {
-		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
-		if err != nil {
-			return fmt.Errorf("readyz: %w: %s", err, body)
-		}
-		return nil
-	})
-}
-
-func (c *Cluster) startControllerManager(ctx context.Context) error {
-	kc := c.file(kubeconfigName("system:kube-controller-manager"))
-	p, err := c.start("kube-controller-manager", c.k8s("kube-controller-manager"),
-		"--kubeconfig="+kc, "--authentication-kubeconfig="+kc, "--authorization-kubeconfig="+kc,
-		"--leader-elect=false", "--secure-port=0",
-		"--use-service-account-credentials=true",
-		"--service-account-private-key-file="+c.file("pki/sa.key"),
-		"--root-ca-file="+c.pki.caFile,
-		"--allocate-node-cidrs=true", "--cluster-cidr="+clusterCIDR, "--node-cidr-mask-size=24",
-		"--service-cluster-ip-range="+ServiceCIDR,
-		// All controllers, as a cluster runs them: the node lifecycle
-		// controller lifts the not-ready taint the kubelet registers with.
-		"--controllers=*")
-	if err != nil {
-		return err
-	}
-	return process.WaitReady(ctx, "kube-controller-manager (default ServiceAccount)", 90*time.Second, p, func(ctx context.Context) error {
-		_, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
-		return err
-	})
-}
-
 func (c *Cluster) startScheduler(ctx context.Context) error {
-	kc := c.file(kubeconfigName("system:kube-scheduler"))
+	kc := c.controlPlane.KubeconfigFile("system:kube-scheduler")
 	p, err := c.start("kube-scheduler", c.node("kube-scheduler"),
 		"--kubeconfig="+kc, "--authentication-kubeconfig="+kc, "--authorization-kubeconfig="+kc,
 		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=10259")
@@ -357,20 +275,25 @@ func (c *Cluster) importImages(ctx context.Context) error {
 }
 
 func (c *Cluster) startKubelet(ctx context.Context) error {
-	crt, key, err := c.pki.issue("kubelet", "system:node:"+NodeName, []string{"system:nodes"}, []string{NodeName}, []net.IP{net.ParseIP(NodeIP)}, x509.ExtKeyUsageServerAuth)
+	serving, err := c.ca.Issue(certs.Options{DNSNames: []string{NodeName}, IPs: []net.IP{net.ParseIP(NodeIP)}})
 	if err != nil {
+		return err
+	}
+	certDir := c.file("pki/kubelet")
+	if err := serving.WriteDir(certDir); err != nil {
 		return err
 	}
 	if err := createCgroupRoot(); err != nil {
 		return err
 	}
-	conf := fmt.Sprintf(kubeletConfig, c.pki.caFile, crt, key, CgroupRoot, "unix://"+c.sock, PodCIDR)
+	conf := fmt.Sprintf(kubeletConfig, c.controlPlane.CAFile(), filepath.Join(certDir, certs.CertFile), filepath.Join(certDir, certs.KeyFile),
+		CgroupRoot, "unix://"+c.sock, PodCIDR)
 	if err := os.WriteFile(c.file("kubelet.yaml"), []byte(conf), 0o644); err != nil {
 		return err
 	}
 	p, err := c.start("kubelet", c.node("kubelet"),
 		"--config="+c.file("kubelet.yaml"),
-		"--kubeconfig="+c.file(kubeconfigName("system:node:"+NodeName)),
+		"--kubeconfig="+c.controlPlane.KubeconfigFile("system:node:"+NodeName),
 		"--root-dir="+filepath.Join(StateDir, "kubelet"),
 		"--hostname-override="+NodeName, "--node-ip="+NodeIP,
 		"--v=2")
@@ -392,7 +315,7 @@ func (c *Cluster) startKubelet(ctx context.Context) error {
 }
 
 func (c *Cluster) startKubeProxy(ctx context.Context) error {
-	conf := fmt.Sprintf(kubeProxyConfig, c.file(kubeconfigName("system:kube-proxy")), clusterCIDR, NodeName)
+	conf := fmt.Sprintf(kubeProxyConfig, c.controlPlane.KubeconfigFile("system:kube-proxy"), clusterCIDR, NodeName)
 	if err := os.WriteFile(c.file("kube-proxy.yaml"), []byte(conf), 0o644); err != nil {
 		return err
 	}
@@ -418,8 +341,5 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 
 // KubectlCommand is the command Kubectl runs, for callers that stream it.
 func (c *Cluster) KubectlCommand(ctx context.Context, args ...string) *exec.Cmd {
-	return inNetnsCommand(ctx, c.k8s("kubectl"), append([]string{"--kubeconfig=" + c.Kubeconfig}, args...)...)
+	return inNetnsCommand(ctx, c.KubectlPath(), append([]string{"--kubeconfig=" + c.Kubeconfig}, args...)...)
 }
-
-// KubectlPath is the cluster's kubectl binary.
-func (c *Cluster) KubectlPath() string { return c.k8s("kubectl") }

@@ -22,17 +22,14 @@ import (
 // Fixed names and addresses: a second run finds and removes what a first one
 // left, and nothing here is visible outside the namespace.
 const (
-	NetnsName   = "runner-guard-node"
-	NodeName    = "rg-node"
-	NodeIP      = "10.200.0.2"
-	nodeCIDR    = "10.200.0.2/24"
-	PodCIDR     = "10.244.0.0/24"
-	clusterCIDR = "10.244.0.0/16"
-	ServiceCIDR = "10.96.0.0/24"
-	// KubernetesServiceIP is the first address of ServiceCIDR.
-	KubernetesServiceIP = "10.96.0.1"
-	apiserverPort       = 6443
-	netnsDir            = "/run/netns"
+	NetnsName     = "runner-guard-node"
+	NodeName      = "rg-node"
+	NodeIP        = "10.200.0.2"
+	nodeCIDR      = "10.200.0.2/24"
+	PodCIDR       = "10.244.0.0/24"
+	clusterCIDR   = "10.244.0.0/16"
+	apiserverPort = 6443
+	netnsDir      = "/run/netns"
 )
 
 // NetnsPath is the bind mount `ip netns` keeps for the node's namespace.
