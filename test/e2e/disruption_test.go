@@ -138,6 +138,11 @@ func TestHintsFollowJobFields(t *testing.T) {
 // then no legacy pod is looked at, and the hints cost no GitHub request of
 // their own.
 func TestHintsForLegacyRunnersFromTheWebhooksListing(t *testing.T) {
+	if !env.Local() {
+		// A listing lives in the process that took it: with several replicas
+		// the delete may reach one that is not leading the hint controller.
+		t.Skip("needs one replica (the local harness): only the leading replica's listings give hints")
+	}
 	s := newScenario(t, "legacy-hints")
 	s.runnerPod("lh-busy", true, true)
 	s.runnerPod("lh-other", true, true)
