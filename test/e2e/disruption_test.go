@@ -160,13 +160,7 @@ func TestHintsForLegacyRunnersFromTheWebhooksListing(t *testing.T) {
 			t.Fatalf("delete %d of the busy runner's pod: err %v, stderr %q; want refused with 'runner busy'", i+1, err, stderr)
 		}
 	}
-	listings := 0
-	for _, r := range s.github() {
-		if r.Method == "GET" && strings.HasSuffix(r.Path, "/actions/runners") {
-			listings++
-		}
-	}
-	if listings == 0 {
+	if s.listings() == 0 {
 		t.Fatalf("the second refused delete took no listing of the scope:%s", describe(s.github()))
 	}
 	before := len(s.github())

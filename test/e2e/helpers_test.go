@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -178,6 +179,19 @@ func (s *scenario) github() []ghfake.Request {
 		}
 	}
 	return out
+}
+
+// listings counts the listings of the scenario's scope GitHub answered
+// (GET .../actions/runners): what a decision reads first while the
+// credential's budget is pressed, and a busy runner's re-check.
+func (s *scenario) listings() int {
+	n := 0
+	for _, r := range s.github() {
+		if r.Method == http.MethodGet && strings.HasSuffix(r.Path, "/actions/runners") {
+			n++
+		}
+	}
+	return n
 }
 
 func scopePath(sc ghclient.Scope) string {
