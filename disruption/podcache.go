@@ -81,7 +81,7 @@ func (p *cachedPod) GetAnnotations() map[string]string { return p.annotations.as
 func (p *cachedPod) SetAnnotations(m map[string]string) { p.annotations = pairsOf(m) }
 
 // annotation is one annotation's value, without building the map.
-func (p *cachedPod) annotation(key string) string { return p.annotations.get(key) }
+func (p *cachedPod) annotation(key string) string { return p.annotations.Get(key) }
 
 // pairs is a string map as key, value, key, value, ... sorted by key. It is
 // never written in place: a change replaces it.
@@ -105,11 +105,6 @@ func pairsOf(m map[string]string) pairs {
 
 var _ labels.Labels = pairs(nil)
 
-func (p pairs) get(key string) string {
-	v, _ := p.Lookup(key)
-	return v
-}
-
 // Lookup implements labels.Labels, so a selector matches pairs as they are.
 func (p pairs) Lookup(key string) (string, bool) {
 	for i := 0; i+1 < len(p); i += 2 {
@@ -126,8 +121,11 @@ func (p pairs) Has(key string) bool {
 	return ok
 }
 
-// Get implements labels.Labels.
-func (p pairs) Get(key string) string { return p.get(key) }
+// Get implements labels.Labels: the value, "" when key is absent.
+func (p pairs) Get(key string) string {
+	v, _ := p.Lookup(key)
+	return v
+}
 
 // asMap is p as a new map; nil when p is empty.
 func (p pairs) asMap() map[string]string {
@@ -197,13 +195,7 @@ func (p *cachedPod) deepCopy() *cachedPod {
 	if p.Spec.Containers != nil {
 		out.Spec.Containers = make([]cachedContainer, len(p.Spec.Containers))
 		for i, c := range p.Spec.Containers {
-			out.Spec.Containers[i] = cachedContainer{Name: c.Name}
-			if c.Env != nil {
-				out.Spec.Containers[i].Env = make([]corev1.EnvVar, len(c.Env))
-				for j := range c.Env {
-					c.Env[j].DeepCopyInto(&out.Spec.Containers[i].Env[j])
-				}
-			}
+			out.Spec.Containers[i] = cachedContainer{Name: c.Name, Env: copyEnv(c.Env)}
 		}
 	}
 	out.Status.Phase = p.Status.Phase
@@ -212,12 +204,8 @@ func (p *cachedPod) deepCopy() *cachedPod {
 	if p.Status.ContainerStatuses != nil {
 		out.Status.ContainerStatuses = make([]cachedContainerStatus, len(p.Status.ContainerStatuses))
 		for i, cs := range p.Status.ContainerStatuses {
-			out.Status.ContainerStatuses[i] = cachedContainerStatus{Name: cs.Name, Ready: cs.Ready, RestartCount: cs.RestartCount}
+			out.Status.ContainerStatuses[i] = cachedContainerStatus{Name: cs.Name, Ready: cs.Ready, RestartCount: cs.RestartCount, Started: copyBool(cs.Started)}
 			cs.State.DeepCopyInto(&out.Status.ContainerStatuses[i].State)
-			if cs.Started != nil {
-				started := *cs.Started
-				out.Status.ContainerStatuses[i].Started = &started
-			}
 		}
 	}
 	return out
@@ -255,13 +243,7 @@ func (p *cachedPod) podInto(out *corev1.Pod) {
 	if len(p.Spec.Containers) > 0 {
 		out.Spec.Containers = make([]corev1.Container, len(p.Spec.Containers))
 		for i, ct := range p.Spec.Containers {
-			out.Spec.Containers[i].Name = ct.Name
-			if ct.Env != nil {
-				out.Spec.Containers[i].Env = make([]corev1.EnvVar, len(ct.Env))
-				for j := range ct.Env {
-					ct.Env[j].DeepCopyInto(&out.Spec.Containers[i].Env[j])
-				}
-			}
+			out.Spec.Containers[i] = corev1.Container{Name: ct.Name, Env: copyEnv(ct.Env)}
 		}
 	}
 	out.Status.Phase, out.Status.StartTime = p.Status.Phase, p.Status.StartTime.DeepCopy()
@@ -275,14 +257,30 @@ func (p *cachedPod) podInto(out *corev1.Pod) {
 		out.Status.ContainerStatuses = make([]corev1.ContainerStatus, len(p.Status.ContainerStatuses))
 		for i, cs := range p.Status.ContainerStatuses {
 			st := &out.Status.ContainerStatuses[i]
-			st.Name, st.Ready, st.RestartCount = cs.Name, cs.Ready, cs.RestartCount
+			st.Name, st.Ready, st.RestartCount, st.Started = cs.Name, cs.Ready, cs.RestartCount, copyBool(cs.Started)
 			cs.State.DeepCopyInto(&st.State)
-			if cs.Started != nil {
-				started := *cs.Started
-				st.Started = &started
-			}
 		}
 	}
+}
+
+// copyEnv is a deep copy of env (nil stays nil).
+func copyEnv(env []corev1.EnvVar) []corev1.EnvVar {
+	if env == nil {
+		return nil
+	}
+	out := make([]corev1.EnvVar, len(env))
+	for i := range env {
+		env[i].DeepCopyInto(&out[i])
+	}
+	return out
+}
+
+func copyBool(b *bool) *bool {
+	if b == nil {
+		return nil
+	}
+	v := *b
+	return &v
 }
 
 // cacheScheme is the scheme of the controllers' cache: pods decode into
