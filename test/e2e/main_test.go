@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/runner-guard/runner-guard/test/e2e/framework"
+	"github.com/runner-guard/runner-guard/test/process"
 )
 
 // env is the environment shared by every scenario; each scenario works in its
@@ -46,12 +47,7 @@ func run(m *testing.M) int {
 	fmt.Printf("e2e: environment up in %s (logs in %s)\n", time.Since(start).Round(time.Millisecond), env.Dir)
 	code := m.Run()
 	env.Stop()
-	if code != 0 {
-		fmt.Printf("e2e: FAILED; component logs kept in %s\n", env.Dir)
-	} else if os.Getenv("E2E_KEEP_LOGS") == "" {
-		os.RemoveAll(env.Dir)
-	}
-	return code
+	return process.EndSuite("e2e", code, env.Dir)
 }
 
 // runExternal runs the scenarios against an existing cluster where

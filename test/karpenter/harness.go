@@ -121,6 +121,8 @@ type Cluster struct {
 	nodes *nodeLifecycle
 	procs []*process.Child // in start order
 	http  *http.Client     // dials inside the namespace
+	// nsenter runs the components inside ns.
+	nsenter string
 }
 
 // Start brings up the e2e environment, then kube-scheduler, KWOK and
@@ -142,7 +144,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("nsenter (util-linux): %w", err)
 	}
-	c = &Cluster{opts: o}
+	c = &Cluster{opts: o, nsenter: nsenter}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -169,38 +171,23 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if c.proxy, err = startProxy(c.ns, apiProxyAddr, u.Host); err != nil {
 		return c, err
 	}
-	steps := []struct {
-		name string
-		f    func(context.Context, string) error
-	}{
-		{"Karpenter CRDs", func(ctx context.Context, _ string) error { return c.installCRDs(ctx) }},
-		{"node lifecycle", func(ctx context.Context, _ string) (err error) {
+	return c, process.RunSteps(ctx, o.Logf,
+		process.Step{Name: "Karpenter CRDs", Run: c.installCRDs},
+		process.Step{Name: "node lifecycle", Run: func(ctx context.Context) (err error) {
 			c.nodes, err = startNodeLifecycle(ctx, c.Client, o.Logf)
 			return err
 		}},
-		{"kube-scheduler", c.startScheduler},
-		{"kwok", c.startKWOK},
-		{"karpenter", c.startKarpenter},
-		{"KWOKNodeClass", func(ctx context.Context, _ string) error { return c.createNodeClass(ctx) }},
-	}
-	for _, s := range steps {
-		start := time.Now()
-		if err := s.f(ctx, nsenter); err != nil {
-			return c, fmt.Errorf("%s: %w", s.name, err)
-		}
-		o.Logf("%s up in %s", s.name, time.Since(start).Round(time.Millisecond))
-	}
-	return c, nil
+		process.Step{Name: "kube-scheduler", Run: c.startScheduler},
+		process.Step{Name: "kwok", Run: c.startKWOK},
+		process.Step{Name: "karpenter", Run: c.startKarpenter},
+		process.Step{Name: "KWOKNodeClass", Run: c.createNodeClass},
+	)
 }
 
 // Stop ends Karpenter, KWOK and kube-scheduler, the proxy and the namespace,
 // then the e2e environment. Logs stay in Dir.
 func (c *Cluster) Stop() {
-	for i := len(c.procs) - 1; i >= 0; i-- {
-		if err := c.procs[i].Stop(15 * time.Second); err != nil {
-			c.opts.Logf("%v", err)
-		}
-	}
+	process.StopAll(c.procs, 15*time.Second, c.opts.Logf)
 	c.nodes.close()
 	if c.proxy != nil {
 		c.proxy.close()
@@ -266,8 +253,8 @@ func (c *Cluster) componentKubeconfig(ctx context.Context, name string) (string,
 
 // startInNetns runs bin in the namespace (nsenter execs it, so signals reach
 // it directly) and waits until ready succeeds.
-func (c *Cluster) startInNetns(ctx context.Context, nsenter, name, bin string, args, env []string, ready func(context.Context) error) error {
-	p, err := process.StartLogged(c.Dir, name, process.Command(nsenter, append([]string{"--net=" + c.ns.path, "--", bin}, args...), env))
+func (c *Cluster) startInNetns(ctx context.Context, name, bin string, args, env []string, ready func(context.Context) error) error {
+	p, err := process.StartLogged(c.Dir, name, process.Command(c.nsenter, append([]string{"--net=" + c.ns.path, "--", bin}, args...), env))
 	if err != nil {
 		return err
 	}
@@ -279,12 +266,12 @@ func (c *Cluster) get(url string) func(context.Context) error {
 	return func(ctx context.Context) error { return framework.HTTPGetOK(ctx, c.http, url) }
 }
 
-func (c *Cluster) startScheduler(ctx context.Context, nsenter string) error {
+func (c *Cluster) startScheduler(ctx context.Context) error {
 	kc, err := c.componentKubeconfig(ctx, "kube-scheduler")
 	if err != nil {
 		return err
 	}
-	return c.startInNetns(ctx, nsenter, "kube-scheduler", filepath.Join(c.opts.Assets, "kube-scheduler"), []string{
+	return c.startInNetns(ctx, "kube-scheduler", filepath.Join(c.opts.Assets, "kube-scheduler"), []string{
 		"--kubeconfig=" + kc, "--authentication-kubeconfig=" + kc, "--authorization-kubeconfig=" + kc,
 		"--leader-elect=false", "--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", schedulerPort),
 	}, nil, c.get(fmt.Sprintf("https://127.0.0.1:%d/healthz", schedulerPort)))
@@ -293,7 +280,7 @@ func (c *Cluster) startScheduler(ctx context.Context, nsenter string) error {
 // startKWOK runs KWOK for the nodes the KWOK provider makes (annotated
 // kwok.x-k8s.io/node=fake) with the stage files in Assets/stages and no
 // Stage CRD.
-func (c *Cluster) startKWOK(ctx context.Context, nsenter string) error {
+func (c *Cluster) startKWOK(ctx context.Context) error {
 	kc, err := c.componentKubeconfig(ctx, "kwok")
 	if err != nil {
 		return err
@@ -311,11 +298,11 @@ func (c *Cluster) startKWOK(ctx context.Context, nsenter string) error {
 	for _, s := range stages {
 		args = append(args, "--config="+s)
 	}
-	return c.startInNetns(ctx, nsenter, "kwok", filepath.Join(c.opts.Assets, "kwok"), args, nil,
+	return c.startInNetns(ctx, "kwok", filepath.Join(c.opts.Assets, "kwok"), args, nil,
 		c.get("http://"+kwokServerAddr+"/healthz"))
 }
 
-func (c *Cluster) startKarpenter(ctx context.Context, nsenter string) error {
+func (c *Cluster) startKarpenter(ctx context.Context) error {
 	kc, err := c.componentKubeconfig(ctx, "karpenter")
 	if err != nil {
 		return err
@@ -328,7 +315,7 @@ func (c *Cluster) startKarpenter(ctx context.Context, nsenter string) error {
 	if err := os.WriteFile(typesFile, types, 0o644); err != nil {
 		return err
 	}
-	return c.startInNetns(ctx, nsenter, "karpenter", filepath.Join(c.opts.Assets, "karpenter"), nil, []string{
+	return c.startInNetns(ctx, "karpenter", filepath.Join(c.opts.Assets, "karpenter"), nil, []string{
 		"KUBECONFIG=" + kc,
 		"DISABLE_LEADER_ELECTION=true",
 		fmt.Sprintf("METRICS_PORT=%d", karpenterMetrics),

@@ -46,12 +46,7 @@ func run(m *testing.M) int {
 	fmt.Printf("karpenter: cluster up in %s (logs in %s)\n", time.Since(start).Round(time.Millisecond), cluster.Dir)
 	code := m.Run()
 	cluster.Stop()
-	if code != 0 || os.Getenv("E2E_KEEP_LOGS") != "" {
-		fmt.Printf("karpenter: component logs kept in %s\n", cluster.Dir)
-	} else {
-		os.RemoveAll(cluster.Dir)
-	}
-	return code
+	return process.EndSuite("karpenter", code, cluster.Dir)
 }
 
 // optionsFromEnv reads what `make e2e-karpenter` passes; a non-empty reason

@@ -71,37 +71,22 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			c.Stop()
 		}
 	}()
-	steps := []struct {
-		name string
-		f    func(context.Context) error
-	}{
-		{"network namespace", createNetns},
-		{"certificates", c.writeCertificates},
-		{"control plane", c.startControlPlane},
-		{"kube-scheduler", c.startScheduler},
-		{"containerd", c.startContainerd},
-		{"images", c.importImages},
-		{"kubelet", c.startKubelet},
-		{"kube-proxy", c.startKubeProxy},
-	}
-	for _, s := range steps {
-		start := time.Now()
-		if err := s.f(ctx); err != nil {
-			return c, fmt.Errorf("%s: %w", s.name, err)
-		}
-		opts.Logf("%s up in %s", s.name, time.Since(start).Round(time.Millisecond))
-	}
-	return c, nil
+	return c, process.RunSteps(ctx, opts.Logf,
+		process.Step{Name: "network namespace", Run: createNetns},
+		process.Step{Name: "certificates", Run: c.writeCertificates},
+		process.Step{Name: "control plane", Run: c.startControlPlane},
+		process.Step{Name: "kube-scheduler", Run: c.startScheduler},
+		process.Step{Name: "containerd", Run: c.startContainerd},
+		process.Step{Name: "images", Run: c.importImages},
+		process.Step{Name: "kubelet", Run: c.startKubelet},
+		process.Step{Name: "kube-proxy", Run: c.startKubeProxy},
+	)
 }
 
 // Stop ends the components in reverse order, then removes every trace of
 // the node (see Cleanup). Logs stay in Dir.
 func (c *Cluster) Stop() {
-	for i := len(c.components) - 1; i >= 0; i-- {
-		if err := c.components[i].Stop(10 * time.Second); err != nil {
-			c.opts.Logf("%v", err)
-		}
-	}
+	process.StopAll(c.components, 10*time.Second, c.opts.Logf)
 	if c.ControlPlane != nil {
 		c.ControlPlane.Stop()
 	}

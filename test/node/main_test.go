@@ -80,12 +80,7 @@ func run(m *testing.M) int {
 	}
 	signal.Stop(interrupted)
 	cluster.Stop()
-	if code != 0 || os.Getenv("E2E_KEEP_LOGS") != "" {
-		fmt.Printf("node: component logs kept in %s\n", opts.Dir)
-	} else {
-		os.RemoveAll(opts.Dir)
-	}
-	return code
+	return process.EndSuite("node", code, opts.Dir)
 }
 
 func deploy(ctx context.Context) error {

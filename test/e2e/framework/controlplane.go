@@ -398,11 +398,7 @@ func (c *ControlPlane) WriteKubeconfig(path, user, token string) error {
 
 // Stop ends the components in reverse order.
 func (c *ControlPlane) Stop() {
-	for _, p := range []*process.Child{c.kcm, c.apiserver, c.etcd} {
-		if err := p.Stop(10 * time.Second); err != nil && c.opts.Logf != nil {
-			c.opts.Logf("%v", err)
-		}
-	}
+	process.StopAll([]*process.Child{c.etcd, c.apiserver, c.kcm}, 10*time.Second, c.opts.Logf)
 }
 
 // Logs lists the log files of the components.
