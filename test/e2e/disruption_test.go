@@ -65,22 +65,6 @@ func (s *scenario) wantAnnotationsWithin(name string, want map[string]string, ti
 	})
 }
 
-// nodeEvents lists the Events about a Node (they live in the default namespace).
-func nodeEvents(s *scenario, node string) []string {
-	s.t.Helper()
-	list, err := env.Client.EventsV1().Events(metav1.NamespaceDefault).List(s.ctx, metav1.ListOptions{})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	var out []string
-	for _, e := range list.Items {
-		if e.Regarding.Kind == "Node" && e.Regarding.Name == node {
-			out = append(out, fmt.Sprintf("%s %s: %s", e.Type, e.Reason, e.Note))
-		}
-	}
-	return out
-}
-
 // Hints follow the job fields: set within moments of the listener's
 // JobStarted patch with no GitHub request, removed when the job ends, and a
 // user's own annotation never touched.
@@ -229,7 +213,7 @@ func TestCordonReleasesIdleRunners(t *testing.T) {
 		t.Errorf("a runner whose job fields prove a job was asked about:%s", describe(reqs))
 	}
 	s.eventually("the Node's Events say what the drain waits for", 10*time.Second, func() error {
-		evs := strings.Join(nodeEvents(s.scenario, s.node), "\n")
+		evs := strings.Join(s.nodeEvents(s.node), "\n")
 		for _, want := range []string{`job "deploy" of acme/app (workflow run 4242)`, busy.name, "cordoned"} {
 			if !strings.Contains(evs, want) {
 				return fmt.Errorf("Node events lack %q:\n%s", want, evs)
@@ -298,7 +282,7 @@ func TestGracePeriodWarning(t *testing.T) {
 		_, _ = env.Client.CoreV1().Nodes().Patch(context.Background(), "e2e-node-tgp", types.MergePatchType, []byte(`{"spec":{"taints":null}}`), metav1.PatchOptions{})
 	})
 	s.eventually("a Warning that the grace period ends the job", 20*time.Second, func() error {
-		evs := strings.Join(nodeEvents(s.scenario, s.node), "\n")
+		evs := strings.Join(s.nodeEvents(s.node), "\n")
 		for _, want := range []string{"Warning " + disruption.EventJobOutlivesGrace, "tgp-claim", "(1h0m0s)", `job "release" of acme/app`, s.ns + "/" + job.name} {
 			if !strings.Contains(evs, want) {
 				return fmt.Errorf("Node events lack %q:\n%s", want, evs)

@@ -306,15 +306,24 @@ func (s *scenario) eventually(what string, timeout time.Duration, check func() e
 }
 
 // events lists events.k8s.io Events about a pod.
-func (s *scenario) events(pod string) []string {
+func (s *scenario) events(pod string) []string { return s.eventsAbout(s.ns, "", pod) }
+
+// nodeEvents lists the Events about a Node (they live in the default namespace).
+func (s *scenario) nodeEvents(node string) []string {
+	return s.eventsAbout(metav1.NamespaceDefault, "Node", node)
+}
+
+// eventsAbout lists the events.k8s.io Events in namespace about the object
+// name of kind (any kind when empty), as "type reason action: note".
+func (s *scenario) eventsAbout(namespace, kind, name string) []string {
 	s.t.Helper()
-	list, err := env.Client.EventsV1().Events(s.ns).List(s.ctx, metav1.ListOptions{})
+	list, err := env.Client.EventsV1().Events(namespace).List(s.ctx, metav1.ListOptions{})
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	var out []string
 	for _, e := range list.Items {
-		if e.Regarding.Name == pod {
+		if e.Regarding.Name == name && (kind == "" || e.Regarding.Kind == kind) {
 			out = append(out, fmt.Sprintf("%s %s %s: %s", e.Type, e.Reason, e.Action, e.Note))
 		}
 	}
