@@ -402,6 +402,17 @@ func (b *Budget) observe(resp *http.Response) {
 	}
 }
 
+// hold sends no request of the credential for d: a limit the client read
+// from the body of GitHub's answer (observe reads only status and headers).
+func (b *Budget) hold(d time.Duration) {
+	until := b.now().Add(d)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if until.After(b.blocked) {
+		b.blocked = until
+	}
+}
+
 // Pressed reports whether more than a quarter of the window is spent, or
 // GitHub holds the credential: callers should prefer knowledge that costs
 // less than a DELETE.

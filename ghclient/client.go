@@ -480,11 +480,11 @@ func (c *Client) deleteRunner(ctx context.Context, scope Scope, name string, id 
 		// Unregister lists next; a lost installation shows there.
 		return NotFound, nil
 	case statusOf(err) == http.StatusUnprocessableEntity:
-		msg := errorMessage(err)
-		if isBusyMessage(msg) {
-			return Busy, nil
-		}
-		return 0, fmt.Errorf("%s: GitHub refused with 422 but not because the runner is busy: %q: %w", op, msg, err)
+		// GitHub words it `Runner "NAME" is still running a job`, but any 422
+		// is busy, as ARC reads it (runner_graceful_stop.go): a refusal costs
+		// a retry, while a reworded answer sent to the on-error policy could
+		// admit the delete and cancel the job.
+		return Busy, nil
 	}
 	c.forgetInstallation(scope, err)
 	return 0, c.wrap(op, resp, err)
@@ -513,6 +513,12 @@ func (c *Client) forgetInstallation(scope Scope, err error) {
 // wrap names the operation and maps rate limits to *RateLimited.
 func (c *Client) wrap(op string, resp *github.Response, err error) error {
 	if rl := rateLimited(err, c.now(), c.cloud); rl != nil {
+		if !rl.Primary {
+			// A secondary limit holds the whole credential for its wait, also
+			// when GitHub named none (at least a minute): the budget's own
+			// look at the answer cannot tell it from a permission 403.
+			c.budget.hold(rl.RetryAfter)
+		}
 		return fmt.Errorf("%s: %w", op, rl)
 	}
 	// API errors already carry method, URL and status; others (bad JSON) do not.

@@ -983,3 +983,33 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("duration samples = %d, want 6", observed)
 	}
 }
+
+// A limit GitHub names no wait for holds every request of the credential for
+// at least a minute (GITHUB-API.md: "else wait at least a minute"): the next
+// unregister, of another runner, is not sent.
+func TestLimitWithoutWaitHoldsTheCredential(t *testing.T) {
+	tests := map[string]ghfake.Fault{
+		"secondary limit, no headers at all": {Kind: ghfake.FaultSecondaryRateLimit, Status: 403, NoRateHeaders: true, Times: 1},
+		"bare 403 on github.com":             {Kind: ghfake.FaultStatus, Status: 403, NoRateHeaders: true, Times: 1},
+		"bare 429":                           {Kind: ghfake.FaultStatus, Status: 429, NoRateHeaders: true, Times: 1},
+	}
+	for name, fault := range tests {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			first, second := e.fake.AddRunner(org, "r1"), e.fake.AddRunner(org, "r2")
+			e.fake.InjectFault(fault)
+			_, err := e.client.Unregister(context.Background(), org, "r1", trusted(first))
+			wantRateLimited(false, time.Minute)(t, err)
+
+			_, err = e.client.Unregister(context.Background(), org, "r2", trusted(second))
+			var spent *ghclient.Spent
+			if !errors.As(err, &spent) || !spent.GitHub || spent.RetryAfter < 59*time.Second {
+				t.Fatalf("second unregister: %v; want it held by GitHub's limit for about a minute", err)
+			}
+			assertCalls(t, e.fake, []string{"DELETE " + orgRunners + "/1001"})
+			if _, ok := e.fake.Runner(org, "r2"); !ok {
+				t.Fatal("r2 was removed while the credential was limited")
+			}
+		})
+	}
+}

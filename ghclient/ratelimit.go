@@ -162,8 +162,3 @@ func errorMessage(err error) string {
 	return msg
 }
 
-// isBusyMessage recognizes GitHub's answer for a runner with a job:
-// `Runner "NAME" is still running a job`.
-func isBusyMessage(msg string) bool {
-	return strings.Contains(strings.ToLower(msg), "running a job")
-}
