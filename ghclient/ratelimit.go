@@ -161,4 +161,3 @@ func errorMessage(err error) string {
 	}
 	return msg
 }
-
