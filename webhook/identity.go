@@ -176,10 +176,16 @@ func (rs *resolver) fromARC(ctx context.Context, pod *corev1.Pod, spec *RunnerPo
 		res.NotOwner = err
 	case errors.As(err, &unavailable):
 		res.Fallback = rs.fallbacks.report(ctx, pod, unavailable)
+	case errors.As(err, &creds) && run == nil:
+		res.CredsErr = err
 	case errors.As(err, &creds):
-		// The scope is ARC's; the name is the pod's, as ARC registers it.
-		res.Target, _ = podTarget(pod, spec)
-		res.Target.Name = pod.Name
+		// The runner is ARC's (scope, name, job fields): pod labels, which ARC
+		// may trim or strip, would give another scope, and with it another
+		// binding. Only its credentials are unusable.
+		obj := Source{Kind: SourceARCObject, Detail: fmt.Sprintf("%s %s", run.Kind, run.EphemeralRunner), Trusted: true}
+		res.ARC = run
+		res.Target = Target{Scope: run.Scope, Name: run.Name, IDHint: run.ID,
+			From: Provenance{Name: obj, Scope: obj, ID: obj, Creds: Source{Kind: SourceARCSecret, Detail: creds.Secret.String()}}}
 		res.CredsErr = err
 	case errors.As(err, &invalid):
 		res.ScopeErr = err

@@ -193,3 +193,44 @@ func TestBudgetSpentRefusesWithTheWait(t *testing.T) {
 		})
 	}
 }
+
+// brokenCredentials is ARC's runner whose githubConfigSecret is unusable.
+type brokenCredentials struct{ run *arc.Runner }
+
+func (b brokenCredentials) Resolve(context.Context, *corev1.Pod) (*arc.Runner, error) {
+	return b.run, &arc.CredentialsError{EphemeralRunner: b.run.EphemeralRunner,
+		Secret: types.NamespacedName{Namespace: "ci", Name: "arc-creds"}, Err: errors.New("Secret not found")}
+}
+func (brokenCredentials) Retire(context.Context, *arc.Runner) error { return nil }
+
+// In ARC credentials mode an unusable Secret leaves the runner ARC's: its
+// scope comes from githubConfigUrl, never from the pod's labels (which ARC
+// trims or strips), so a bound scope is not read as unbound and let go, and
+// a job the listener recorded keeps its pod.
+func TestScaleSetBrokenSecretKeepsARCsScope(t *testing.T) {
+	pod := fixture.MakeScaleSetRunnerPod("ci", "set-1").Running().Obj() // no scope labels
+	tests := map[string]struct {
+		job  arc.Job
+		want Reason
+	}{
+		"no job recorded: the on-error policy": {want: ReasonCredentials},
+		"a job recorded: refused as busy":      {job: arc.Job{RequestID: 31, Repository: "acme/app"}, want: ReasonJobRunning},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.ScopeBindings = []ScopeBinding{{Namespaces: []string{"ci"}, Scopes: []string{"org:acme"}}}
+			if err := cfg.Complete(); err != nil {
+				t.Fatal(err)
+			}
+			gh := &countingGitHub{}
+			d := newDecider(cfg, gh, fake.NewClientBuilder().WithObjects(pod.DeepCopy()).Build(), time.Now)
+			d.resolver.runners = brokenCredentials{&arc.Runner{Runner: ghclient.Runner{Scope: fixture.Org("acme"), Name: "set-1", ID: 7, IDTrusted: true},
+				Kind: arc.Kind, BaseURL: ghclient.DefaultBaseURL, EphemeralRunner: types.NamespacedName{Namespace: "ci", Name: "set-1"}, Job: tc.job}}
+			dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Namespace: "ci", Name: "set-1", Pod: pod.DeepCopy()})
+			if dec.Reason != tc.want || dec.Allowed || gh.calls != 0 {
+				t.Fatalf("decision %s (allowed %v), %d GitHub calls; want %s, refused, none: %s", dec.Reason, dec.Allowed, gh.calls, tc.want, dec.Message)
+			}
+		})
+	}
+}

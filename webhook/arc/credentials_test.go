@@ -206,6 +206,11 @@ func TestResolveARCCredentialsErrors(t *testing.T) {
 			if ce.Key != tc.wantKey {
 				t.Errorf("Key = %q, want %q (%v)", ce.Key, tc.wantKey, err)
 			}
+			// The runner stays ARC's, without credentials: the caller must not
+			// take its scope from the pod's labels.
+			if run == nil || run.Creds != nil || run.Scope.Name == "" || run.Name != "a" {
+				t.Errorf("Resolve runner = %+v; want ARC's runner (scope from githubConfigUrl) without credentials", run)
+			}
 			msg := err.Error()
 			for _, s := range append([]string{"runners/a", tc.wantKey}, tc.wantIn...) {
 				if !strings.Contains(msg, s) {

@@ -110,8 +110,9 @@ type Runner struct {
 //     RBAC forbidden, or gone; the caller falls back to the pod's own labels
 //     and env;
 //   - (nil, *InvalidError) when it holds an unusable value (a bad githubConfigUrl);
-//   - (nil, *CredentialsError) in ARC credentials mode when the Secret is
-//     missing, unreadable or malformed;
+//   - (runner without Creds, *CredentialsError) in ARC credentials mode when
+//     the Secret is missing, unreadable or malformed: the scope, name and job
+//     fields are still ARC's, so the caller never takes them from the pod;
 //   - (nil, other error) for transient API errors, worth a retry.
 func (r *Resolver) Resolve(ctx context.Context, pod *corev1.Pod) (*Runner, error) {
 	if pod == nil {
@@ -189,7 +190,8 @@ func (r *Resolver) Resolve(ctx context.Context, pod *corev1.Pod) (*Runner, error
 			err = r.secretGone(ctx, run, gone)
 		}
 		if err != nil {
-			return nil, err
+			run.Creds = nil
+			return run, err
 		}
 	}
 	return run, nil
