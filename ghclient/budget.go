@@ -68,7 +68,8 @@ func WithPriority(ctx context.Context, p Priority) context.Context {
 	return context.WithValue(ctx, priorityKey{}, p)
 }
 
-func priorityOf(ctx context.Context) Priority {
+// PriorityOf is the priority WithPriority gave ctx (PriorityRelease when none).
+func PriorityOf(ctx context.Context) Priority {
 	p, _ := ctx.Value(priorityKey{}).(Priority)
 	return p
 }
@@ -257,7 +258,7 @@ func cost(method string) int {
 // only) while the wait ends before ctx's deadline. The returned func frees
 // the concurrency slot.
 func (b *Budget) take(ctx context.Context, method string) (func(), error) {
-	prio, points := priorityOf(ctx), cost(method)
+	prio, points := PriorityOf(ctx), cost(method)
 	waited := false
 	for {
 		wait, err := b.reserve(prio, points)

@@ -130,6 +130,7 @@ func TestHandlerDecisions(t *testing.T) {
 		retry    int32
 		reason   Reason
 		msg      []string
+		notMsg   []string // what the answer must not give away
 		warning  bool
 		ghCalls  map[string]int // method -> requests GitHub saw
 		event    string
@@ -190,12 +191,12 @@ func TestHandlerDecisions(t *testing.T) {
 		},
 		"4b forged review: no such pod": {
 			req: request{op: OperationDelete, pod: arcLegacy().Obj()}, podGone: true, setup: busy,
-			allowed: true, reason: ReasonPodNotLive, ghCalls: map[string]int{}, stillReg: true,
+			allowed: true, reason: ReasonPodNotLive, msg: []string{"no live pod has the UID"}, ghCalls: map[string]int{}, stillReg: true,
 		},
 		"4b stale review: the live pod has another UID": {
 			req:  request{op: OperationDelete, pod: arcLegacy().Obj()},
 			live: legacy().RunnerID(1001).UID("another-uid").Obj(), setup: busy,
-			allowed: true, reason: ReasonPodNotLive, ghCalls: map[string]int{}, stillReg: true,
+			allowed: true, reason: ReasonPodNotLive, msg: []string{"no live pod has the UID"}, notMsg: []string{"another-uid"}, ghCalls: map[string]int{}, stillReg: true,
 		},
 		"4b scope comes from the live pod, not the review": {
 			req:  request{op: OperationDelete, pod: fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("victim").Running().Obj()},
@@ -334,6 +335,11 @@ func TestHandlerDecisions(t *testing.T) {
 			for _, m := range tc.msg {
 				if !strings.Contains(resp.Result.Message, m) {
 					t.Errorf("message %q does not contain %q", resp.Result.Message, m)
+				}
+			}
+			for _, m := range tc.notMsg {
+				if strings.Contains(resp.Result.Message, m) {
+					t.Errorf("message %q gives away %q", resp.Result.Message, m)
 				}
 			}
 			if (len(resp.Warnings) > 0) != tc.warning {

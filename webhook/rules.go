@@ -364,7 +364,13 @@ func (d *decider) askGitHub(ctx context.Context, r *review) githubResult {
 			log.V(1).Info("answered a read-only look-up from memory", "state", res.Status, "error", errString(res.Err))
 			return res
 		}
-		st, err := d.github.Status(ctx, t.runner())
+		sctx := ctx
+		if r.DryRun {
+			// A dry run lets no pod go: it yields to unregisters that can, so
+			// dry runs in a loop cannot spend other teams' budget.
+			sctx = ghclient.WithPriority(ctx, ghclient.PriorityRecheck)
+		}
+		st, err := d.github.Status(sctx, t.runner())
 		log.V(1).Info("asked GitHub for runner status (read-only)", "state", st.State, "error", errString(err), "took", time.Since(start))
 		res := githubResult{Err: err}
 		if err == nil {

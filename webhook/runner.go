@@ -98,11 +98,13 @@ func (d *decider) readLive(ctx context.Context, r *review) {
 	err := d.pods.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: r.Name}, live)
 	switch {
 	case apierrors.IsNotFound(err):
-		r.LiveGone = "no such pod exists"
+		r.LiveGone = fmt.Sprintf("no live pod has the UID %q the review names", r.Pod.UID)
 	case err != nil:
 		r.LiveErr = err
 	case live.UID != r.Pod.UID:
-		r.LiveGone = fmt.Sprintf("the review names UID %q but the live pod has UID %q", r.Pod.UID, live.UID)
+		// The same words as for no pod at all: the answer goes to whoever sent
+		// the review, and the live UID is what a forged review would need.
+		r.LiveGone = fmt.Sprintf("no live pod has the UID %q the review names", r.Pod.UID)
 	default:
 		r.Pod = live
 		if spec := matchRunnerPod(live, d.specs); spec != nil {

@@ -234,3 +234,47 @@ func TestScaleSetBrokenSecretKeepsARCsScope(t *testing.T) {
 		})
 	}
 }
+
+// priorityGitHub records the priority of every question and answers idle.
+type priorityGitHub struct {
+	noListing
+	status, unregister []ghclient.Priority
+}
+
+func (p *priorityGitHub) Unregister(ctx context.Context, _ ghclient.Runner) (ghclient.Outcome, error) {
+	p.unregister = append(p.unregister, ghclient.PriorityOf(ctx))
+	return ghclient.Removed, nil
+}
+
+func (p *priorityGitHub) Status(ctx context.Context, _ ghclient.Runner) (ghclient.RunnerStatus, error) {
+	p.status = append(p.status, ghclient.PriorityOf(ctx))
+	return ghclient.RunnerStatus{State: ghclient.StateIdle, Online: true}, nil
+}
+
+// A dry run lets no pod go, so its look-up yields to unregisters that can:
+// a tenant's dry runs in a loop cannot spend the budget other teams' deletes
+// need. A bypass user's look-up can let a pod go and keeps release priority.
+func TestDryRunAsksAtRecheckPriority(t *testing.T) {
+	pod := fixture.MakeScaleSetRunnerPod("ci", "set-1").Running().Obj()
+	tests := map[string]struct {
+		dryRun bool
+		user   string
+		want   ghclient.Priority
+	}{
+		"dry run":     {dryRun: true, want: ghclient.PriorityRecheck},
+		"bypass user": {user: "system:serviceaccount:kube-system:pod-garbage-collector", want: ghclient.PriorityRelease},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			gh := &priorityGitHub{}
+			d := newDecider(DefaultConfig(), gh, fake.NewClientBuilder().WithObjects(pod.DeepCopy()).Build(), time.Now)
+			d.resolver.runners = oneRunner{&arc.Runner{Runner: ghclient.Runner{Scope: fixture.Org("acme"), Name: "set-1", ID: 7, IDTrusted: true},
+				BaseURL: ghclient.DefaultBaseURL, EphemeralRunner: types.NamespacedName{Namespace: "ci", Name: "set-1"}}}
+			dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Namespace: "ci", Name: "set-1", Pod: pod.DeepCopy(),
+				DryRun: tc.dryRun, User: authenticationv1.UserInfo{Username: tc.user}})
+			if len(gh.status) != 1 || gh.status[0] != tc.want || len(gh.unregister) != 0 {
+				t.Fatalf("look-ups at %v, unregisters %v (decision %s); want one look-up at %s and no unregister", gh.status, gh.unregister, dec.Reason, tc.want)
+			}
+		})
+	}
+}
