@@ -172,9 +172,12 @@ func (bs *Budgets) For(id string) *Budget {
 
 // credentialID names a credential without revealing it: the API base and a
 // hash of the token, the token file's path, or the App (and installation)
-// ID. GitHub counts secondary limits per token or per App installation; an
-// App discovering installations shares one budget across them, which is
-// stricter than GitHub and never looser.
+// ID with a hash of its public key. GitHub counts secondary limits per token
+// or per App installation; an App discovering installations shares one
+// budget across them, which is stricter than GitHub and never looser. The
+// key is part of it because App and installation IDs are not secret: a
+// tenant's Secret naming another team's App with a key of its own must not
+// spend that team's budget on token exchanges GitHub refuses.
 func credentialID(a auth) string {
 	base := strings.TrimSuffix(a.base, "/")
 	switch {
@@ -182,6 +185,10 @@ func credentialID(a auth) string {
 		id := "app:" + a.app.issuer
 		if a.app.install > 0 {
 			id += "/" + strconv.FormatInt(a.app.install, 10)
+		}
+		if a.app.key != nil {
+			sum := sha256.Sum256(a.app.key.N.Bytes())
+			id += "#" + hex.EncodeToString(sum[:4])
 		}
 		return id + "@" + base
 	case a.tokenFile != "":

@@ -2,6 +2,8 @@ package ghclient
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
 	"errors"
 	"net/http"
 	"strings"
@@ -244,6 +246,29 @@ func TestCredentialIDHidesTheToken(t *testing.T) {
 	}
 	if other := credentialID(auth{base: a.base, token: "ghp_other"}); other == id {
 		t.Fatal("two tokens share one budget")
+	}
+}
+
+// App and installation IDs are not secret: a Secret naming another team's
+// App with a key of its own gets a budget of its own, so the token exchanges
+// GitHub refuses it spend nothing of that team's.
+func TestCredentialIDOfAnAppIncludesItsKey(t *testing.T) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := func(k *rsa.PrivateKey) auth {
+		return auth{base: "https://api.github.com/", app: &appAuth{issuer: "42", id: 42, install: 7, key: k}}
+	}
+	if credentialID(app(key)) != credentialID(app(key)) {
+		t.Fatal("one App and key get two budgets")
+	}
+	if credentialID(app(key)) == credentialID(app(forged)) {
+		t.Fatalf("a forged key shares the App's budget %q", credentialID(app(key)))
 	}
 }
 
