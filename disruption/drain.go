@@ -111,6 +111,7 @@ type backoff struct {
 type backoffEntry struct {
 	wait time.Duration
 	next time.Time
+	busy bool // GitHub (or a listing) said busy: the next DELETE is a re-check
 }
 
 func newBackoff(first, limit time.Duration, now func() time.Time) *backoff {
@@ -128,9 +129,28 @@ func (b *backoff) due(uid types.UID) time.Duration {
 	return max(0, e.next.Sub(b.now()))
 }
 
-// retry records a busy (or failed) answer and returns the wait before the next.
+// retry records a failed answer and returns the wait before the next.
 func (b *backoff) retry(uid types.UID) time.Duration {
 	return b.retryAfter(uid, 0)
+}
+
+// retryBusy records that the runner was busy and returns the wait before
+// the next DELETE, which is then a re-check (see knownBusy).
+func (b *backoff) retryBusy(uid types.UID) time.Duration {
+	wait := b.retryAfter(uid, 0)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.pods[uid]
+	e.busy = true
+	b.pods[uid] = e
+	return wait
+}
+
+// knownBusy reports whether the pod's runner was last seen busy.
+func (b *backoff) knownBusy(uid types.UID) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pods[uid].busy
 }
 
 // retryAfter is retry with at least the given wait (a rate limit's).

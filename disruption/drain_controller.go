@@ -143,10 +143,16 @@ func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why st
 		// (shared by its scope, a point per 100 runners) saves a DELETE.
 		if busy, err := r.listing.Busy(ctx, res.Runner); err == nil && busy {
 			r.waiting(ctx, node, why, pod, res)
-			return r.backoff.retry(pod.UID)
+			return r.backoff.retryBusy(pod.UID)
 		}
 	}
-	gctx, cancel := context.WithTimeout(ctx, drainUnregisterDeadline)
+	prio := ghclient.PriorityRelease
+	if r.backoff.knownBusy(pod.UID) {
+		// Asking again about a runner seen busy yields to the unregisters
+		// that can let a pod go now, as the webhook's re-checks do.
+		prio = ghclient.PriorityRecheck
+	}
+	gctx, cancel := context.WithTimeout(ghclient.WithPriority(ctx, prio), drainUnregisterDeadline)
 	out, err := r.github.Unregister(gctx, res.Runner)
 	cancel()
 	var rl *ghclient.RateLimited
@@ -158,7 +164,7 @@ func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why st
 		return r.backoff.retry(pod.UID)
 	case out == ghclient.Busy:
 		r.waiting(ctx, node, why, pod, res)
-		return r.backoff.retry(pod.UID)
+		return r.backoff.retryBusy(pod.UID)
 	case out == ghclient.Removed, out == ghclient.NotFound:
 		r.released(ctx, node, why, pod, res, out)
 		return 0

@@ -2,6 +2,7 @@ package disruption
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -57,15 +58,20 @@ func (g *guardStub) Unregistered(pod *corev1.Pod, _ webhook.Target) {
 
 // githubStub answers the DELETE by runner name.
 type githubStub struct {
-	mu      sync.Mutex
-	busy    map[string]bool
-	deletes map[string]int
+	mu         sync.Mutex
+	busy       map[string]bool
+	deletes    map[string]int
+	priorities map[string][]ghclient.Priority
 }
 
-func (g *githubStub) Unregister(_ context.Context, r ghclient.Runner) (ghclient.Outcome, error) {
+func (g *githubStub) Unregister(ctx context.Context, r ghclient.Runner) (ghclient.Outcome, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.deletes[r.Name]++
+	if g.priorities == nil {
+		g.priorities = map[string][]ghclient.Priority{}
+	}
+	g.priorities[r.Name] = append(g.priorities[r.Name], ghclient.PriorityOf(ctx))
 	if g.busy[r.Name] {
 		return ghclient.Busy, nil
 	}
@@ -156,6 +162,17 @@ func TestDrainReleasesIdleRunnersAndWaitsForBusyOnes(t *testing.T) {
 	}
 	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "ci", Name: "busy"}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
 		t.Errorf("busy runner's pod after its job: %v, want deleted", err)
+	}
+	// The first DELETE of each runner can let its pod go; asking again about
+	// the one seen busy is a re-check, which yields to those.
+	wantPrio := map[string][]ghclient.Priority{
+		"idle": {ghclient.PriorityRelease},
+		"busy": {ghclient.PriorityRelease, ghclient.PriorityRecheck},
+	}
+	for name, want := range wantPrio {
+		if got := gh.priorities[name]; !slices.Equal(got, want) {
+			t.Errorf("DELETEs of %s at %v, want %v", name, got, want)
+		}
 	}
 }
 

@@ -264,8 +264,8 @@ func TestCredentialIDOfAnAppIncludesItsKey(t *testing.T) {
 	app := func(k *rsa.PrivateKey) auth {
 		return auth{base: "https://api.github.com/", app: &appAuth{issuer: "42", id: 42, install: 7, key: k}}
 	}
-	if credentialID(app(key)) != credentialID(app(key)) {
-		t.Fatal("one App and key get two budgets")
+	if first, again := credentialID(app(key)), credentialID(app(key)); first != again {
+		t.Fatalf("one App and key get two budgets: %q, %q", first, again)
 	}
 	if credentialID(app(key)) == credentialID(app(forged)) {
 		t.Fatalf("a forged key shares the App's budget %q", credentialID(app(key)))

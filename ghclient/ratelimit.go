@@ -2,7 +2,6 @@ package ghclient
 
 import (
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -139,25 +138,4 @@ func anyStatusOf(err error) int {
 		return he.Response.StatusCode
 	}
 	return 0
-}
-
-// maxMessage bounds how much of an error body is quoted in a message.
-const maxMessage = 300
-
-// errorMessage is GitHub's "message", else the start of the raw body.
-func errorMessage(err error) string {
-	var er *github.ErrorResponse
-	if !errors.As(err, &er) {
-		return ""
-	}
-	msg := er.Message
-	if msg == "" && er.Response != nil && er.Response.Body != nil {
-		// go-github puts the body back when it is not JSON.
-		b, _ := io.ReadAll(io.LimitReader(er.Response.Body, maxMessage))
-		msg = strings.TrimSpace(string(b))
-	}
-	if len(msg) > maxMessage {
-		msg = msg[:maxMessage] + "..."
-	}
-	return msg
 }
