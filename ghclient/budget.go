@@ -161,7 +161,7 @@ func (bs *Budgets) For(id string) *Budget {
 	b := &Budget{
 		id: id, points: points, recheck: max(int(float64(points)*recheckShare), writePoints),
 		now: bs.cfg.Now, sleep: bs.cfg.Sleep, metrics: bs.metrics,
-		slots: make(chan struct{}, concurrent), remaining: -1, unlimited: bs.cfg.Unlimited,
+		slots: make(chan struct{}, concurrent), hourly: map[string]*hourlyLimit{}, unlimited: bs.cfg.Unlimited,
 	}
 	bs.all[id] = b
 	b.mu.Lock()
@@ -214,12 +214,46 @@ type Budget struct {
 	mu    sync.Mutex
 	spent []spend // oldest first, within the last minute
 	sum   int
-	// blocked is when GitHub's own limit (retry-after, or the primary
-	// limit's reset) lets requests go again: none is sent before, since a
-	// client that keeps sending while limited can be banned.
-	blocked   time.Time
-	remaining int // primary limit, from the last answer; -1 unknown
-	limit     int
+	// blocked is when GitHub's secondary limit (its retry-after, or a
+	// minute) lets the credential's requests go again: none is sent before,
+	// since a client that keeps sending while limited can be banned.
+	blocked time.Time
+	// hourly is GitHub's primary limit, by limitKey: one for a token or a
+	// fixed installation, one per installation an App discovers (each has
+	// its own), and one for the App's JWT.
+	hourly map[string]*hourlyLimit
+}
+
+// hourlyLimit is what GitHub's last answer said of one primary limit.
+type hourlyLimit struct {
+	remaining, limit int
+	// blocked: the limit is spent until its reset.
+	blocked time.Time
+}
+
+// limitKeyCtx carries the primary limit a request counts against.
+type limitKeyCtx struct{}
+
+// limitKey names the primary limit req counts against: the App's own when
+// it is authenticated by a JWT (the token exchanges), else the one its
+// context names (an installation's), else the credential's.
+func limitKey(req *http.Request) string {
+	if a := req.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer ") && strings.Count(a, ".") == 2 {
+		return "app-jwt"
+	}
+	k, _ := req.Context().Value(limitKeyCtx{}).(string)
+	return k
+}
+
+// limitKeyTransport marks every request of one installation's client with
+// the installation's primary limit.
+type limitKeyTransport struct {
+	next http.RoundTripper
+	key  string
+}
+
+func (t *limitKeyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return t.next.RoundTrip(req.WithContext(context.WithValue(req.Context(), limitKeyCtx{}, t.key)))
 }
 
 type spend struct {
@@ -261,14 +295,14 @@ func cost(method string) int {
 	return writePoints
 }
 
-// take reserves room for one request of method, waiting (release priority
-// only) while the wait ends before ctx's deadline. The returned func frees
-// the concurrency slot.
-func (b *Budget) take(ctx context.Context, method string) (func(), error) {
+// take reserves room for one request of method, counted against the primary
+// limit key (see limitKey), waiting (release priority only) while the wait
+// ends before ctx's deadline. The returned func frees the concurrency slot.
+func (b *Budget) take(ctx context.Context, method, key string) (func(), error) {
 	prio, points := PriorityOf(ctx), cost(method)
 	waited := false
 	for {
-		wait, err := b.reserve(prio, points)
+		wait, err := b.reserve(prio, points, key)
 		if err != nil {
 			b.metrics.budgetDeferred(b.id, prio, "refused")
 			return nil, err
@@ -314,14 +348,15 @@ func fitsBefore(ctx context.Context, wait time.Duration) bool {
 const minRequestTime = time.Second
 
 // reserve books points now, or says how long until they fit (0, nil: booked).
-func (b *Budget) reserve(prio Priority, points int) (time.Duration, error) {
+func (b *Budget) reserve(prio Priority, points int, key string) (time.Duration, error) {
 	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	defer b.reportLocked()
 	b.expire(now)
-	if now.Before(b.blocked) {
-		return 0, &Spent{Credential: b.id, Priority: prio, RetryAfter: b.blocked.Sub(now), GitHub: true}
+	h := b.hourly[key]
+	if blocked := laterOf(b.blocked, h); now.Before(blocked) {
+		return 0, &Spent{Credential: b.id, Priority: prio, RetryAfter: blocked.Sub(now), GitHub: true}
 	}
 	if b.unlimited {
 		b.spent = append(b.spent, spend{at: now, points: points})
@@ -331,7 +366,7 @@ func (b *Budget) reserve(prio Priority, points int) (time.Duration, error) {
 	limit := b.points
 	if prio == PriorityRecheck {
 		limit = b.recheck
-		if b.remaining >= 0 && b.limit > 0 && float64(b.remaining) < primaryReserve*float64(b.limit) {
+		if h != nil && h.limit > 0 && float64(h.remaining) < primaryReserve*float64(h.limit) {
 			// The hourly limit runs low: keep what is left for releases.
 			return 0, &Spent{Credential: b.id, Priority: prio, RetryAfter: budgetWindow, GitHub: true}
 		}
@@ -375,34 +410,57 @@ func (b *Budget) refund(points int) {
 	b.reportLocked()
 }
 
-// observe learns from GitHub's answer: the primary limit's headers, and a
-// secondary limit's retry-after, which holds every request of the credential.
-func (b *Budget) observe(resp *http.Response) {
+// laterOf is when the later of the credential's hold and the primary
+// limit's lets a request go.
+func laterOf(blocked time.Time, h *hourlyLimit) time.Time {
+	if h != nil && h.blocked.After(blocked) {
+		return h.blocked
+	}
+	return blocked
+}
+
+// observe learns from GitHub's answer to a request counted against the
+// primary limit key: that limit's headers, and a secondary limit's
+// retry-after, which holds every request of the credential.
+func (b *Budget) observe(key string, resp *http.Response) {
 	if resp == nil {
 		return
 	}
 	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	h := resp.Header
-	if v, err := strconv.Atoi(h.Get("X-RateLimit-Remaining")); err == nil {
-		b.remaining = v
+	header := resp.Header
+	remaining, rerr := strconv.Atoi(header.Get("X-RateLimit-Remaining"))
+	limit, lerr := strconv.Atoi(header.Get("X-RateLimit-Limit"))
+	h := b.hourly[key]
+	if h == nil && (rerr == nil || lerr == nil) {
+		h = &hourlyLimit{remaining: -1}
+		b.hourly[key] = h
 	}
-	if v, err := strconv.Atoi(h.Get("X-RateLimit-Limit")); err == nil {
-		b.limit = v
+	if rerr == nil {
+		h.remaining = remaining
+	}
+	if lerr == nil {
+		h.limit = limit
 	}
 	if resp.StatusCode != http.StatusForbidden && resp.StatusCode != http.StatusTooManyRequests {
 		return
 	}
 	until := time.Time{}
-	if wait, ok := retryAfterHeader(resp); ok {
+	switch wait, ok := retryAfterHeader(resp); {
+	case ok:
 		until = now.Add(max(wait, minRetryAfter))
-	} else if h.Get("X-RateLimit-Remaining") == "0" {
-		until = now.Add(defaultSecondaryWait)
-		if reset, err := strconv.ParseInt(h.Get("X-RateLimit-Reset"), 10, 64); err == nil && reset > 0 {
-			until = time.Unix(reset, 0)
+	case rerr == nil && remaining == 0:
+		// The primary limit is spent: only requests counted against it wait
+		// for its reset (another installation's have a limit of their own).
+		spentUntil := now.Add(defaultSecondaryWait)
+		if reset, err := strconv.ParseInt(header.Get("X-RateLimit-Reset"), 10, 64); err == nil && reset > 0 {
+			spentUntil = time.Unix(reset, 0)
 		}
-	} else if resp.StatusCode == http.StatusTooManyRequests {
+		if spentUntil.After(h.blocked) {
+			h.blocked = spentUntil
+		}
+	case resp.StatusCode == http.StatusTooManyRequests:
 		until = now.Add(defaultSecondaryWait)
 	}
 	if until.After(b.blocked) {
@@ -450,7 +508,8 @@ type budgetTransport struct {
 }
 
 func (t *budgetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	done, err := t.budget.take(req.Context(), req.Method)
+	key := limitKey(req)
+	done, err := t.budget.take(req.Context(), req.Method, key)
 	if err != nil {
 		// RoundTrippers must close the body they were given.
 		if req.Body != nil {
@@ -460,7 +519,7 @@ func (t *budgetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	defer done()
 	resp, err := t.next.RoundTrip(req)
-	t.budget.observe(resp)
+	t.budget.observe(key, resp)
 	return resp, err
 }
 

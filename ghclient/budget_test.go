@@ -31,7 +31,7 @@ func newTestBudget(t *testing.T, cfg BudgetConfig, clock *fakeclock.Clock) *Budg
 // takeN takes n requests of method at priority, counting those sent.
 func takeN(ctx context.Context, b *Budget, n int, method string) (sent int, last error) {
 	for range n {
-		done, err := b.take(ctx, method)
+		done, err := b.take(ctx, method, "")
 		if err != nil {
 			last = err
 			continue
@@ -57,7 +57,7 @@ func TestBudgetNeverExceedsItsShareInAnyRollingMinute(t *testing.T) {
 		if i%3 == 0 {
 			method = http.MethodGet
 		}
-		done, err := b.take(ctx, method)
+		done, err := b.take(ctx, method, "")
 		if err != nil {
 			t.Fatalf("release %d refused without a deadline: %v", i, err)
 		}
@@ -140,7 +140,7 @@ func TestBudgetReleaseWaitsForRoomInsideItsDeadline(t *testing.T) {
 	clock.Advance(55 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Second)
 	defer cancel()
-	done, err := b.take(ctx, http.MethodDelete)
+	done, err := b.take(ctx, http.MethodDelete, "")
 	if err != nil {
 		t.Fatalf("a release whose room comes in 5s, with 9s left, was refused: %v", err)
 	}
@@ -180,9 +180,9 @@ func TestBudgetHoldsWhileGitHubLimits(t *testing.T) {
 			for k, v := range tc.header {
 				h.Set(k, v)
 			}
-			b.observe(&http.Response{StatusCode: tc.status, Header: h})
-			_, relErr := b.take(context.Background(), http.MethodGet)
-			_, reErr := b.take(WithPriority(context.Background(), PriorityRecheck), http.MethodGet)
+			b.observe("", &http.Response{StatusCode: tc.status, Header: h})
+			_, relErr := b.take(context.Background(), http.MethodGet, "")
+			_, reErr := b.take(WithPriority(context.Background(), PriorityRecheck), http.MethodGet, "")
 			var spent *Spent
 			switch {
 			case tc.recheck:
@@ -198,11 +198,43 @@ func TestBudgetHoldsWhileGitHubLimits(t *testing.T) {
 					t.Fatalf("release err %v, want GitHub's hold of %s", relErr, tc.wantHold)
 				}
 				clock.Advance(tc.wantHold)
-				if _, err := b.take(context.Background(), http.MethodGet); err != nil {
+				if _, err := b.take(context.Background(), http.MethodGet, ""); err != nil {
 					t.Fatalf("still held after the wait: %v", err)
 				}
 			}
 		})
+	}
+}
+
+// GitHub's primary limit is per token or installation: one installation's
+// spent limit holds only its own requests (and the App's JWT has its own),
+// while a secondary limit's retry-after holds the whole credential.
+func TestBudgetPrimaryLimitIsPerInstallation(t *testing.T) {
+	spent := http.Header{"X-Ratelimit-Remaining": []string{"0"}, "X-Ratelimit-Limit": []string{"5000"}, "X-Ratelimit-Reset": []string{"1800000600"}}
+	low := http.Header{"X-Ratelimit-Remaining": []string{"100"}, "X-Ratelimit-Limit": []string{"5000"}}
+	clock := newTestClock()
+	b := newTestBudget(t, BudgetConfig{}, clock)
+	b.observe("installation/1", &http.Response{StatusCode: http.StatusForbidden, Header: spent})
+	b.observe("installation/3", &http.Response{StatusCode: http.StatusOK, Header: low})
+	recheck := WithPriority(context.Background(), PriorityRecheck)
+	var held *Spent
+	if _, err := b.take(context.Background(), http.MethodDelete, "installation/1"); !errors.As(err, &held) || !held.GitHub || held.RetryAfter != 10*time.Minute {
+		t.Fatalf("the spent installation's DELETE: %v; want held by GitHub until its reset (10m)", err)
+	}
+	for _, key := range []string{"installation/2", "app-jwt", ""} {
+		if _, err := b.take(context.Background(), http.MethodDelete, key); err != nil {
+			t.Errorf("%q held by another installation's spent limit: %v", key, err)
+		}
+	}
+	if _, err := b.take(recheck, http.MethodGet, "installation/3"); !errors.As(err, &held) {
+		t.Errorf("a re-check on an installation whose hourly limit runs low: %v; want held for releases", err)
+	}
+	if _, err := b.take(recheck, http.MethodGet, "installation/2"); err != nil {
+		t.Errorf("a re-check on another installation held by one running low: %v", err)
+	}
+	b.observe("installation/2", &http.Response{StatusCode: http.StatusForbidden, Header: http.Header{"Retry-After": []string{"30"}}})
+	if _, err := b.take(context.Background(), http.MethodGet, "installation/4"); !errors.As(err, &held) || held.RetryAfter != 30*time.Second {
+		t.Errorf("after a secondary limit on one installation: %v; want every request of the credential held 30s", err)
 	}
 }
 
@@ -278,7 +310,7 @@ func TestBudgetUnlimited(t *testing.T) {
 	b := newTestBudget(t, BudgetConfig{PointsPerMinute: 10, Concurrency: 1, Unlimited: true}, clock)
 	held := make([]func(), 0, 50)
 	for i := range 50 {
-		done, err := b.take(WithPriority(context.Background(), PriorityRecheck), http.MethodDelete)
+		done, err := b.take(WithPriority(context.Background(), PriorityRecheck), http.MethodDelete, "")
 		if err != nil {
 			t.Fatalf("request %d held back by an unlimited budget: %v", i, err)
 		}
@@ -287,9 +319,9 @@ func TestBudgetUnlimited(t *testing.T) {
 	for _, done := range held {
 		done()
 	}
-	b.observe(&http.Response{StatusCode: http.StatusForbidden, Header: http.Header{"Retry-After": []string{"30"}}})
+	b.observe("", &http.Response{StatusCode: http.StatusForbidden, Header: http.Header{"Retry-After": []string{"30"}}})
 	var spent *Spent
-	if _, err := b.take(context.Background(), http.MethodGet); !errors.As(err, &spent) || !spent.GitHub {
+	if _, err := b.take(context.Background(), http.MethodGet, ""); !errors.As(err, &spent) || !spent.GitHub {
 		t.Fatalf("GitHub's retry-after did not hold an unlimited budget: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -117,7 +118,9 @@ func (in *installations) discover(ctx context.Context, c *Client, scope Scope, o
 		// A copy per installation: ghinstallation writes the apps transport's
 		// fields on each token refresh. The key (signer) stays shared.
 		atr := *in.atr
-		inst.gh, err = in.build(ghinstallation.NewFromAppsTransport(&atr, inst.id))
+		// Each installation has a primary limit of its own: one spent
+		// must not hold the others' requests.
+		inst.gh, err = in.build(&limitKeyTransport{next: ghinstallation.NewFromAppsTransport(&atr, inst.id), key: "installation/" + strconv.FormatInt(inst.id, 10)})
 	}
 	if err != nil {
 		// Failures are not cached: the next caller asks again.

@@ -254,6 +254,28 @@ func appEnv(t *testing.T) (*ghfake.Fake, *ghclient.Client) {
 	return f, c
 }
 
+// One installation's spent hourly limit holds only its own owner's runners:
+// each installation of an App has a primary limit of its own.
+func TestInstallationPrimaryLimitHoldsOnlyItsOwner(t *testing.T) {
+	f, c := appEnv(t)
+	f.AddInstallation(appID, "acme")
+	f.AddInstallation(appID, "beta")
+	a1, b1 := f.AddRunner(org, "a1"), f.AddRunner(beta, "b1")
+	f.InjectFault(ghfake.Fault{Kind: ghfake.FaultPrimaryRateLimit, PathContains: "/orgs/acme/actions", ResetAfterSeconds: 3000})
+	ctx := context.Background()
+	_, err := c.Unregister(ctx, org, "a1", trusted(a1))
+	var rl *ghclient.RateLimited
+	if !errors.As(err, &rl) || !rl.Primary {
+		t.Fatalf("acme's unregister: %v; want its primary limit", err)
+	}
+	if out, err := c.Unregister(ctx, beta, "b1", trusted(b1)); err != nil || out != ghclient.Removed {
+		t.Fatalf("beta's unregister after acme's limit: %v, %v; want Removed", out, err)
+	}
+	if _, err := c.Unregister(ctx, org, "a1", trusted(a1)); !errors.As(err, &rl) {
+		t.Fatalf("acme's unregister again: %v; still limited", err)
+	}
+}
+
 func TestInstallationDiscoveryTwoOrgs(t *testing.T) {
 	f, c := appEnv(t)
 	acmeInst := f.AddInstallation(appID, "acme")
