@@ -33,6 +33,12 @@ const (
 	provenBusyRecheck       = time.Minute
 	unresolvedRecheck       = 30 * time.Second
 	drainUnregisterDeadline = 10 * time.Second
+	// legacyRegistrationGrace is how long a legacy runner's container may
+	// run before GitHub knowing nothing of it counts as "not found": its
+	// config.sh registers only after the container starts, and ARC writes
+	// actions-runner/id once it has. (A scale-set runner's JIT registration
+	// exists before its pod.)
+	legacyRegistrationGrace = 2 * time.Minute
 )
 
 // drainReconciler releases the runners of a draining node: an idle one is
@@ -165,12 +171,33 @@ func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why st
 	case out == ghclient.Busy:
 		r.waiting(ctx, node, why, pod, res)
 		return r.backoff.retryBusy(pod.UID)
+	case out == ghclient.NotFound && r.mayStillRegister(pod, res):
+		// Deleting the pod of a runner that registers in a moment could kill
+		// the job it then takes: the drain, not someone's delete, would
+		// cancel it. Asked again until it registers or the grace ends.
+		return r.backoff.retry(pod.UID)
 	case out == ghclient.Removed, out == ghclient.NotFound:
 		r.released(ctx, node, why, pod, res, out)
 		return 0
 	}
 	log.Info("unexpected unregister outcome; retrying", "outcome", out.String())
 	return r.backoff.retry(pod.UID)
+}
+
+// mayStillRegister reports a legacy runner GitHub may not know yet: no
+// actions-runner/id on its pod, and its container started less than
+// legacyRegistrationGrace ago.
+func (r *drainReconciler) mayStillRegister(pod *corev1.Pod, res webhook.Resolved) bool {
+	if res.ARC != nil && res.ARC.Kind != arc.LegacyKind || res.Target.IDHint != 0 {
+		return false
+	}
+	name, _ := r.guard.RunnerContainer(pod)
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == name && cs.State.Running != nil && !cs.State.Running.StartedAt.IsZero() {
+			return r.now().Sub(cs.State.Running.StartedAt.Time) < legacyRegistrationGrace
+		}
+	}
+	return false
 }
 
 // released deletes the pod of a runner GitHub no longer has (and retires its

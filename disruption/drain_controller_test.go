@@ -60,6 +60,7 @@ func (g *guardStub) Unregistered(pod *corev1.Pod, _ webhook.Target) {
 type githubStub struct {
 	mu         sync.Mutex
 	busy       map[string]bool
+	unknown    map[string]bool // GitHub does not know the runner (404)
 	deletes    map[string]int
 	priorities map[string][]ghclient.Priority
 }
@@ -74,6 +75,9 @@ func (g *githubStub) Unregister(ctx context.Context, r ghclient.Runner) (ghclien
 	g.priorities[r.Name] = append(g.priorities[r.Name], ghclient.PriorityOf(ctx))
 	if g.busy[r.Name] {
 		return ghclient.Busy, nil
+	}
+	if g.unknown[r.Name] {
+		return ghclient.NotFound, nil
 	}
 	return ghclient.Removed, nil
 }
@@ -173,6 +177,47 @@ func TestDrainReleasesIdleRunnersAndWaitsForBusyOnes(t *testing.T) {
 		if got := gh.priorities[name]; !slices.Equal(got, want) {
 			t.Errorf("DELETEs of %s at %v, want %v", name, got, want)
 		}
+	}
+}
+
+// A legacy runner GitHub does not know may still be registering (config.sh
+// runs after its container starts): its pod is kept and asked about again
+// until the registration grace ends; a scale-set runner's JIT registration
+// exists before its pod, and one with an ID was registered.
+func TestDrainWaitsForALegacyRunnerToRegister(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	started := func(name string, ago time.Duration) *corev1.Pod {
+		p := runnerPod(name, "n1")
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "runner", State: corev1.ContainerState{
+			Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(now.Add(-ago))}}}}
+		return p
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Unschedulable: true}}
+	objs := []client.Object{node, started("young", 30*time.Second), started("old", 5*time.Minute), started("set", 30*time.Second)}
+	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(objs...).
+		WithIndex(&corev1.Pod{}, podNodeNameIndex, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
+	guard := &guardStub{runs: map[string]*arc.Runner{"set": {Kind: arc.Kind, EphemeralRunner: types.NamespacedName{Namespace: "ci", Name: "set"}}}}
+	gh := &githubStub{unknown: map[string]bool{"young": true, "old": true, "set": true}, deletes: map[string]int{}}
+	r := &drainReconciler{cached: c, live: c, guard: guard, github: gh, events: events.NewFakeRecorder(20), said: newOnce(), log: logr.Discard(),
+		backoff: newBackoff(time.Second, 15*time.Second, func() time.Time { return now }), now: func() time.Time { return now }}
+	exists := func(name string) bool {
+		return c.Get(context.Background(), types.NamespacedName{Namespace: "ci", Name: name}, &corev1.Pod{}) == nil
+	}
+	reconcileNode := func() {
+		t.Helper()
+		if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	reconcileNode()
+	if !exists("young") || exists("old") || exists("set") {
+		t.Fatalf("pods kept: young %v, old %v, set %v; want only the legacy runner started 30s ago", exists("young"), exists("old"), exists("set"))
+	}
+	now = now.Add(legacyRegistrationGrace)
+	reconcileNode()
+	if exists("young") || gh.deletes["young"] != 2 {
+		t.Fatalf("after the grace: young kept %v after %d DELETEs; want released at the second", exists("young"), gh.deletes["young"])
 	}
 }
 
