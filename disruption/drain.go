@@ -196,6 +196,13 @@ func (o *once) first(key string) bool {
 	return true
 }
 
+// has reports whether key was said.
+func (o *once) has(key string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.said[key]
+}
+
 // forget drops the keys of a pod.
 func (o *once) forget(prefix string) {
 	o.mu.Lock()

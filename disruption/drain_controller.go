@@ -86,12 +86,14 @@ func (r *drainReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		next time.Duration
 		wg   sync.WaitGroup
 		sem  = make(chan struct{}, releaseConcurrency)
+		// The node's NodeClaim, listed once for all its pods.
+		claim = &nodeClaimOnce{}
 	)
 	for i := range pods.Items {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			d := r.release(ctx, node, why, &pods.Items[i])
+			d := r.release(ctx, node, why, &pods.Items[i], claim)
 			mu.Lock()
 			defer mu.Unlock()
 			if d > 0 && (next == 0 || d < next) {
@@ -110,7 +112,7 @@ const releaseConcurrency = 8
 
 // release handles one pod of a draining node and returns when to look again
 // (0: nothing more to do for it).
-func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why string, pod *corev1.Pod) time.Duration {
+func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why string, pod *corev1.Pod, claim *nodeClaimOnce) time.Duration {
 	key := client.ObjectKeyFromObject(pod)
 	if _, ok := r.guard.RunnerContainer(pod); !ok {
 		return 0
@@ -138,7 +140,7 @@ func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why st
 	if res.ARC != nil && res.ARC.Job.Started() {
 		// The job fields prove a job runs: no GitHub request until they
 		// change (ARC then marks the EphemeralRunner done, an event).
-		r.waiting(ctx, node, why, pod, res)
+		r.waiting(ctx, node, why, pod, res, claim)
 		return provenBusyRecheck
 	}
 	if wait := r.backoff.due(pod.UID); wait > 0 {
@@ -148,7 +150,7 @@ func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why st
 		// The budget is pressed: a listing that shows the runner busy
 		// (shared by its scope, a point per 100 runners) saves a DELETE.
 		if busy, err := r.listing.Busy(ctx, res.Runner); err == nil && busy {
-			r.waiting(ctx, node, why, pod, res)
+			r.waiting(ctx, node, why, pod, res, claim)
 			return r.backoff.retryBusy(pod.UID)
 		}
 	}
@@ -169,7 +171,7 @@ func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why st
 		log.Info("cannot unregister the runner of a draining node's pod; retrying", "error", err.Error())
 		return r.backoff.retry(pod.UID)
 	case out == ghclient.Busy:
-		r.waiting(ctx, node, why, pod, res)
+		r.waiting(ctx, node, why, pod, res, claim)
 		return r.backoff.retryBusy(pod.UID)
 	case out == ghclient.NotFound && r.mayStillRegister(pod, res):
 		// Deleting the pod of a runner that registers in a moment could kill
@@ -228,7 +230,7 @@ func (r *drainReconciler) released(ctx context.Context, node *corev1.Node, why s
 
 // waiting says, once per pod, what the drain waits for, and warns ahead of
 // time when Karpenter's terminationGracePeriod will end the job.
-func (r *drainReconciler) waiting(ctx context.Context, node *corev1.Node, why string, pod *corev1.Pod, res webhook.Resolved) {
+func (r *drainReconciler) waiting(ctx context.Context, node *corev1.Node, why string, pod *corev1.Pod, res webhook.Resolved, claim *nodeClaimOnce) {
 	key := client.ObjectKeyFromObject(pod)
 	job := webhook.JobClause(res.ARC, pod, r.now())
 	if job == "" {
@@ -238,19 +240,33 @@ func (r *drainReconciler) waiting(ctx context.Context, node *corev1.Node, why st
 		r.events.Eventf(node, pod, corev1.EventTypeWarning, EventDrainWaitsForJob, "Drain",
 			"node %s is %s; runner %q of pod %s is running %s; runner-guard releases it as soon as the job ends", node.Name, why, res.Runner.Name, key, job)
 	}
-	if !karpenterDisrupted(node) {
+	graceSaid := string(pod.UID) + "/grace/" + node.Name
+	if !karpenterDisrupted(node) || r.said.has(graceSaid) {
 		return
 	}
-	nc := r.nodeClaim(ctx, node)
+	nc := claim.get(func() *unstructured.Unstructured { return r.nodeClaim(ctx, node) })
 	if nc == nil {
 		return
 	}
 	deadline, tgp, ok := graceDeadline(nc)
-	if !ok || !r.said.first(string(pod.UID)+"/grace/"+string(nc.GetUID())) {
+	if !ok || !r.said.first(graceSaid) {
 		return
 	}
 	r.events.Eventf(node, pod, corev1.EventTypeWarning, EventJobOutlivesGrace, "Drain", "%s",
 		graceWarning(nc.GetName(), deadline, tgp, key, job, r.now()))
+}
+
+// nodeClaimOnce is one reconcile's look-up of its node's NodeClaim: a live
+// list of every NodeClaim, made at most once, and only for a pod whose
+// grace warning is still to be said.
+type nodeClaimOnce struct {
+	once sync.Once
+	nc   *unstructured.Unstructured
+}
+
+func (o *nodeClaimOnce) get(find func() *unstructured.Unstructured) *unstructured.Unstructured {
+	o.once.Do(func() { o.nc = find() })
+	return o.nc
 }
 
 // nodeClaim finds the node's NodeClaim, nil when there is none or the API

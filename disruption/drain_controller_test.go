@@ -2,7 +2,9 @@ package disruption
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -12,12 +14,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/runner-guard/runner-guard/ghclient"
@@ -247,4 +251,51 @@ func (r *retireStub) Retire(context.Context, *arc.Runner) error {
 	defer r.mu.Unlock()
 	r.calls++
 	return nil
+}
+
+// The NodeClaim is listed live (every NodeClaim of the cluster) at most once
+// per reconcile of a node, and not at all once each pod's grace warning is
+// said: a drift over many nodes of busy runners must not multiply the lists.
+func TestDrainListsNodeClaimsOncePerReconcile(t *testing.T) {
+	now := time.Unix(10_000, 0)
+	deleted := now.Add(-time.Minute)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{
+		Taints: []corev1.Taint{{Key: TaintKarpenterDisrupted, Effect: corev1.TaintEffectNoSchedule}}}}
+	objs := []client.Object{node}
+	guard := &guardStub{runs: map[string]*arc.Runner{}}
+	for i := range 5 {
+		name := fmt.Sprintf("job-%d", i)
+		objs = append(objs, runnerPod(name, "n1"))
+		guard.runs[name] = &arc.Runner{Kind: arc.Kind, Job: arc.Job{ID: strconv.Itoa(i), DisplayName: "build", Repository: "acme/app"}}
+	}
+	lists := 0
+	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(objs...).
+		WithIndex(&corev1.Pod{}, podNodeNameIndex, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		WithInterceptorFuncs(interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if u, ok := list.(*unstructured.UnstructuredList); ok && u.GetKind() == NodeClaimGVK().Kind+"List" {
+				lists++
+				nc := nodeClaim(&deleted, "1h")
+				_ = unstructured.SetNestedField(nc.Object, "n1", "status", "nodeName")
+				u.Items = []unstructured.Unstructured{*nc}
+				return nil
+			}
+			return c.List(ctx, list, opts...)
+		}}).Build()
+	rec := events.NewFakeRecorder(50)
+	r := &drainReconciler{cached: c, live: c, guard: guard, github: &githubStub{deletes: map[string]int{}}, events: rec, said: newOnce(), log: logr.Discard(),
+		backoff: newBackoff(time.Second, 15*time.Second, func() time.Time { return now }), now: func() time.Time { return now }}
+	for range 3 {
+		if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	warned := 0
+	for len(rec.Events) > 0 {
+		if strings.Contains(<-rec.Events, EventJobOutlivesGrace) {
+			warned++
+		}
+	}
+	if lists != 1 || warned != 5 {
+		t.Fatalf("%d NodeClaim lists in 3 reconciles, %d grace warnings; want 1 list and a warning for each of the 5 pods", lists, warned)
+	}
 }
