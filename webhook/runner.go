@@ -99,6 +99,13 @@ func (d *decider) readLive(ctx context.Context, r *review) {
 	switch {
 	case apierrors.IsNotFound(err):
 		r.LiveGone = fmt.Sprintf("no live pod has the UID %q the review names", r.Pod.UID)
+	case apierrors.IsForbidden(err) && d.namespaceDeleting(ctx, r.Namespace):
+		// A namespace being deleted takes its Roles with it, and with them
+		// the right to read its pods that guardedNamespaces grants: the
+		// review's own copy of the pod decides, or every runner pod there
+		// would be refused until someone restored the Role, and the
+		// namespace would stay Terminating.
+		logr.FromContextOrDiscard(ctx).Info("the pod may no longer be read in a namespace being deleted; deciding from the review's copy", "error", err.Error())
 	case err != nil:
 		r.LiveErr = err
 	case live.UID != r.Pod.UID:
@@ -111,6 +118,16 @@ func (d *decider) readLive(ctx context.Context, r *review) {
 			r.Spec = spec
 		}
 	}
+}
+
+// namespaceDeleting reports a namespace being deleted; one that cannot be
+// read counts as not being deleted.
+func (d *decider) namespaceDeleting(ctx context.Context, name string) bool {
+	var ns corev1.Namespace
+	if err := d.pods.Get(ctx, types.NamespacedName{Name: name}, &ns); err != nil {
+		return false
+	}
+	return ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating
 }
 
 // blockingPDB names the PodDisruptionBudget for which the API server's

@@ -11,8 +11,12 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/test/fixture"
@@ -274,6 +278,45 @@ func TestDryRunAsksAtRecheckPriority(t *testing.T) {
 				DryRun: tc.dryRun, User: authenticationv1.UserInfo{Username: tc.user}})
 			if len(gh.status) != 1 || gh.status[0] != tc.want || len(gh.unregister) != 0 {
 				t.Fatalf("look-ups at %v, unregisters %v (decision %s); want one look-up at %s and no unregister", gh.status, gh.unregister, dec.Reason, tc.want)
+			}
+		})
+	}
+}
+
+// With guardedNamespaces, runner-guard reads pods through a Role in each
+// namespace, which a namespace's deletion removes with everything else: a
+// runner pod that may no longer be read there is decided from the review's
+// copy, so the namespace is not kept Terminating. Elsewhere a read that is
+// refused stays a refusal (the on-error policy).
+func TestForbiddenPodReadInANamespaceBeingDeleted(t *testing.T) {
+	pod := fixture.MakeScaleSetRunnerPod("ci", "set-1").Running().Obj()
+	tests := map[string]struct {
+		phase     corev1.NamespacePhase
+		want      Reason
+		allowed   bool
+		wantCalls int
+	}{
+		"namespace being deleted: the review's pod, GitHub asked": {phase: corev1.NamespaceTerminating, want: ReasonUnregistered, allowed: true, wantCalls: 1},
+		"namespace active: the read's failure decides":           {phase: corev1.NamespaceActive, want: ReasonPodLookupFailed},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ci"}, Status: corev1.NamespaceStatus{Phase: tc.phase}}
+			pods := fake.NewClientBuilder().WithObjects(pod.DeepCopy(), ns).WithInterceptorFuncs(interceptor.Funcs{
+				Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+					if _, ok := obj.(*corev1.Pod); ok {
+						return apierrors.NewForbidden(corev1.Resource("pods"), key.Name, errors.New("the Role is gone"))
+					}
+					return c.Get(ctx, key, obj, opts...)
+				}}).Build()
+			gh := &priorityGitHub{}
+			d := newDecider(DefaultConfig(), gh, pods, time.Now)
+			d.resolver.runners = oneRunner{&arc.Runner{Runner: ghclient.Runner{Scope: fixture.Org("acme"), Name: "set-1", ID: 7, IDTrusted: true},
+				BaseURL: ghclient.DefaultBaseURL, EphemeralRunner: types.NamespacedName{Namespace: "ci", Name: "set-1"}}}
+			dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Namespace: "ci", Name: "set-1", Pod: pod.DeepCopy()})
+			if dec.Reason != tc.want || dec.Allowed != tc.allowed || len(gh.unregister) != tc.wantCalls {
+				t.Fatalf("decision %s (allowed %v) after %d unregisters; want %s (allowed %v) after %d: %s",
+					dec.Reason, dec.Allowed, len(gh.unregister), tc.want, tc.allowed, tc.wantCalls, dec.Message)
 			}
 		})
 	}

@@ -88,6 +88,15 @@ func TestWebhookRBAC(t *testing.T) {
 				}
 			}
 		}
+		// Whether a guarded namespace is being deleted, once its Role is gone:
+		// those namespaces only, read only.
+		nsRole := render.Get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard-guarded-namespaces")
+		wantNS := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, ResourceNames: guarded, Verbs: []string{"get"}}}
+		if !render.EqualJSON(nsRole.Rules, wantNS) {
+			t.Errorf("ClusterRole runner-guard-guarded-namespaces rules %s\nwant %s", render.JSON(t, nsRole.Rules), render.JSON(t, wantNS))
+		}
+		nsBinding := render.Get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "runner-guard-guarded-namespaces")
+		render.CheckBinding(t, "ClusterRoleBinding runner-guard-guarded-namespaces", nsBinding.RoleRef, nsBinding.Subjects, "ClusterRole", "runner-guard-guarded-namespaces")
 		render.CheckMetricsRBAC(t, objs)
 		cfg := chartConfig(t, objs)
 		if !slices.Equal(cfg.RunnerNamespaces, guarded) {
