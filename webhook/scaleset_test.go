@@ -297,7 +297,7 @@ func TestForbiddenPodReadInANamespaceBeingDeleted(t *testing.T) {
 		wantCalls int
 	}{
 		"namespace being deleted: the review's pod, GitHub asked": {phase: corev1.NamespaceTerminating, want: ReasonUnregistered, allowed: true, wantCalls: 1},
-		"namespace active: the read's failure decides":           {phase: corev1.NamespaceActive, want: ReasonPodLookupFailed},
+		"namespace active: the read's failure decides":            {phase: corev1.NamespaceActive, want: ReasonPodLookupFailed},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
