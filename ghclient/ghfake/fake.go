@@ -1036,9 +1036,14 @@ func (f *Fake) faultResponse(r *http.Request, h http.Header, flt Fault, now time
 			f.rateHeadersLocked(h)
 		}
 		status := orDefault(flt.Status, http.StatusForbidden)
+		wait := time.Minute // GitHub's advice when it names no wait
 		if flt.RetryAfterSeconds > 0 {
 			h.Set("Retry-After", strconv.Itoa(flt.RetryAfterSeconds))
+			wait = time.Duration(flt.RetryAfterSeconds) * time.Second
 		}
+		// What the credential sends before that wait ends is counted as
+		// sent while limited, as after an enforced limit.
+		f.usageLocked(f.credentialLocked(r)).faultedUntil(now.Add(wait))
 		if flt.Body != "" {
 			return response{status: status, header: h, body: []byte(flt.Body)}
 		}

@@ -395,6 +395,38 @@ func TestInstallationTokenRejectsMalformedJWT(t *testing.T) {
 	}
 }
 
+// An injected secondary limit holds the credential for its retry-after, or
+// a minute when it names none (GITHUB-API.md): a request sent before then is
+// counted as sent while limited, so a test sees a client that ignored it.
+func TestInjectedSecondaryLimitCountsSendsWhileLimited(t *testing.T) {
+	for name, tc := range map[string]struct {
+		retryAfter int
+		wait       time.Duration
+	}{
+		"with retry-after":    {retryAfter: 20, wait: 20 * time.Second},
+		"without retry-after": {wait: time.Minute},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f, srv := serve(t)
+			now := time.Unix(1_800_000_000, 0)
+			f.SetClock(func() time.Time { return now })
+			f.SetToken("s3cret")
+			u, auth := srv.URL+"/orgs/acme/actions/runners", map[string]string{"Authorization": "Bearer s3cret"}
+			f.InjectFault(ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, RetryAfterSeconds: tc.retryAfter, Times: 1})
+			if a := do(t, http.MethodGet, u, auth); a.status != http.StatusForbidden {
+				t.Fatalf("the limited request: %d, want 403", a.status)
+			}
+			now = now.Add(tc.wait - time.Second)
+			do(t, http.MethodGet, u, auth)
+			now = now.Add(time.Second)
+			do(t, http.MethodGet, u, auth)
+			if got := f.SecondaryUsage()[ghfake.TokenCredential("s3cret")].SentWhileLimited; got != 1 {
+				t.Fatalf("sent while limited %d, want 1 (the request a second before the wait ended)", got)
+			}
+		})
+	}
+}
+
 func TestFaults(t *testing.T) {
 	f, srv := serve(t)
 	u := srv.URL + "/orgs/acme/actions/runners"

@@ -23,7 +23,8 @@ import (
 // secondary-limit documentation_url. A refused request still counts: a
 // client that keeps sending while limited only stays limited, and GitHub may
 // ban it, so the fake also counts the requests that arrive before a previous
-// refusal's retry-after has passed.
+// refusal's retry-after has passed (after an injected FaultSecondaryRateLimit
+// too: its retry-after, or a minute when it names none).
 const (
 	// DefaultSecondaryPoints is GitHub's REST limit: points per credential per minute.
 	DefaultSecondaryPoints = 900
@@ -145,6 +146,8 @@ type credUsage struct {
 
 	maxPoints, requests, limited, sentWhileLimited, inFlight, peak int
 	limitedUntil                                                   time.Time
+	// faultLimitedUntil is the end of an injected secondary limit's wait.
+	faultLimitedUntil time.Time
 }
 
 // inWindow reports whether a spend at `at` still counts at now: the window is
@@ -186,7 +189,7 @@ func (u *credUsage) arrive(now time.Time, points int, lim SecondaryLimit, enforc
 	u.expire(now)
 	u.requests++
 	whileLimited := now.Before(u.limitedUntil)
-	if whileLimited {
+	if whileLimited || now.Before(u.faultLimitedUntil) {
 		u.sentWhileLimited++
 	}
 	over := u.sum+points > lim.points() || u.inFlight >= lim.concurrent()
@@ -209,6 +212,15 @@ func (u *credUsage) arrive(now time.Time, points int, lim SecondaryLimit, enforc
 }
 
 func (u *credUsage) leave() { u.inFlight = max(0, u.inFlight-1) }
+
+// faultedUntil records an injected limit's wait: requests before t count as
+// sent while limited, though injected faults, not the enforced limit,
+// decide their answers (so faults compose as the test injects them).
+func (u *credUsage) faultedUntil(t time.Time) {
+	if t.After(u.faultLimitedUntil) {
+		u.faultLimitedUntil = t
+	}
+}
 
 func (u *credUsage) usage(cred string, now time.Time) SecondaryUsage {
 	u.expire(now)
