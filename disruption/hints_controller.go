@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -23,6 +24,14 @@ const listingRecheck = 30 * time.Second
 // conflictRetry is how soon a patch refused for a stale resourceVersion is retried.
 const conflictRetry = 50 * time.Millisecond
 
+// staleHintsAfter is how long a pod's job state may stay unknown before the
+// hints runner-guard set on it go: a listing that said busy once and was
+// never taken again (a non-ephemeral legacy runner whose scope no decision
+// lists any more) must not keep its node from Karpenter and the autoscaler
+// for good. Without the hints the webhook still refuses evicting a runner
+// with a job; only the planners' choice is no longer steered.
+const staleHintsAfter = 10 * time.Minute
+
 // hintReconciler keeps the hints of one runner pod in step with its job.
 type hintReconciler struct {
 	// pods reads pods from the cache and patches them.
@@ -38,6 +47,12 @@ type hintReconciler struct {
 	// listingRecheck; nil: requeue them.
 	watch   *listingWatch
 	enabled []Hint
+	// now is the clock; nil is time.Now.
+	now func() time.Time
+
+	mu sync.Mutex
+	// unknownSince is when each pod's job state became unknown.
+	unknownSince map[types.NamespacedName]time.Time
 }
 
 var _ reconcile.Reconciler = &hintReconciler{}
@@ -57,7 +72,19 @@ func (r *hintReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		r.forget(req.NamespacedName)
 	}
 	if state == JobUnknown {
-		return reconcile.Result{RequeueAfter: recheck}, nil
+		left := r.unknownFor(req.NamespacedName, len(owned(pod.Annotations)) > 0)
+		if left > 0 {
+			if recheck == 0 || left < recheck {
+				recheck = left
+			}
+			return reconcile.Result{RequeueAfter: recheck}, nil
+		}
+		if len(owned(pod.Annotations)) == 0 {
+			return reconcile.Result{RequeueAfter: recheck}, nil
+		}
+		log.V(1).Info("job state unknown for too long: removing runner-guard's hints", "pod", req.NamespacedName, "after", staleHintsAfter)
+	} else {
+		r.known(req.NamespacedName)
 	}
 	patch := hintPatch(pod.Annotations, state == JobRunning, r.enabled)
 	if len(patch) == 0 {
@@ -136,4 +163,37 @@ func (r *hintReconciler) forget(key types.NamespacedName) {
 	if r.watch != nil {
 		r.watch.forget(key)
 	}
+	r.known(key)
+}
+
+// unknownFor records that the pod's job state is unknown and returns how
+// long its hints may stay (0: they go now). A pod without runner-guard's
+// hints has nothing to lose and is not recorded.
+func (r *hintReconciler) unknownFor(key types.NamespacedName, hinted bool) time.Duration {
+	if !hinted {
+		r.known(key)
+		return 0
+	}
+	now := time.Now
+	if r.now != nil {
+		now = r.now
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.unknownSince == nil {
+		r.unknownSince = map[types.NamespacedName]time.Time{}
+	}
+	since, ok := r.unknownSince[key]
+	if !ok {
+		since = now()
+		r.unknownSince[key] = since
+	}
+	return max(0, staleHintsAfter-now().Sub(since))
+}
+
+// known drops the pod's unknown-since record: its job state is known again.
+func (r *hintReconciler) known(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.unknownSince, key)
 }

@@ -173,3 +173,64 @@ func TestHintReconcilerWatchesLegacyPods(t *testing.T) {
 		t.Errorf("after the pod was deleted: looked at %v, want none", got)
 	}
 }
+
+// Hints a listing set go once the pod's job state has been unknown for
+// staleHintsAfter (no listing of its scope since): a non-ephemeral runner
+// whose scope no decision lists any more must not hold its node for good.
+// A known state before then starts the count again.
+func TestHintsFromAListingGoWhenItIsNotTakenAgain(t *testing.T) {
+	pod := fixture.MakeLegacyRunnerPod("ci", "r-1").Label("runner", "true").Running().Obj()
+	cl := fake.NewClientBuilder().WithObjects(pod).Build()
+	l := &listingStub{taken: map[string]time.Time{"acme": time.Now()}, busy: map[string]bool{"r-1": true}}
+	now := time.Unix(10_000, 0)
+	r := &hintReconciler{pods: cl, guard: &guardStub{}, listing: l, enabled: AllHints(), now: func() time.Time { return now }}
+	key := types.NamespacedName{Namespace: "ci", Name: "r-1"}
+	ctx := context.Background()
+	reconcileHints := func() reconcile.Result {
+		t.Helper()
+		res, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	hinted := func() bool {
+		t.Helper()
+		if err := cl.Get(ctx, key, pod); err != nil {
+			t.Fatal(err)
+		}
+		return pod.Annotations[AnnotationDoNotDisrupt] == "true"
+	}
+	setListed := func(listed bool) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.taken = map[string]time.Time{}
+		if listed {
+			l.taken["acme"] = now
+		}
+	}
+
+	reconcileHints()
+	if !hinted() {
+		t.Fatal("listed busy: no hints")
+	}
+	setListed(false)
+	if res := reconcileHints(); !hinted() || res.RequeueAfter <= 0 || res.RequeueAfter > staleHintsAfter {
+		t.Fatalf("no listing any more: hinted %v, requeue %s; want the hints kept and a look within %s", hinted(), res.RequeueAfter, staleHintsAfter)
+	}
+	now = now.Add(staleHintsAfter - time.Minute)
+	setListed(true)
+	reconcileHints()
+	setListed(false)
+	now = now.Add(2 * time.Minute)
+	if reconcileHints(); !hinted() {
+		t.Fatal("hints removed 2 minutes after the listing said busy again")
+	}
+	now = now.Add(staleHintsAfter)
+	if reconcileHints(); hinted() {
+		t.Fatalf("job state unknown for %s: hints still set %v", staleHintsAfter, pod.Annotations)
+	}
+	if owned(pod.Annotations) != nil {
+		t.Errorf("runner-guard still lists hints as its own: %v", pod.Annotations)
+	}
+}
