@@ -137,13 +137,7 @@ func (b *backoff) retry(uid types.UID) time.Duration {
 // retryBusy records that the runner was busy and returns the wait before
 // the next DELETE, which is then a re-check (see knownBusy).
 func (b *backoff) retryBusy(uid types.UID) time.Duration {
-	wait := b.retryAfter(uid, 0)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	e := b.pods[uid]
-	e.busy = true
-	b.pods[uid] = e
-	return wait
+	return b.record(uid, 0, true)
 }
 
 // knownBusy reports whether the pod's runner was last seen busy.
@@ -155,6 +149,12 @@ func (b *backoff) knownBusy(uid types.UID) bool {
 
 // retryAfter is retry with at least the given wait (a rate limit's).
 func (b *backoff) retryAfter(uid types.UID, least time.Duration) time.Duration {
+	return b.record(uid, least, false)
+}
+
+// record doubles the pod's wait (at least least), and marks it busy when the
+// answer said so; a busy mark stays until forget.
+func (b *backoff) record(uid types.UID, least time.Duration, busy bool) time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e, ok := b.pods[uid]
@@ -166,6 +166,7 @@ func (b *backoff) retryAfter(uid types.UID, least time.Duration) time.Duration {
 	}
 	e.wait = max(e.wait, least)
 	e.next = b.now().Add(e.wait)
+	e.busy = e.busy || busy
 	b.pods[uid] = e
 	return e.wait
 }

@@ -72,14 +72,11 @@ func (r *hintReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		r.forget(req.NamespacedName)
 	}
 	if state == JobUnknown {
-		left := r.unknownFor(req.NamespacedName, len(owned(pod.Annotations)) > 0)
-		if left > 0 {
-			if recheck == 0 || left < recheck {
+		hinted := len(owned(pod.Annotations)) > 0
+		if left := r.unknownFor(req.NamespacedName, hinted); !hinted || left > 0 {
+			if left > 0 && (recheck == 0 || left < recheck) {
 				recheck = left
 			}
-			return reconcile.Result{RequeueAfter: recheck}, nil
-		}
-		if len(owned(pod.Annotations)) == 0 {
 			return reconcile.Result{RequeueAfter: recheck}, nil
 		}
 		log.V(1).Info("job state unknown for too long: removing runner-guard's hints", "pod", req.NamespacedName, "after", staleHintsAfter)

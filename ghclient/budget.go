@@ -355,7 +355,11 @@ func (b *Budget) reserve(prio Priority, points int, key string) (time.Duration, 
 	defer b.reportLocked()
 	b.expire(now)
 	h := b.hourly[key]
-	if blocked := laterOf(b.blocked, h); now.Before(blocked) {
+	blocked := b.blocked
+	if h != nil {
+		blocked = later(blocked, h.blocked)
+	}
+	if now.Before(blocked) {
 		return 0, &Spent{Credential: b.id, Priority: prio, RetryAfter: blocked.Sub(now), GitHub: true}
 	}
 	if b.unlimited {
@@ -410,15 +414,6 @@ func (b *Budget) refund(points int) {
 	b.reportLocked()
 }
 
-// laterOf is when the later of the credential's hold and the primary
-// limit's lets a request go.
-func laterOf(blocked time.Time, h *hourlyLimit) time.Time {
-	if h != nil && h.blocked.After(blocked) {
-		return h.blocked
-	}
-	return blocked
-}
-
 // observe learns from GitHub's answer to a request counted against the
 // primary limit key: that limit's headers, and a secondary limit's
 // retry-after, which holds every request of the credential.
@@ -457,15 +452,11 @@ func (b *Budget) observe(key string, resp *http.Response) {
 		if reset, err := strconv.ParseInt(header.Get("X-RateLimit-Reset"), 10, 64); err == nil && reset > 0 {
 			spentUntil = time.Unix(reset, 0)
 		}
-		if spentUntil.After(h.blocked) {
-			h.blocked = spentUntil
-		}
+		h.blocked = later(h.blocked, spentUntil)
 	case resp.StatusCode == http.StatusTooManyRequests:
 		until = now.Add(defaultSecondaryWait)
 	}
-	if until.After(b.blocked) {
-		b.blocked = until
-	}
+	b.blocked = later(b.blocked, until)
 }
 
 // hold sends no request of the credential for d: a limit the client read
@@ -474,9 +465,14 @@ func (b *Budget) hold(d time.Duration) {
 	until := b.now().Add(d)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if until.After(b.blocked) {
-		b.blocked = until
+	b.blocked = later(b.blocked, until)
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
 	}
+	return a
 }
 
 // Pressed reports whether more than a quarter of the window is spent, or

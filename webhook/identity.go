@@ -151,10 +151,7 @@ func (rs *resolver) fromARC(ctx context.Context, pod *corev1.Pod, spec *RunnerPo
 	)
 	switch {
 	case err == nil && run != nil:
-		obj := Source{Kind: SourceARCObject, Detail: fmt.Sprintf("%s %s", run.Kind, run.EphemeralRunner), Trusted: true}
-		res.ARC = run
-		res.Target = Target{Scope: run.Scope, Name: run.Name, IDHint: run.ID, Creds: run.Creds,
-			From: Provenance{Name: obj, Scope: obj, ID: obj, Creds: Source{Kind: SourceFlags, Trusted: true}}}
+		res.ARC, res.Target = run, arcTarget(run)
 		if run.Creds != nil {
 			res.Target.From.Creds = Source{Kind: SourceARCSecret, Detail: run.Creds.Key, Trusted: true}
 		}
@@ -176,16 +173,13 @@ func (rs *resolver) fromARC(ctx context.Context, pod *corev1.Pod, spec *RunnerPo
 		res.NotOwner = err
 	case errors.As(err, &unavailable):
 		res.Fallback = rs.fallbacks.report(ctx, pod, unavailable)
-	case errors.As(err, &creds) && run == nil:
-		res.CredsErr = err
-	case errors.As(err, &creds):
+	case errors.As(err, &creds) && run != nil:
 		// The runner is ARC's (scope, name, job fields): pod labels, which ARC
 		// may trim or strip, would give another scope, and with it another
 		// binding. Only its credentials are unusable.
-		obj := Source{Kind: SourceARCObject, Detail: fmt.Sprintf("%s %s", run.Kind, run.EphemeralRunner), Trusted: true}
-		res.ARC = run
-		res.Target = Target{Scope: run.Scope, Name: run.Name, IDHint: run.ID,
-			From: Provenance{Name: obj, Scope: obj, ID: obj, Creds: Source{Kind: SourceARCSecret, Detail: creds.Secret.String()}}}
+		res.ARC, res.Target, res.CredsErr = run, arcTarget(run), err
+		res.Target.From.Creds = Source{Kind: SourceARCSecret, Detail: creds.Secret.String()}
+	case errors.As(err, &creds):
 		res.CredsErr = err
 	case errors.As(err, &invalid):
 		res.ScopeErr = err
@@ -193,6 +187,14 @@ func (rs *resolver) fromARC(ctx context.Context, pod *corev1.Pod, spec *RunnerPo
 		res.ObjectErr = err
 	}
 	return res
+}
+
+// arcTarget is the runner ARC's object names, every fact from that object;
+// the credentials are the flags' until the caller says otherwise.
+func arcTarget(run *arc.Runner) Target {
+	obj := Source{Kind: SourceARCObject, Detail: fmt.Sprintf("%s %s", run.Kind, run.EphemeralRunner), Trusted: true}
+	return Target{Scope: run.Scope, Name: run.Name, IDHint: run.ID, Creds: run.Creds,
+		From: Provenance{Name: obj, Scope: obj, ID: obj, Creds: Source{Kind: SourceFlags, Trusted: true}}}
 }
 
 // fromPod reads the runner from the pod itself, as its runner pod spec says.

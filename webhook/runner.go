@@ -99,7 +99,7 @@ func (d *decider) readLive(ctx context.Context, r *review) {
 	switch {
 	case apierrors.IsNotFound(err):
 		r.LiveGone = fmt.Sprintf("no live pod has the UID %q the review names", r.Pod.UID)
-	case apierrors.IsForbidden(err) && d.namespaceDeleting(ctx, r.Namespace):
+	case apierrors.IsForbidden(err) && namespaceDeleting(ctx, d.pods, r.Namespace):
 		// A namespace being deleted takes its Roles with it, and with them
 		// the right to read its pods that guardedNamespaces grants: the
 		// review's own copy of the pod decides, or every runner pod there
@@ -120,14 +120,10 @@ func (d *decider) readLive(ctx context.Context, r *review) {
 	}
 }
 
-// namespaceDeleting reports a namespace being deleted; one that cannot be
-// read counts as not being deleted.
-func (d *decider) namespaceDeleting(ctx context.Context, name string) bool {
-	var ns corev1.Namespace
-	if err := d.pods.Get(ctx, types.NamespacedName{Name: name}, &ns); err != nil {
-		return false
-	}
-	return ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating
+// namespaceDeleting is arc.NamespaceDeleting's verdict alone.
+func namespaceDeleting(ctx context.Context, pods client.Reader, name string) bool {
+	_, deleting := arc.NamespaceDeleting(ctx, pods, name)
+	return deleting
 }
 
 // blockingPDB names the PodDisruptionBudget for which the API server's

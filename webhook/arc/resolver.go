@@ -210,7 +210,7 @@ func (r *Resolver) Resolve(ctx context.Context, pod *corev1.Pod) (*Runner, error
 //     records it is the one risk left, and the namespace's deleter asked
 //     for everything in it to go.
 func (r *Resolver) secretGone(ctx context.Context, run *Runner, gone *secretGoneError) error {
-	ns, deleting := r.namespaceDeleting(ctx, run.EphemeralRunner.Namespace)
+	ns, deleting := NamespaceDeleting(ctx, r.reader, run.EphemeralRunner.Namespace)
 	if !deleting {
 		return gone.CredentialsError
 	}
@@ -235,11 +235,11 @@ func (r *Resolver) secretGone(ctx context.Context, run *Runner, gone *secretGone
 	return nil
 }
 
-// namespaceDeleting reads the namespace; one that cannot be read counts as
-// not being deleted (the Secret stays required).
-func (r *Resolver) namespaceDeleting(ctx context.Context, name string) (*corev1.Namespace, bool) {
+// NamespaceDeleting reads the namespace; one that cannot be read counts as
+// not being deleted (what its deletion would excuse stays required).
+func NamespaceDeleting(ctx context.Context, reader client.Reader, name string) (*corev1.Namespace, bool) {
 	var ns corev1.Namespace
-	if err := r.reader.Get(ctx, types.NamespacedName{Name: name}, &ns); err != nil {
+	if err := reader.Get(ctx, types.NamespacedName{Name: name}, &ns); err != nil {
 		return nil, false
 	}
 	return &ns, ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating
