@@ -302,10 +302,10 @@ type IDHint struct {
 
 // Unregister removes the runner from GitHub unless it is running a job. It makes
 // one DELETE in steady state: the ID comes from a trusted hint, else the cache,
-// else a list by name. An untrusted hint is verified first: by the cache when it
-// maps the name to that ID, else by a GET of the ID (one more request); when
-// GitHub's record names another runner or does not exist, the hint is ignored
-// and Unregister proceeds as without one. A 404 on a known ID means the runner
+// else a fresh listing of the scope, else a list by name. An untrusted hint is
+// verified first (see verifyHint: the cache, the scope's listing, or a GET of
+// the ID); when GitHub's record names another runner or does not exist, the
+// hint is ignored and Unregister proceeds as without one. A 404 on a known ID means the runner
 // is gone or re-registered under a new ID, so the name is looked up once more.
 //
 // Errors: *RateLimited (use errors.As) for rate limits, else a wrapped error
@@ -328,6 +328,11 @@ func (c *Client) Unregister(ctx context.Context, scope Scope, runnerName string,
 	}
 	if id == 0 {
 		id = c.cached(key)
+	}
+	if id == 0 {
+		// GitHub's listing of the scope, if one is fresh; a 404 on it
+		// (re-registered since) looks the name up below.
+		id = c.listedIDOf(scope, runnerName)
 	}
 	if id > 0 {
 		out, err := c.deleteRunner(ctx, scope, runnerName, id)
@@ -401,11 +406,27 @@ func (c *Client) checkArgs(scope Scope, runnerName string) error {
 }
 
 // verifyHint reports whether GitHub's record for the untrusted ID id carries
-// k's name: the cache mapping k to id answers without a request, else a GET of
-// the ID does (and fills the cache). A record naming another runner, or none
-// (404), is not an error: the hint is not to be used.
+// k's name: the cache mapping k to id answers without a request, else the
+// scope's listing (see listedID), else a GET of the ID; a yes fills the
+// cache. A record naming another runner, or none, is not an error: the hint
+// is not to be used. (An ID a fresh listing lacks may have registered since;
+// Unregister then finds the runner by name, so the only cost is that request.)
 func (c *Client) verifyHint(ctx context.Context, k lookupKey, id int64) (bool, error) {
 	if c.cached(k) == id {
+		return true, nil
+	}
+	name, found, known, err := c.listedID(ctx, k.scope, id)
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("verify runner %q (id %d) in %s: %w", k.name, id, k.scope, err)
+	case known && !found:
+		c.metrics.hintRejected(hintNotFound)
+		return false, nil
+	case known && name != k.name:
+		c.metrics.hintRejected(hintOtherRunner)
+		return false, nil
+	case known:
+		c.remember(k, id)
 		return true, nil
 	}
 	r, err := c.getRunner(ctx, k.scope, k.name, id)

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -354,12 +355,20 @@ type unregisterCase struct {
 	keptScope ghclient.Scope
 	// wantRejected, when set, is the hints-rejected counter by reason.
 	wantRejected map[string]float64
+	// staleLargeListing: after setup the scope has more than one page of
+	// runners, listed once and older than ListingTTL, so an untrusted hint
+	// is verified by a GET of its ID rather than a new listing.
+	staleLargeListing bool
 }
 
 func runUnregister(t *testing.T, tests map[string]unregisterCase) {
 	t.Helper()
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			// The listing is taken ListingTTL in the past, so that the
+			// Unregister runs at about the fake's (real) time.
+			var clock atomic.Int64 // nanoseconds past start
+			start := time.Now().Add(-ghclient.ListingTTL)
 			e := newEnv(t, func(c *ghclient.Config) {
 				if tc.base != "" {
 					c.BaseURL = tc.base
@@ -367,12 +376,25 @@ func runUnregister(t *testing.T, tests map[string]unregisterCase) {
 				if tc.token != "" {
 					c.Token = tc.token
 				}
+				if tc.staleLargeListing {
+					c.Now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
+				}
 			})
 			scope := tc.scope
 			if scope == (ghclient.Scope{}) {
 				scope = org
 			}
 			hint := tc.setup(e.fake)
+			if tc.staleLargeListing {
+				for i := range 120 {
+					e.fake.AddRunner(scope, fmt.Sprintf("filler-%03d", i))
+				}
+				if _, err := e.client.Listed(context.Background(), scope, "r1", true); err != nil {
+					t.Fatalf("listing the scope: %v", err)
+				}
+				clock.Add(int64(ghclient.ListingTTL))
+				e.fake.ResetLog()
+			}
 
 			got, err := e.client.Unregister(context.Background(), scope, "r1", hint)
 

@@ -3,6 +3,7 @@ package ghclient_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,15 +42,22 @@ func rejectedHints(t *testing.T, m *ghclient.Metrics) map[string]float64 {
 
 // An untrusted ID (a pod annotation a tenant can write) is used only once
 // GitHub's record for it carries the runner's name; else it is ignored and the
-// runner is found by name, so a copied ID cannot remove another runner.
+// runner is found by name, so a copied ID cannot remove another runner. The
+// record is the scope's listing when that costs no more than a GET (one page,
+// shared by every decision for ListingTTL), else the GET of the ID.
 func TestUnregisterIDHintTrust(t *testing.T) {
 	type rejected = map[string]float64
 	noneRejected := rejected{"not_found": 0, "other_runner": 0}
-	// byNameAfterTheHint: the hint (1001) is looked up and not used; r1
-	// (1002) is found by name and removed.
-	byNameAfterTheHint := []string{"GET " + orgRunners + "/1001", listCall(orgRunners, "r1"), "DELETE " + orgRunners + "/1002"}
+	page1 := func(path string) string { return "GET " + path + "?page=1&per_page=100" }
+	// byIDOnly makes a fault apply to the GET of a runner by ID, not to
+	// the listing.
+	byIDOnly := func(f ghfake.Fault) ghfake.Fault {
+		f.Method, f.PathContains = "GET", "/actions/runners/"
+		return f
+	}
 	// hintNamesVictim: r1's untrusted hint is the ID of another runner,
-	// victim, busy or not; victim stays and r1 is found by name.
+	// victim, busy or not; victim stays and r1 (1002) is removed by the ID
+	// the same listing gives its name.
 	hintNamesVictim := func(victimBusy bool) unregisterCase {
 		return unregisterCase{
 			setup: func(f *ghfake.Fake) ghclient.IDHint {
@@ -61,20 +69,20 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 				return untrusted(victim)
 			},
 			want:         ghclient.Removed,
-			wantCalls:    byNameAfterTheHint,
+			wantCalls:    []string{page1(orgRunners), "DELETE " + orgRunners + "/1002"},
 			wantGone:     true,
 			wantKept:     []string{"victim"},
 			wantRejected: rejected{"not_found": 0, "other_runner": 1},
 		}
 	}
-	// verifiedIn: in scope, whose runners are at path, r1's own untrusted
-	// hint is verified with a GET and then used.
-	verifiedIn := func(scope ghclient.Scope, path string) unregisterCase {
+	// listedIn: in scope, whose runners are at path, r1's own untrusted
+	// hint is verified by the scope's listing and then used.
+	listedIn := func(scope ghclient.Scope, path string) unregisterCase {
 		return unregisterCase{
 			scope:     scope,
 			setup:     func(f *ghfake.Fake) ghclient.IDHint { return untrusted(f.AddRunner(scope, "r1")) },
 			want:      ghclient.Removed,
-			wantCalls: []string{"GET " + path + "/1001", "DELETE " + path + "/1001"},
+			wantCalls: []string{page1(path), "DELETE " + path + "/1001"},
 			wantGone:  true,
 		}
 	}
@@ -87,7 +95,7 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 			wantRejected: noneRejected,
 		},
 		"trusted hint naming another runner is used as given": {
-			// Trust is the caller's promise; this pins that no GET is made.
+			// Trust is the caller's promise; this pins that nothing checks it.
 			setup: func(f *ghfake.Fake) ghclient.IDHint {
 				f.AddRunner(org, "r1")
 				return trusted(f.AddRunner(org, "other"))
@@ -96,49 +104,49 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 			wantCalls:    []string{"DELETE " + orgRunners + "/1002"},
 			wantRejected: noneRejected,
 		},
-		"untrusted hint whose record names the runner: GET, then DELETE": {
+		"untrusted hint the listing gives the runner: listing, then DELETE": {
 			setup:        func(f *ghfake.Fake) ghclient.IDHint { return untrusted(f.AddRunner(org, "r1")) },
 			want:         ghclient.Removed,
-			wantCalls:    []string{"GET " + orgRunners + "/1001", "DELETE " + orgRunners + "/1001"},
+			wantCalls:    []string{page1(orgRunners), "DELETE " + orgRunners + "/1001"},
 			wantGone:     true,
 			wantRejected: noneRejected,
 		},
-		"untrusted hint naming another runner: that runner stays, r1 found by name": hintNamesVictim(false),
-		"untrusted hint naming another runner, r1 not registered: nothing removed": {
+		"untrusted hint naming another runner: that runner stays, r1 removed": hintNamesVictim(false),
+		"untrusted hint naming a busy other runner: no DELETE of it":          hintNamesVictim(true),
+		"untrusted hint naming another runner, r1 not listed: looked up by name, nothing removed": {
 			setup:        func(f *ghfake.Fake) ghclient.IDHint { return untrusted(f.AddRunner(org, "victim")) },
 			want:         ghclient.NotFound,
-			wantCalls:    []string{"GET " + orgRunners + "/1001", listCall(orgRunners, "r1")},
+			wantCalls:    []string{page1(orgRunners), listCall(orgRunners, "r1")},
 			wantKept:     []string{"victim"},
 			wantRejected: rejected{"not_found": 0, "other_runner": 1},
 		},
-		"untrusted hint naming a busy other runner: no DELETE of it": hintNamesVictim(true),
-		"untrusted hint of a runner in another scope: 404, name look-up": {
+		"untrusted hint of a runner in another scope: not in the listing": {
 			setup: func(f *ghfake.Fake) ghclient.IDHint {
 				victim := f.AddRunner(repo, "r1") // same name, other scope
 				f.AddRunner(org, "r1")
 				return untrusted(victim)
 			},
 			want:         ghclient.Removed,
-			wantCalls:    byNameAfterTheHint,
+			wantCalls:    []string{page1(orgRunners), "DELETE " + orgRunners + "/1002"},
 			wantGone:     true,
 			wantKept:     []string{"r1"},
 			keptScope:    repo,
 			wantRejected: rejected{"not_found": 1, "other_runner": 0},
 		},
-		"untrusted hint unknown: 404, name look-up finds nothing": {
+		"untrusted hint unknown: not in the listing, name look-up finds nothing": {
 			setup:        func(*ghfake.Fake) ghclient.IDHint { return untrusted(99) },
 			want:         ghclient.NotFound,
-			wantCalls:    []string{"GET " + orgRunners + "/99", listCall(orgRunners, "r1")},
+			wantCalls:    []string{page1(orgRunners), listCall(orgRunners, "r1")},
 			wantRejected: rejected{"not_found": 1, "other_runner": 0},
 		},
-		"untrusted hint on a busy runner: GET, then 422": {
+		"untrusted hint on a busy runner: listing, then 422": {
 			setup: func(f *ghfake.Fake) ghclient.IDHint {
 				id := f.AddRunner(org, "r1")
 				f.SetBusy(org, "r1", true)
 				return untrusted(id)
 			},
 			want:         ghclient.Busy,
-			wantCalls:    []string{"GET " + orgRunners + "/1001", "DELETE " + orgRunners + "/1001"},
+			wantCalls:    []string{page1(orgRunners), "DELETE " + orgRunners + "/1001"},
 			wantRejected: noneRejected,
 		},
 		"negative untrusted hint: as no hint": {
@@ -148,8 +156,8 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 			wantGone:     true,
 			wantRejected: noneRejected,
 		},
-		"repo scope":       verifiedIn(repo, repoRunners),
-		"enterprise scope": verifiedIn(ent, entRunners),
+		"repo scope":       listedIn(repo, repoRunners),
+		"enterprise scope": listedIn(ent, entRunners),
 		"GHES under /api/v3": {
 			base: "http://ghe.example.com/api/v3/",
 			setup: func(f *ghfake.Fake) ghclient.IDHint {
@@ -158,19 +166,65 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 				f.AddRunner(org, "r1")
 				return untrusted(victim)
 			},
-			want: ghclient.Removed,
-			wantCalls: []string{
-				"GET /api/v3" + orgRunners + "/1001",
-				listCall("/api/v3"+orgRunners, "r1"),
-				"DELETE /api/v3" + orgRunners + "/1002",
-			},
+			want:         ghclient.Removed,
+			wantCalls:    []string{page1("/api/v3" + orgRunners), "DELETE /api/v3" + orgRunners + "/1002"},
 			wantGone:     true,
 			wantKept:     []string{"victim"},
 			wantRejected: rejected{"not_found": 0, "other_runner": 1},
 		},
-		"secondary rate limit on the GET: *RateLimited, nothing removed": {
+		"500 on the listing: wrapped error, nothing more sent": {
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
+				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 500, Method: "GET"})
+				return untrusted(f.AddRunner(org, "r1"))
+			},
+			checkErr:  wantErrContaining(`verify runner "r1" (id 1001) in org "acme"`, "list runners", ": 500"),
+			wantCalls: []string{page1(orgRunners)},
+			wantKept:  []string{"r1"},
+		},
+		"secondary rate limit on the listing: *RateLimited, nothing more sent": {
 			setup: func(f *ghfake.Fake) ghclient.IDHint {
 				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 429, RetryAfterSeconds: 30, Method: "GET"})
+				return untrusted(f.AddRunner(org, "r1"))
+			},
+			checkErr:     wantRateLimited(false, 30*time.Second),
+			wantCalls:    []string{page1(orgRunners)},
+			wantKept:     []string{"r1"},
+			wantRejected: noneRejected,
+		},
+
+		// A scope of more than one page whose listing is stale: one GET.
+		"large scope, untrusted hint whose record names the runner: GET, then DELETE": {
+			staleLargeListing: true,
+			setup:             func(f *ghfake.Fake) ghclient.IDHint { return untrusted(f.AddRunner(org, "r1")) },
+			want:              ghclient.Removed,
+			wantCalls:         []string{"GET " + orgRunners + "/1001", "DELETE " + orgRunners + "/1001"},
+			wantGone:          true,
+			wantRejected:      noneRejected,
+		},
+		"large scope, untrusted hint naming another runner: GET, name look-up": {
+			staleLargeListing: true,
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
+				victim := f.AddRunner(org, "victim")
+				f.AddRunner(org, "r1")
+				return untrusted(victim)
+			},
+			want:         ghclient.Removed,
+			wantCalls:    []string{"GET " + orgRunners + "/1001", listCall(orgRunners, "r1"), "DELETE " + orgRunners + "/1002"},
+			wantGone:     true,
+			wantKept:     []string{"victim"},
+			wantRejected: rejected{"not_found": 0, "other_runner": 1},
+		},
+		"large scope, untrusted hint unknown: 404, name look-up finds nothing": {
+			staleLargeListing: true,
+			setup:             func(*ghfake.Fake) ghclient.IDHint { return untrusted(99) },
+			want:              ghclient.NotFound,
+			wantCalls:         []string{"GET " + orgRunners + "/99", listCall(orgRunners, "r1")},
+			wantRejected:      rejected{"not_found": 1, "other_runner": 0},
+		},
+		"large scope, secondary rate limit on the GET: *RateLimited, nothing removed": {
+			staleLargeListing: true,
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
+				f.InjectFault(byIDOnly(ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 429, RetryAfterSeconds: 30}))
 				return untrusted(f.AddRunner(org, "r1"))
 			},
 			checkErr:     wantRateLimited(false, 30*time.Second),
@@ -178,27 +232,30 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 			wantKept:     []string{"r1"},
 			wantRejected: noneRejected,
 		},
-		"primary rate limit on the GET: *RateLimited": {
+		"large scope, primary rate limit on the GET: *RateLimited": {
+			staleLargeListing: true,
 			setup: func(f *ghfake.Fake) ghclient.IDHint {
-				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultPrimaryRateLimit, ResetAfterSeconds: 120, Method: "GET"})
+				f.InjectFault(byIDOnly(ghfake.Fault{Kind: ghfake.FaultPrimaryRateLimit, ResetAfterSeconds: 120}))
 				return untrusted(f.AddRunner(org, "r1"))
 			},
 			checkErr:  wantRateLimited(true, 120*time.Second),
 			wantCalls: []string{"GET " + orgRunners + "/1001"},
 			wantKept:  []string{"r1"},
 		},
-		"500 on the GET: wrapped error, nothing removed": {
+		"large scope, 500 on the GET: wrapped error, nothing removed": {
+			staleLargeListing: true,
 			setup: func(f *ghfake.Fake) ghclient.IDHint {
-				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 500, Method: "GET"})
+				f.InjectFault(byIDOnly(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 500}))
 				return untrusted(f.AddRunner(org, "r1"))
 			},
 			checkErr:  wantErrContaining(`verify runner "r1" (id 1001) in org "acme"`, "GET", ": 500"),
 			wantCalls: []string{"GET " + orgRunners + "/1001"},
 			wantKept:  []string{"r1"},
 		},
-		"malformed JSON on the GET: error naming the status": {
+		"large scope, malformed JSON on the GET: error naming the status": {
+			staleLargeListing: true,
 			setup: func(f *ghfake.Fake) ghclient.IDHint {
-				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultMalformedJSON, Method: "GET"})
+				f.InjectFault(byIDOnly(ghfake.Fault{Kind: ghfake.FaultMalformedJSON}))
 				return untrusted(f.AddRunner(org, "r1"))
 			},
 			checkErr:  wantErrContaining(`verify runner "r1" (id 1001) in org "acme"`, "HTTP 200"),
@@ -208,8 +265,9 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 	})
 }
 
-// A verified (scope, name, ID) is cached: verifying it again costs no GET.
-// The cache filled by a name look-up verifies a hint too.
+// A verified (scope, name, ID) is cached: verifying it again costs nothing,
+// and neither does one a fresh listing answers. The cache filled by a name
+// look-up verifies a hint too.
 func TestUnregisterUntrustedHintCached(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -227,19 +285,19 @@ func TestUnregisterUntrustedHintCached(t *testing.T) {
 		wantCalls []string
 	}{
 		{
-			name:   "first verification: GET, then DELETE (busy)",
+			name:   "first verification: the scope's listing, then DELETE (busy)",
 			runner: "r1", hint: untrusted(id), want: ghclient.Busy,
-			wantCalls: []string{fmt.Sprintf("GET %s/%d", orgRunners, id), fmt.Sprintf("DELETE %s/%d", orgRunners, id)},
+			wantCalls: []string{"GET " + orgRunners + "?page=1&per_page=100", fmt.Sprintf("DELETE %s/%d", orgRunners, id)},
 		},
 		{
-			name:   "same runner and ID again: from the cache, no GET",
+			name:   "same runner and ID again: from the cache, no request",
 			runner: "r1", hint: untrusted(id), want: ghclient.Busy,
 			wantCalls: []string{fmt.Sprintf("DELETE %s/%d", orgRunners, id)},
 		},
 		{
-			name:   "a cached ID does not verify another ID for the name",
+			name:   "a cached ID does not verify another ID for the name: the listing rejects it",
 			runner: "r1", hint: untrusted(victim), want: ghclient.Busy,
-			wantCalls: []string{fmt.Sprintf("GET %s/%d", orgRunners, victim), fmt.Sprintf("DELETE %s/%d", orgRunners, id)},
+			wantCalls: []string{fmt.Sprintf("DELETE %s/%d", orgRunners, id)},
 		},
 		{
 			name:   "idle now: removed from the cached ID",
@@ -276,6 +334,76 @@ func TestUnregisterUntrustedHintCached(t *testing.T) {
 	}
 }
 
+// A burst of decisions in one scope, each with an untrusted ID (a drain of
+// legacy runner pods), verifies every ID with one shared listing, not a GET
+// each: one request more than the DELETEs.
+func TestUntrustedHintsOfABurstShareOneListing(t *testing.T) {
+	e := newEnv(t)
+	const n = 60
+	ids := make([]int64, n)
+	for i := range ids {
+		ids[i] = e.fake.AddRunner(org, fmt.Sprintf("r-%02d", i))
+	}
+	victim := e.fake.AddRunner(org, "victim")
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range ids {
+		wg.Go(func() {
+			hint := untrusted(ids[i])
+			if i == 0 {
+				hint = untrusted(victim) // one forged ID among them
+			}
+			out, err := e.client.Unregister(context.Background(), org, fmt.Sprintf("r-%02d", i), hint)
+			if err == nil && out != ghclient.Removed {
+				err = fmt.Errorf("outcome %v", out)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("Unregister r-%02d: %v", i, err)
+		}
+	}
+	if got := e.fake.Count("GET"); got != 1 {
+		t.Errorf("GETs = %d, want 1 (one listing for the whole burst); requests %q", got, calls(e.fake))
+	}
+	if got := e.fake.Count("DELETE"); got != n {
+		t.Errorf("DELETEs = %d, want %d", got, n)
+	}
+	if _, ok := e.fake.Runner(org, "victim"); !ok {
+		t.Error("the runner a forged ID named was removed")
+	}
+}
+
+// When the budget has no room for a re-check, the listing is not taken and
+// the hint is verified by a GET at the caller's priority: a release is not
+// refused for want of a listing.
+func TestUntrustedHintVerifiedByGETWhenTheBudgetRefusesTheListing(t *testing.T) {
+	budgets, err := ghclient.NewBudgets(ghclient.BudgetConfig{PointsPerMinute: 20}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(c *ghclient.Config) { c.Budgets = budgets })
+	ctx := context.Background()
+	// Two DELETEs spend half the minute's points: re-checks get no more.
+	for _, n := range []string{"a", "b"} {
+		if out, err := e.client.Unregister(ctx, org, n, trusted(e.fake.AddRunner(org, n))); err != nil || out != ghclient.Removed {
+			t.Fatalf("spending the budget: %v, %v", out, err)
+		}
+	}
+	id := e.fake.AddRunner(org, "r1")
+	e.fake.ResetLog()
+
+	out, err := e.client.Unregister(ctx, org, "r1", untrusted(id))
+
+	if err != nil || out != ghclient.Removed {
+		t.Fatalf("Unregister = %v, %v; want removed", out, err)
+	}
+	assertCalls(t, e.fake, []string{fmt.Sprintf("GET %s/%d", orgRunners, id), fmt.Sprintf("DELETE %s/%d", orgRunners, id)})
+}
+
 // Router.Unregister passes Runner.IDTrusted on, with per-Secret and App clients.
 func TestRouterUnregisterIDTrust(t *testing.T) {
 	tests := map[string]struct {
@@ -289,23 +417,21 @@ func TestRouterUnregisterIDTrust(t *testing.T) {
 				return []string{fmt.Sprintf("DELETE %s/%d", orgRunners, victim)}
 			},
 		},
-		"untrusted ID naming another runner: verified, rejected, found by name": {
-			wantCalls: func(_ *ghfake.Fake, victim, r1 int64) []string {
+		"untrusted ID naming another runner: the listing rejects it and names r1's": {
+			wantCalls: func(_ *ghfake.Fake, _, r1 int64) []string {
 				return []string{
-					fmt.Sprintf("GET %s/%d", orgRunners, victim),
-					listCall(orgRunners, "r1"),
+					"GET " + orgRunners + "?page=1&per_page=100",
 					fmt.Sprintf("DELETE %s/%d", orgRunners, r1),
 				}
 			},
 		},
-		"App with discovered installation: the GET uses the installation token": {
+		"App with discovered installation: the listing uses the installation token": {
 			app: true,
-			wantCalls: func(f *ghfake.Fake, victim, r1 int64) []string {
+			wantCalls: func(f *ghfake.Fake, _, r1 int64) []string {
 				return []string{
 					"GET /orgs/acme/installation",
 					fmt.Sprintf("POST /app/installations/%d/access_tokens", f.Installations()[0].ID),
-					fmt.Sprintf("GET %s/%d", orgRunners, victim),
-					listCall(orgRunners, "r1"),
+					"GET " + orgRunners + "?page=1&per_page=100",
 					fmt.Sprintf("DELETE %s/%d", orgRunners, r1),
 				}
 			},

@@ -2,6 +2,7 @@ package ghclient
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -66,8 +67,10 @@ func newListings() *listings { return &listings{scopes: map[Scope]*scopeListing{
 type scopeListing struct {
 	taken    time.Time
 	pages    []listedPage
-	busy     map[string]bool // runner name -> busy, from pages
-	tooLarge bool            // more than maxListingPages: look runners up by name
+	busy     map[string]bool  // runner name -> busy, from pages
+	ids      map[int64]string // runner ID -> name, from pages
+	idOf     map[string]int64 // runner name -> ID, from pages
+	tooLarge bool             // more than maxListingPages: look runners up by name
 	named    map[string]namedState
 	call     *listingCall // refresh in flight
 }
@@ -118,12 +121,7 @@ func (c *Client) Listed(ctx context.Context, scope Scope, name string, refresh b
 			c.listings.mu.Unlock()
 			return c.listedByName(ctx, sl, scope, name)
 		}
-		call := sl.call
-		if call == nil {
-			call = &listingCall{done: make(chan struct{})}
-			sl.call = call
-			go c.refreshListing(ctx, scope, sl, call)
-		}
+		call := c.refreshLocked(ctx, scope, sl)
 		c.listings.mu.Unlock()
 		select {
 		case <-call.done:
@@ -137,6 +135,79 @@ func (c *Client) Listed(ctx context.Context, scope Scope, name string, refresh b
 	}
 }
 
+// listedID is what the scope's listing says of the runner with ID id: its
+// name, or found false when the listing has no such ID. known is false when
+// no fresh listing answers and taking one would cost more than the GET of
+// one ID (the scope had more than one page), or when the budget would not
+// let the listing wait: the caller GETs the ID then. A refresh it takes is
+// shared with every caller, so a burst of decisions in one scope costs one
+// request per 100 runners, not one each. err is GitHub's answer to the
+// refresh (a limit, an error), which a GET would meet too.
+func (c *Client) listedID(ctx context.Context, scope Scope, id int64) (name string, found, known bool, err error) {
+	for refreshed := false; ; refreshed = true {
+		now := c.now()
+		c.listings.mu.Lock()
+		sl := c.listings.scopes[scope]
+		if sl == nil {
+			sl = &scopeListing{}
+			c.listings.scopes[scope] = sl
+		}
+		if sl.fresh(now) {
+			name, found = sl.ids[id]
+			c.listings.mu.Unlock()
+			return name, found, true, nil
+		}
+		if refreshed || sl.tooLarge || len(sl.pages) > 1 {
+			c.listings.mu.Unlock()
+			return "", false, false, nil
+		}
+		call := c.refreshLocked(ctx, scope, sl)
+		c.listings.mu.Unlock()
+		select {
+		case <-call.done:
+			var spent *Spent
+			if errors.As(call.err, &spent) {
+				// A listing is a re-check and never waits; the GET asks at
+				// the caller's priority.
+				return "", false, false, nil
+			}
+			if call.err != nil {
+				return "", false, false, call.err
+			}
+		case <-ctx.Done():
+			return "", false, false, fmt.Errorf("list runners for %s: %w", scope, ctx.Err())
+		}
+	}
+}
+
+// listedIDOf is the ID a fresh listing of scope gives runner name, 0 when
+// there is no fresh listing or it does not list the name. It sends nothing.
+func (c *Client) listedIDOf(scope Scope, name string) int64 {
+	now := c.now()
+	c.listings.mu.Lock()
+	defer c.listings.mu.Unlock()
+	sl := c.listings.scopes[scope]
+	if sl == nil || !sl.fresh(now) {
+		return 0
+	}
+	return sl.idOf[name]
+}
+
+// fresh reports whether sl is a whole listing younger than ListingTTL.
+func (sl *scopeListing) fresh(now time.Time) bool {
+	return !sl.tooLarge && !sl.taken.IsZero() && now.Sub(sl.taken) < ListingTTL
+}
+
+// refreshLocked returns the refresh of sl in flight, starting one if none
+// is. c.listings.mu must be held.
+func (c *Client) refreshLocked(ctx context.Context, scope Scope, sl *scopeListing) *listingCall {
+	if sl.call == nil {
+		sl.call = &listingCall{done: make(chan struct{})}
+		go c.refreshListing(ctx, scope, sl, sl.call)
+	}
+	return sl.call
+}
+
 // answer is the fresh listing's word on name, if it has one.
 func (sl *scopeListing) answer(name string, now time.Time) (Listing, bool) {
 	if sl.tooLarge {
@@ -146,7 +217,7 @@ func (sl *scopeListing) answer(name string, now time.Time) (Listing, bool) {
 		}
 		return Listing{}, false
 	}
-	if sl.taken.IsZero() || now.Sub(sl.taken) >= ListingTTL {
+	if !sl.fresh(now) {
 		return Listing{}, false
 	}
 	busy, ok := sl.busy[name]
@@ -179,16 +250,18 @@ func (c *Client) refreshListing(ctx context.Context, scope Scope, sl *scopeListi
 	case err != nil:
 		call.err = err
 	case tooLarge:
-		sl.tooLarge, sl.pages, sl.busy = true, nil, nil
+		sl.tooLarge, sl.pages, sl.busy, sl.ids, sl.idOf = true, nil, nil, nil, nil
 		if sl.named == nil {
 			sl.named = map[string]namedState{}
 		}
 	default:
 		sl.pages, sl.taken = pages, taken
-		sl.busy = map[string]bool{}
+		sl.busy, sl.ids, sl.idOf = map[string]bool{}, map[int64]string{}, map[string]int64{}
 		for _, p := range pages {
 			for _, r := range p.runners {
 				sl.busy[r.GetName()] = r.GetBusy()
+				sl.ids[r.GetID()] = r.GetName()
+				sl.idOf[r.GetName()] = r.GetID()
 			}
 		}
 	}

@@ -119,7 +119,8 @@ func TestHandlerDecisions(t *testing.T) {
 	busy := func(h *harness) { h.github.AddRunner(acme(), "runner-1"); h.github.SetBusy(acme(), "runner-1", true) }
 	legacy := func() *fixture.PodWrapper { return fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running() }
 	// arcLegacy is the pod ARC's legacy controller makes: controlled by its
-	// Runner, whose runner ID annotation is therefore trusted.
+	// Runner, with the runner's ID annotated. The ID is checked against the
+	// scope's listing (one GET, shared by the scope's decisions) before use.
 	arcLegacy := func() *fixture.PodWrapper { return legacy().OwnedByLegacyRunner(legacyRunner()).RunnerID(1001) }
 	tests := map[string]struct {
 		cfg      Config
@@ -219,9 +220,9 @@ func TestHandlerDecisions(t *testing.T) {
 			req: request{op: OperationDelete, pod: legacy().Obj(), dryRun: true}, setup: idle,
 			allowed: true, reason: ReasonDryRunIdle, ghCalls: map[string]int{"GET": 1}, stillReg: true,
 		},
-		"7 idle runner with known ID": {
+		"7 idle runner of ARC's Runner, its ID checked by the scope's listing": {
 			req: request{op: OperationDelete, pod: arcLegacy().Obj()}, setup: idle,
-			allowed: true, reason: ReasonUnregistered, event: EventRunnerUnregistered, ghCalls: map[string]int{"DELETE": 1},
+			allowed: true, reason: ReasonUnregistered, event: EventRunnerUnregistered, ghCalls: map[string]int{"GET": 1, "DELETE": 1},
 		},
 		"7 an ID the pod itself carries is checked against GitHub's record first": {
 			req: request{op: OperationDelete, pod: legacy().RunnerID(1001).Obj()}, setup: idle,
@@ -237,17 +238,17 @@ func TestHandlerDecisions(t *testing.T) {
 		},
 		"7 eviction of an idle runner": {
 			req: request{op: OperationEvict, pod: arcLegacy().Obj()}, setup: idle,
-			allowed: true, reason: ReasonUnregistered, event: EventRunnerUnregistered, ghCalls: map[string]int{"DELETE": 1},
+			allowed: true, reason: ReasonUnregistered, event: EventRunnerUnregistered, ghCalls: map[string]int{"GET": 1, "DELETE": 1},
 		},
 		"8 busy delete": {
 			req: request{op: OperationDelete, pod: arcLegacy().Obj()}, setup: busy,
 			code: 403, reason: ReasonRunnerBusy, msg: []string{"runner busy", `"runner-1"`, `org "acme"`, "force-delete"},
-			event: EventRunnerBusy, ghCalls: map[string]int{"DELETE": 1}, stillReg: true,
+			event: EventRunnerBusy, ghCalls: map[string]int{"GET": 1, "DELETE": 1}, stillReg: true,
 		},
 		"8 busy eviction gets 429": {
 			req: request{op: OperationEvict, pod: arcLegacy().Obj()}, setup: busy,
 			code: 429, retry: 10, reason: ReasonRunnerBusy, msg: []string{"runner busy"},
-			event: EventRunnerBusy, ghCalls: map[string]int{"DELETE": 1}, stillReg: true,
+			event: EventRunnerBusy, ghCalls: map[string]int{"GET": 1, "DELETE": 1}, stillReg: true,
 		},
 		"8 scale-set runner busy": {
 			req:   request{op: OperationDelete, pod: fixture.MakeScaleSetRunnerPod("ci", "runner-1").Label("actions.github.com/organization", "acme").Running().Obj()},
@@ -258,38 +259,38 @@ func TestHandlerDecisions(t *testing.T) {
 			req: request{op: OperationDelete, pod: arcLegacy().Obj()},
 			setup: func(h *harness) {
 				idle(h)
-				h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 403, RetryAfterSeconds: 42})
+				h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 403, RetryAfterSeconds: 42, Method: "DELETE"})
 			},
 			code: 503, reason: ReasonRateLimited, msg: []string{"rate limit", "retry in 42s"}, event: EventRateLimited,
-			ghCalls: map[string]int{"DELETE": 1}, stillReg: true,
+			ghCalls: map[string]int{"GET": 1, "DELETE": 1}, stillReg: true,
 		},
 		"9 secondary rate limit, eviction": {
 			req: request{op: OperationEvict, pod: arcLegacy().Obj()},
 			setup: func(h *harness) {
 				idle(h)
-				h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 403, RetryAfterSeconds: 42})
+				h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 403, RetryAfterSeconds: 42, Method: "DELETE"})
 			},
 			code: 429, retry: 42, reason: ReasonRateLimited, msg: []string{"rate limit"}, event: EventRateLimited,
-			ghCalls: map[string]int{"DELETE": 1}, stillReg: true,
+			ghCalls: map[string]int{"GET": 1, "DELETE": 1}, stillReg: true,
 		},
 		"10 GitHub 500, deny": {
 			req: request{op: OperationDelete, pod: arcLegacy().Obj()},
 			setup: func(h *harness) {
 				idle(h)
-				h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 500})
+				h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 500, Method: "DELETE"})
 			},
 			code: 503, reason: ReasonGitHubError, msg: []string{"500", "--on-error=deny"}, event: EventGitHubError,
-			ghCalls: map[string]int{"DELETE": 1}, stillReg: true,
+			ghCalls: map[string]int{"GET": 1, "DELETE": 1}, stillReg: true,
 		},
 		"10 GitHub 500, allow": {
 			cfg: Config{OnError: OnErrorAllow},
 			req: request{op: OperationDelete, pod: arcLegacy().Obj()},
 			setup: func(h *harness) {
 				idle(h)
-				h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 500})
+				h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 500, Method: "DELETE"})
 			},
 			allowed: true, reason: ReasonGitHubError, warning: true, msg: []string{"500"}, event: EventGitHubError,
-			ghCalls: map[string]int{"DELETE": 1}, stillReg: true,
+			ghCalls: map[string]int{"GET": 1, "DELETE": 1}, stillReg: true,
 		},
 		"10 GitHub slower than the timeout": {
 			cfg: Config{GitHubTimeout: metav1.Duration{Duration: 200 * time.Millisecond}},
@@ -299,7 +300,7 @@ func TestHandlerDecisions(t *testing.T) {
 				h.github.SetLatency(2 * time.Second)
 			},
 			code: 503, reason: ReasonGitHubError, msg: []string{"deadline exceeded"}, event: EventGitHubError,
-			ghCalls: map[string]int{"DELETE": 1}, stillReg: true,
+			ghCalls: map[string]int{"GET": 1}, stillReg: true,
 		},
 	}
 	for name, tc := range tests {
@@ -411,10 +412,11 @@ func (h *harness) deleteAndWant(t *testing.T, pod *corev1.Pod, allowed bool, rea
 }
 
 // busyRunnerHarness is a harness with one legacy runner pod, runner-1 of
-// acme (ID 1001), registered on the fake GitHub and busy.
+// acme, registered on the fake GitHub and busy. The pod carries no runner ID:
+// the first decision looks the name up, and takes no listing of the scope.
 func busyRunnerHarness(t *testing.T) (*harness, *corev1.Pod) {
 	t.Helper()
-	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").RunnerID(1001).Running().Obj()
+	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
 	h := newHarness(t, Config{}, pod)
 	h.github.AddRunner(acme(), "runner-1")
 	h.github.SetBusy(acme(), "runner-1", true)

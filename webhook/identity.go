@@ -157,9 +157,12 @@ func (rs *resolver) fromARC(ctx context.Context, pod *corev1.Pod, spec *RunnerPo
 		}
 		if run.Kind == arc.LegacyKind {
 			// ARC's legacy controller keeps the runner ID on the pod it names
-			// after the Runner; on a verified pod that annotation is ARC's.
+			// after the Runner. It is not trusted even there: whoever may
+			// create pods in the namespace can make one with the Runner's
+			// owner reference (its name and UID are readable) and another
+			// runner's ID, so ghclient checks it against GitHub's record.
 			res.Target.IDHint = runnerIDHint(pod, spec.RunnerIDAnnotation)
-			res.Target.From.ID = Source{Kind: SourcePodAnnotation, Detail: spec.RunnerIDAnnotation, Trusted: true}
+			res.Target.From.ID = Source{Kind: SourcePodAnnotation, Detail: spec.RunnerIDAnnotation}
 		}
 		if run.Creds == nil && run.Removed == "" && rs.githubBase != "" && run.BaseURL != "" &&
 			!sameAPIBase(run.BaseURL, ghclient.DefaultBaseURL) && !sameAPIBase(run.BaseURL, rs.githubBase) {

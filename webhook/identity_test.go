@@ -52,10 +52,10 @@ func TestResolverProvenance(t *testing.T) {
 			spec: scaleSet, wantName: "set-1", wantScope: fixture.Org("acme"), wantID: 7,
 			wantFrom: Provenance{Name: trusted(SourceARCObject), Scope: trusted(SourceARCObject), ID: trusted(SourceARCObject), Creds: trusted(SourceFlags)},
 		},
-		"a legacy Runner's pod: scope from the Runner, its ID annotation trusted, env ignored": {
+		"a legacy Runner's pod: scope from the Runner, env ignored, its ID annotation checked": {
 			pod:  fixture.MakeLegacyRunnerPod("ci", "legacy-1").Org("other-org").Env("RUNNER_NAME", "victim").RunnerID(42).OwnedByLegacyRunner(lr).Running().Obj(),
 			spec: legacy, wantName: "legacy-1", wantScope: fixture.Org("acme"), wantID: 42,
-			wantFrom: Provenance{Name: trusted(SourceARCObject), Scope: trusted(SourceARCObject), ID: trusted(SourcePodAnnotation), Creds: trusted(SourceFlags)},
+			wantFrom: Provenance{Name: trusted(SourceARCObject), Scope: trusted(SourceARCObject), ID: untrusted(SourcePodAnnotation), Creds: trusted(SourceFlags)},
 		},
 		"a pod no ARC object controls: the pod's facts, none trusted": {
 			pod:  fixture.MakeLegacyRunnerPod("ci", "vm-copy").Org("acme").Env("RUNNER_NAME", "victim").RunnerID(42).Running().Obj(),
