@@ -3,7 +3,6 @@ package e2e
 import (
 	"strings"
 	"testing"
-
 )
 
 // Scenario 1: kubectl delete of a busy runner's pod fails with "runner busy";
