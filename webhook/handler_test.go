@@ -411,6 +411,42 @@ func (h *harness) deleteAndWant(t *testing.T, pod *corev1.Pod, allowed bool, rea
 	}
 }
 
+// A pod that carries ARC's legacy Runner's owner reference is not trusted
+// with its actions-runner/id: whoever may create pods in the namespace can
+// make one (the Runner's name and UID are readable) naming another idle
+// runner's ID. GitHub's record for that ID names the other runner, so the pod
+// is decided by its own name and the other runner stays.
+func TestHandlerRunnersPodWithAnotherRunnersID(t *testing.T) {
+	for name, ownBusy := range map[string]bool{"own runner idle": false, "own runner busy": true} {
+		t.Run(name, func(t *testing.T) {
+			const victim = 1001 // the fake's first ID
+			pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().
+				OwnedByLegacyRunner(legacyRunner()).RunnerID(victim).Obj()
+			h := newHarness(t, Config{}, pod)
+			if id := h.github.AddRunner(acme(), "victim"); id != victim {
+				t.Fatalf("victim's ID = %d, want %d", id, victim)
+			}
+			h.github.AddRunner(acme(), "runner-1")
+			h.github.SetBusy(acme(), "runner-1", ownBusy)
+
+			if ownBusy {
+				h.deleteAndWant(t, pod, false, ReasonRunnerBusy)
+			} else {
+				h.deleteAndWant(t, pod, true, ReasonUnregistered)
+			}
+
+			if _, ok := h.github.Runner(acme(), "victim"); !ok {
+				t.Error("the runner whose ID the pod carried was removed")
+			}
+			for _, r := range h.github.Requests() {
+				if r.Method == http.MethodDelete && r.RunnerID == victim {
+					t.Errorf("GitHub saw a DELETE of the other runner's ID: %s %s", r.Method, r.Path)
+				}
+			}
+		})
+	}
+}
+
 // busyRunnerHarness is a harness with one legacy runner pod, runner-1 of
 // acme, registered on the fake GitHub and busy. The pod carries no runner ID:
 // the first decision looks the name up, and takes no listing of the scope.
