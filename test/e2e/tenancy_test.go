@@ -163,6 +163,28 @@ func TestTenancyCopiedRunnerID(t *testing.T) {
 	if n := s.count(http.MethodDelete); n != 1 {
 		t.Errorf("GitHub saw %d DELETEs, want only the one of the pod's own runner:%s", n, describe(s.github()))
 	}
+
+	// The copycat also carries its Runner's owner reference, as a pod made
+	// in place of ARC's would: the ID is still checked, and only the pod's
+	// own (idle) runner is removed.
+	if !legacyRunnersServed(t) {
+		return
+	}
+	arcOwn := addVictim(s.scope, "runner-copycat-arc", false)
+	pod := legacyRunnerPod(s.ns, arcOwn.name, s.scope)
+	pod.Annotations = map[string]string{"actions-runner/id": fmt.Sprint(v.id)}
+	s.create(ownedBy(pod, s.legacyRunner(arcOwn.name, s.scope)))
+	if _, stderr, err := s.kubectl("delete", "pod", arcOwn.name, "--wait=false"); err != nil {
+		t.Fatalf("kubectl delete of a Runner's pod with a copied runner ID: %v: %s", err, stderr)
+	}
+	s.requireDeleting(arcOwn.name)
+	v.requireUntouched(t)
+	if _, ok := env.GitHub.Runner(s.scope, arcOwn.name); ok {
+		t.Errorf("the pod's own runner %s is still registered", arcOwn.name)
+	}
+	if dels := deletesOfID(s.github(), v.id); len(dels) != 0 {
+		t.Errorf("GitHub saw a DELETE of the victim's ID:%s", describe(dels))
+	}
 }
 
 // Tenancy c: a pod borrows the controller reference (name and UID) of a
