@@ -61,6 +61,16 @@ type listings struct {
 
 func newListings() *listings { return &listings{scopes: map[Scope]*scopeListing{}} }
 
+// of is scope's listing, made empty on first use; l.mu must be held.
+func (l *listings) of(scope Scope) *scopeListing {
+	sl := l.scopes[scope]
+	if sl == nil {
+		sl = &scopeListing{}
+		l.scopes[scope] = sl
+	}
+	return sl
+}
+
 // scopeListing is the last listing of one scope. Pages keep their ETags, so
 // a refresh of an unchanged scope is answered 304, which costs no primary
 // quota (ETags are per token, and so is the client).
@@ -104,11 +114,7 @@ func (c *Client) Listed(ctx context.Context, scope Scope, name string, refresh b
 	for {
 		now := c.now()
 		c.listings.mu.Lock()
-		sl := c.listings.scopes[scope]
-		if sl == nil {
-			sl = &scopeListing{}
-			c.listings.scopes[scope] = sl
-		}
+		sl := c.listings.of(scope)
 		if l, ok := sl.answer(name, now); ok {
 			c.listings.mu.Unlock()
 			return l, nil
@@ -147,11 +153,7 @@ func (c *Client) listedID(ctx context.Context, scope Scope, id int64) (name stri
 	for refreshed := false; ; refreshed = true {
 		now := c.now()
 		c.listings.mu.Lock()
-		sl := c.listings.scopes[scope]
-		if sl == nil {
-			sl = &scopeListing{}
-			c.listings.scopes[scope] = sl
-		}
+		sl := c.listings.of(scope)
 		if sl.fresh(now) {
 			name, found = sl.ids[id]
 			c.listings.mu.Unlock()

@@ -122,6 +122,12 @@ func TestHandlerDecisions(t *testing.T) {
 	// Runner, with the runner's ID annotated. The ID is checked against the
 	// scope's listing (one GET, shared by the scope's decisions) before use.
 	arcLegacy := func() *fixture.PodWrapper { return legacy().OwnedByLegacyRunner(legacyRunner()).RunnerID(1001) }
+	// failingDelete: runner-1 registered idle, and GitHub answering its
+	// DELETE (not the listing that checks its ID) with fault.
+	failingDelete := func(fault ghfake.Fault) func(*harness) {
+		fault.Method = http.MethodDelete
+		return func(h *harness) { idle(h); h.github.InjectFault(fault) }
+	}
 	tests := map[string]struct {
 		cfg      Config
 		req      request
@@ -257,38 +263,26 @@ func TestHandlerDecisions(t *testing.T) {
 		},
 		"9 secondary rate limit": {
 			req: request{op: OperationDelete, pod: arcLegacy().Obj()},
-			setup: func(h *harness) {
-				idle(h)
-				h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 403, RetryAfterSeconds: 42, Method: "DELETE"})
-			},
+			setup: failingDelete(ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 403, RetryAfterSeconds: 42}),
 			code: 503, reason: ReasonRateLimited, msg: []string{"rate limit", "retry in 42s"}, event: EventRateLimited,
 			ghCalls: map[string]int{"GET": 1, "DELETE": 1}, stillReg: true,
 		},
 		"9 secondary rate limit, eviction": {
 			req: request{op: OperationEvict, pod: arcLegacy().Obj()},
-			setup: func(h *harness) {
-				idle(h)
-				h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 403, RetryAfterSeconds: 42, Method: "DELETE"})
-			},
+			setup: failingDelete(ghfake.Fault{Kind: ghfake.FaultSecondaryRateLimit, Status: 403, RetryAfterSeconds: 42}),
 			code: 429, retry: 42, reason: ReasonRateLimited, msg: []string{"rate limit"}, event: EventRateLimited,
 			ghCalls: map[string]int{"GET": 1, "DELETE": 1}, stillReg: true,
 		},
 		"10 GitHub 500, deny": {
 			req: request{op: OperationDelete, pod: arcLegacy().Obj()},
-			setup: func(h *harness) {
-				idle(h)
-				h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 500, Method: "DELETE"})
-			},
+			setup: failingDelete(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 500}),
 			code: 503, reason: ReasonGitHubError, msg: []string{"500", "--on-error=deny"}, event: EventGitHubError,
 			ghCalls: map[string]int{"GET": 1, "DELETE": 1}, stillReg: true,
 		},
 		"10 GitHub 500, allow": {
 			cfg: Config{OnError: OnErrorAllow},
 			req: request{op: OperationDelete, pod: arcLegacy().Obj()},
-			setup: func(h *harness) {
-				idle(h)
-				h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 500, Method: "DELETE"})
-			},
+			setup: failingDelete(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 500}),
 			allowed: true, reason: ReasonGitHubError, warning: true, msg: []string{"500"}, event: EventGitHubError,
 			ghCalls: map[string]int{"GET": 1, "DELETE": 1}, stillReg: true,
 		},
