@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bradleyfalzon/ghinstallation/v2"
+	"github.com/golang-jwt/jwt/v4"
 
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
@@ -64,6 +66,39 @@ func tokenOf(t *testing.T, a answer) string {
 		t.Fatalf("token answer %d %s", a.status, a.body)
 	}
 	return out.Token
+}
+
+// GitHub requires a JWT's exp, at most 10 minutes ahead (GITHUB-API.md); a
+// fake that took more would let a client that GitHub refuses pass its tests.
+func TestAppJWTExpiry(t *testing.T) {
+	f, srv := serve(t)
+	key := newKey(t)
+	f.AddApp(appID, &key.PublicKey)
+	acme := f.AddInstallation(appID, "acme")
+	signed := func(claims jwt.MapClaims) string {
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodRS256, claims).SignedString(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	now := time.Now()
+	for name, tc := range map[string]struct {
+		jwt  string
+		want int
+	}{
+		"as ghinstallation makes it": {jwt: appJWT(t, key), want: http.StatusCreated},
+		"exp 10 minutes ahead":       {jwt: signed(jwt.MapClaims{"iss": appID, "iat": now.Unix(), "exp": now.Add(10 * time.Minute).Unix()}), want: http.StatusCreated},
+		"exp 11 minutes ahead":       {jwt: signed(jwt.MapClaims{"iss": appID, "iat": now.Unix(), "exp": now.Add(11 * time.Minute).Unix()}), want: http.StatusUnauthorized},
+		"no exp":                     {jwt: signed(jwt.MapClaims{"iss": appID, "iat": now.Unix()}), want: http.StatusUnauthorized},
+		"expired":                    {jwt: signed(jwt.MapClaims{"iss": appID, "iat": now.Add(-20 * time.Minute).Unix(), "exp": now.Add(-10 * time.Minute).Unix()}), want: http.StatusUnauthorized},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if a := installToken(t, srv.URL, tc.jwt, acme); a.status != tc.want {
+				t.Errorf("token exchange: %d %s, want %d", a.status, a.body, tc.want)
+			}
+		})
+	}
 }
 
 func TestInstallationLookup(t *testing.T) {
