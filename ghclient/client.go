@@ -407,36 +407,26 @@ func (c *Client) checkArgs(scope Scope, runnerName string) error {
 
 // verifyHint reports whether GitHub's record for the untrusted ID id carries
 // k's name: the cache mapping k to id answers without a request, else the
-// scope's listing (see listedID), else a GET of the ID; a yes fills the
+// scope's listing (see listedName), else a GET of the ID; a yes fills the
 // cache. A record naming another runner, or none, is not an error: the hint
-// is not to be used. (An ID a fresh listing lacks may have registered since;
-// Unregister then finds the runner by name, so the only cost is that request.)
+// is not to be used.
 func (c *Client) verifyHint(ctx context.Context, k lookupKey, id int64) (bool, error) {
 	if c.cached(k) == id {
 		return true, nil
 	}
-	name, found, known, err := c.listedID(ctx, k.scope, id)
-	switch {
-	case err != nil:
-		return false, fmt.Errorf("verify runner %q (id %d) in %s: %w", k.name, id, k.scope, err)
-	case known && !found:
-		c.metrics.hintRejected(hintNotFound)
-		return false, nil
-	case known && name != k.name:
-		c.metrics.hintRejected(hintOtherRunner)
-		return false, nil
-	case known:
-		c.remember(k, id)
-		return true, nil
+	name, listed := c.listedName(ctx, k.scope, id)
+	if !listed {
+		r, err := c.getRunner(ctx, k.scope, k.name, id)
+		switch {
+		case err != nil:
+			return false, err
+		case r == nil:
+			c.metrics.hintRejected(hintNotFound)
+			return false, nil
+		}
+		name = r.GetName()
 	}
-	r, err := c.getRunner(ctx, k.scope, k.name, id)
-	switch {
-	case err != nil:
-		return false, err
-	case r == nil:
-		c.metrics.hintRejected(hintNotFound)
-		return false, nil
-	case r.GetName() != k.name:
+	if name != k.name {
 		c.metrics.hintRejected(hintOtherRunner)
 		return false, nil
 	}

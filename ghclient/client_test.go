@@ -355,11 +355,15 @@ type unregisterCase struct {
 	keptScope ghclient.Scope
 	// wantRejected, when set, is the hints-rejected counter by reason.
 	wantRejected map[string]float64
-	// staleLargeListing: after setup the scope has more than one page of
-	// runners, listed once and older than ListingTTL, so an untrusted hint
-	// is verified by a GET of its ID rather than a new listing.
+	// staleLargeListing: before setup the scope gets 120 runners (IDs 1001
+	// to 1120, so setup's start at afterFillers), listed once and older than
+	// ListingTTL: an untrusted hint the listing does not hold is verified by
+	// a GET of its ID rather than a new listing.
 	staleLargeListing bool
 }
+
+// afterFillers is the first ID setup's runners get with staleLargeListing.
+const afterFillers = 1121
 
 func runUnregister(t *testing.T, tests map[string]unregisterCase) {
 	t.Helper()
@@ -384,9 +388,8 @@ func runUnregister(t *testing.T, tests map[string]unregisterCase) {
 			if scope == (ghclient.Scope{}) {
 				scope = org
 			}
-			hint := tc.setup(e.fake)
 			if tc.staleLargeListing {
-				for i := range 120 {
+				for i := range afterFillers - 1001 {
 					e.fake.AddRunner(scope, fmt.Sprintf("filler-%03d", i))
 				}
 				if _, err := e.client.Listed(context.Background(), scope, "r1", true); err != nil {
@@ -395,6 +398,7 @@ func runUnregister(t *testing.T, tests map[string]unregisterCase) {
 				clock.Add(int64(ghclient.ListingTTL))
 				e.fake.ResetLog()
 			}
+			hint := tc.setup(e.fake)
 
 			got, err := e.client.Unregister(context.Background(), scope, "r1", hint)
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,8 +44,9 @@ func rejectedHints(t *testing.T, m *ghclient.Metrics) map[string]float64 {
 // An untrusted ID (a pod annotation a tenant can write) is used only once
 // GitHub's record for it carries the runner's name; else it is ignored and the
 // runner is found by name, so a copied ID cannot remove another runner. The
-// record is the scope's listing when that costs no more than a GET (one page,
-// shared by every decision for ListingTTL), else the GET of the ID.
+// record is a listing of the scope that holds the ID (taken then when that
+// costs no more than a GET: one page, shared by every decision), else the
+// GET of the ID.
 func TestUnregisterIDHintTrust(t *testing.T) {
 	type rejected = map[string]float64
 	noneRejected := rejected{"not_found": 0, "other_runner": 0}
@@ -120,23 +122,23 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 			wantKept:     []string{"victim"},
 			wantRejected: rejected{"not_found": 0, "other_runner": 1},
 		},
-		"untrusted hint of a runner in another scope: not in the listing": {
+		"untrusted hint of a runner in another scope: not in the listing, 404": {
 			setup: func(f *ghfake.Fake) ghclient.IDHint {
 				victim := f.AddRunner(repo, "r1") // same name, other scope
 				f.AddRunner(org, "r1")
 				return untrusted(victim)
 			},
 			want:         ghclient.Removed,
-			wantCalls:    []string{page1(orgRunners), "DELETE " + orgRunners + "/1002"},
+			wantCalls:    []string{page1(orgRunners), "GET " + orgRunners + "/1001", "DELETE " + orgRunners + "/1002"},
 			wantGone:     true,
 			wantKept:     []string{"r1"},
 			keptScope:    repo,
 			wantRejected: rejected{"not_found": 1, "other_runner": 0},
 		},
-		"untrusted hint unknown: not in the listing, name look-up finds nothing": {
+		"untrusted hint unknown: not in the listing, 404, name look-up finds nothing": {
 			setup:        func(*ghfake.Fake) ghclient.IDHint { return untrusted(99) },
 			want:         ghclient.NotFound,
-			wantCalls:    []string{page1(orgRunners), listCall(orgRunners, "r1")},
+			wantCalls:    []string{page1(orgRunners), "GET " + orgRunners + "/99", listCall(orgRunners, "r1")},
 			wantRejected: rejected{"not_found": 1, "other_runner": 0},
 		},
 		"untrusted hint on a busy runner: listing, then 422": {
@@ -172,13 +174,23 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 			wantKept:     []string{"victim"},
 			wantRejected: rejected{"not_found": 0, "other_runner": 1},
 		},
-		"500 on the listing: wrapped error, nothing more sent": {
+		"the listing fails: the GET of the ID decides": {
+			setup: func(f *ghfake.Fake) ghclient.IDHint {
+				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 500, Method: "GET", Times: 1})
+				return untrusted(f.AddRunner(org, "r1"))
+			},
+			want:         ghclient.Removed,
+			wantCalls:    []string{page1(orgRunners), "GET " + orgRunners + "/1001", "DELETE " + orgRunners + "/1001"},
+			wantGone:     true,
+			wantRejected: noneRejected,
+		},
+		"500 on every GET: wrapped error, no DELETE": {
 			setup: func(f *ghfake.Fake) ghclient.IDHint {
 				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 500, Method: "GET"})
 				return untrusted(f.AddRunner(org, "r1"))
 			},
-			checkErr:  wantErrContaining(`verify runner "r1" (id 1001) in org "acme"`, "list runners", ": 500"),
-			wantCalls: []string{page1(orgRunners)},
+			checkErr:  wantErrContaining(`verify runner "r1" (id 1001) in org "acme"`, "GET", ": 500"),
+			wantCalls: []string{page1(orgRunners), "GET " + orgRunners + "/1001"},
 			wantKept:  []string{"r1"},
 		},
 		"secondary rate limit on the listing: *RateLimited, nothing more sent": {
@@ -192,12 +204,13 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 			wantRejected: noneRejected,
 		},
 
-		// A scope of more than one page whose listing is stale: one GET.
+		// A scope of more than one page whose listing is stale and does not hold
+		// the ID: one GET.
 		"large scope, untrusted hint whose record names the runner: GET, then DELETE": {
 			staleLargeListing: true,
 			setup:             func(f *ghfake.Fake) ghclient.IDHint { return untrusted(f.AddRunner(org, "r1")) },
 			want:              ghclient.Removed,
-			wantCalls:         []string{"GET " + orgRunners + "/1001", "DELETE " + orgRunners + "/1001"},
+			wantCalls:         []string{"GET " + orgRunners + "/1121", "DELETE " + orgRunners + "/1121"},
 			wantGone:          true,
 			wantRejected:      noneRejected,
 		},
@@ -209,7 +222,7 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 				return untrusted(victim)
 			},
 			want:         ghclient.Removed,
-			wantCalls:    []string{"GET " + orgRunners + "/1001", listCall(orgRunners, "r1"), "DELETE " + orgRunners + "/1002"},
+			wantCalls:    []string{"GET " + orgRunners + "/1121", listCall(orgRunners, "r1"), "DELETE " + orgRunners + "/1122"},
 			wantGone:     true,
 			wantKept:     []string{"victim"},
 			wantRejected: rejected{"not_found": 0, "other_runner": 1},
@@ -228,7 +241,7 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 				return untrusted(f.AddRunner(org, "r1"))
 			},
 			checkErr:     wantRateLimited(false, 30*time.Second),
-			wantCalls:    []string{"GET " + orgRunners + "/1001"},
+			wantCalls:    []string{"GET " + orgRunners + "/1121"},
 			wantKept:     []string{"r1"},
 			wantRejected: noneRejected,
 		},
@@ -239,7 +252,7 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 				return untrusted(f.AddRunner(org, "r1"))
 			},
 			checkErr:  wantRateLimited(true, 120*time.Second),
-			wantCalls: []string{"GET " + orgRunners + "/1001"},
+			wantCalls: []string{"GET " + orgRunners + "/1121"},
 			wantKept:  []string{"r1"},
 		},
 		"large scope, 500 on the GET: wrapped error, nothing removed": {
@@ -248,8 +261,8 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 				f.InjectFault(byIDOnly(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 500}))
 				return untrusted(f.AddRunner(org, "r1"))
 			},
-			checkErr:  wantErrContaining(`verify runner "r1" (id 1001) in org "acme"`, "GET", ": 500"),
-			wantCalls: []string{"GET " + orgRunners + "/1001"},
+			checkErr:  wantErrContaining(`verify runner "r1" (id 1121) in org "acme"`, "GET", ": 500"),
+			wantCalls: []string{"GET " + orgRunners + "/1121"},
 			wantKept:  []string{"r1"},
 		},
 		"large scope, malformed JSON on the GET: error naming the status": {
@@ -258,9 +271,16 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 				f.InjectFault(byIDOnly(ghfake.Fault{Kind: ghfake.FaultMalformedJSON}))
 				return untrusted(f.AddRunner(org, "r1"))
 			},
-			checkErr:  wantErrContaining(`verify runner "r1" (id 1001) in org "acme"`, "HTTP 200"),
-			wantCalls: []string{"GET " + orgRunners + "/1001"},
+			checkErr:  wantErrContaining(`verify runner "r1" (id 1121) in org "acme"`, "HTTP 200"),
+			wantCalls: []string{"GET " + orgRunners + "/1121"},
 			wantKept:  []string{"r1"},
+		},
+		"large scope, a filler's ID for r1: the stale listing rejects it, no GET": {
+			staleLargeListing: true,
+			setup:             func(*ghfake.Fake) ghclient.IDHint { return untrusted(1001) }, // filler-000
+			want:              ghclient.NotFound,
+			wantCalls:         []string{listCall(orgRunners, "r1")},
+			wantRejected:      rejected{"not_found": 0, "other_runner": 1},
 		},
 	})
 }
@@ -375,6 +395,76 @@ func TestUntrustedHintsOfABurstShareOneListing(t *testing.T) {
 	if _, ok := e.fake.Runner(org, "victim"); !ok {
 		t.Error("the runner a forged ID named was removed")
 	}
+}
+
+// GitHub never reuses a runner ID, so a listing past ListingTTL still says
+// who an ID it holds is: verifying it costs nothing.
+func TestUntrustedHintVerifiedByAStaleListing(t *testing.T) {
+	var clock atomic.Int64
+	start := time.Now().Add(-time.Minute)
+	e := newEnv(t, func(c *ghclient.Config) {
+		c.Now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
+	})
+	ctx := context.Background()
+	ids := map[string]int64{}
+	for i := range 150 { // two pages: a new listing would cost more than a GET
+		n := fmt.Sprintf("r-%03d", i)
+		ids[n] = e.fake.AddRunner(org, n)
+	}
+	if _, err := e.client.Listed(ctx, org, "r-000", true); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(int64(time.Minute))
+	e.fake.ResetLog()
+
+	out, err := e.client.Unregister(ctx, org, "r-140", untrusted(ids["r-140"]))
+
+	if err != nil || out != ghclient.Removed {
+		t.Fatalf("Unregister = %v, %v; want removed", out, err)
+	}
+	assertCalls(t, e.fake, []string{fmt.Sprintf("DELETE %s/%d", orgRunners, ids["r-140"])})
+}
+
+// A listing that does not come in time is not waited for past half the
+// decision's time: the GET of the ID decides, and the DELETE still fits.
+func TestUntrustedHintDoesNotWaitOutASlowListing(t *testing.T) {
+	e := newEnv(t)
+	id := e.fake.AddRunner(org, "r1")
+	e.fake.InjectFault(ghfake.Fault{Kind: ghfake.FaultHang, Delay: 3 * time.Second, Method: "GET", Times: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+
+	out, err := e.client.Unregister(ctx, org, "r1", untrusted(id))
+
+	if err != nil || out != ghclient.Removed {
+		t.Fatalf("Unregister = %v, %v; want removed within the deadline", out, err)
+	}
+	if got := e.fake.Count("DELETE"); got != 1 {
+		t.Errorf("DELETEs = %d, want 1; requests %q", got, calls(e.fake))
+	}
+	if got := e.fake.CountMatching(ghfake.RequestMatch{Op: ghfake.OpGet, RunnerID: id}); got != 1 {
+		t.Errorf("GETs of the ID = %d, want 1; requests %q", got, calls(e.fake))
+	}
+}
+
+// A listing that failed is not taken again for ListingTTL to check IDs: a
+// failing or slow GitHub is asked one GET per ID, not a listing each.
+func TestUntrustedHintAfterAFailedListing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	id1, id2 := e.fake.AddRunner(org, "r1"), e.fake.AddRunner(org, "r2")
+	e.fake.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 502, Method: "GET", Times: 1})
+	if out, err := e.client.Unregister(ctx, org, "r1", untrusted(id1)); err != nil || out != ghclient.Removed {
+		t.Fatalf("first Unregister = %v, %v", out, err)
+	}
+	e.fake.ResetLog()
+
+	out, err := e.client.Unregister(ctx, org, "r2", untrusted(id2))
+
+	if err != nil || out != ghclient.Removed {
+		t.Fatalf("Unregister = %v, %v; want removed", out, err)
+	}
+	assertCalls(t, e.fake, []string{fmt.Sprintf("GET %s/%d", orgRunners, id2), fmt.Sprintf("DELETE %s/%d", orgRunners, id2)})
 }
 
 // When the budget has no room for a re-check, the listing is not taken and

@@ -2,7 +2,6 @@ package ghclient
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -83,6 +82,7 @@ type scopeListing struct {
 	tooLarge bool             // more than maxListingPages: look runners up by name
 	named    map[string]namedState
 	call     *listingCall // refresh in flight
+	failed   time.Time    // when the last refresh failed; zero after one succeeded
 }
 
 type listedPage struct {
@@ -141,45 +141,64 @@ func (c *Client) Listed(ctx context.Context, scope Scope, name string, refresh b
 	}
 }
 
-// listedID is what the scope's listing says of the runner with ID id: its
-// name, or found false when the listing has no such ID. known is false when
-// no fresh listing answers and taking one would cost more than the GET of
-// one ID (the scope had more than one page), or when the budget would not
-// let the listing wait: the caller GETs the ID then. A refresh it takes is
-// shared with every caller, so a burst of decisions in one scope costs one
-// request per 100 runners, not one each. err is GitHub's answer to the
-// refresh (a limit, an error), which a GET would meet too.
-func (c *Client) listedID(ctx context.Context, scope Scope, id int64) (name string, found, known bool, err error) {
-	for refreshed := false; ; refreshed = true {
+// listedName is the name GitHub's listing of scope gives the runner with ID
+// id. Any listing held answers, however old: GitHub never reuses a runner
+// ID, so what a listing says an ID is stays true. When none holds the ID,
+// a refresh in flight is joined, or one is started if the scope had at most
+// one page (or was never listed) and the last refresh did not fail within
+// ListingTTL; a refresh is shared by every caller, so a burst of decisions
+// in one scope costs one request per 100 runners, not one each. The wait
+// takes at most half the time ctx leaves, so that a GET of the ID and the
+// DELETE still fit; the refresh goes on for later callers. found false
+// means no listing could say: the caller GETs the ID (it may have
+// registered since, or the listing failed).
+func (c *Client) listedName(ctx context.Context, scope Scope, id int64) (name string, found bool) {
+	for waited := false; ; waited = true {
 		now := c.now()
 		c.listings.mu.Lock()
 		sl := c.listings.of(scope)
-		if sl.fresh(now) {
-			name, found = sl.ids[id]
+		if name, ok := sl.ids[id]; ok {
 			c.listings.mu.Unlock()
-			return name, found, true, nil
+			return name, true
 		}
-		if refreshed || sl.tooLarge || len(sl.pages) > 1 {
+		if waited || (sl.call == nil && !sl.worthRefreshing(now)) {
 			c.listings.mu.Unlock()
-			return "", false, false, nil
+			return "", false
 		}
 		call := c.refreshLocked(ctx, scope, sl)
 		c.listings.mu.Unlock()
-		select {
-		case <-call.done:
-			var spent *Spent
-			if errors.As(call.err, &spent) {
-				// A listing is a re-check and never waits; the GET asks at
-				// the caller's priority.
-				return "", false, false, nil
-			}
-			if call.err != nil {
-				return "", false, false, call.err
-			}
-		case <-ctx.Done():
-			return "", false, false, fmt.Errorf("list runners for %s: %w", scope, ctx.Err())
+		if !awaitListing(ctx, call, c.now) {
+			return "", false
 		}
 	}
+}
+
+// worthRefreshing reports whether a refresh of sl, for want of an ID in it,
+// costs no more than the GET of the ID would (one page, or never listed),
+// and the last refresh did not fail within ListingTTL.
+func (sl *scopeListing) worthRefreshing(now time.Time) bool {
+	if sl.fresh(now) || sl.tooLarge || len(sl.pages) > 1 {
+		return false
+	}
+	return sl.failed.IsZero() || now.Sub(sl.failed) >= ListingTTL
+}
+
+// awaitListing waits for call, at most half the time ctx has left (or
+// listingTimeout), and reports whether it brought a listing.
+func awaitListing(ctx context.Context, call *listingCall, now func() time.Time) bool {
+	wait := listingTimeout
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = min(wait, deadline.Sub(now())/2)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-call.done:
+		return call.err == nil
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
 }
 
 // listedIDOf is the ID a fresh listing of scope gives runner name, 0 when
@@ -248,9 +267,10 @@ func (c *Client) refreshListing(ctx context.Context, scope Scope, sl *scopeListi
 
 	c.listings.mu.Lock()
 	defer c.listings.mu.Unlock()
+	sl.failed = time.Time{}
 	switch {
 	case err != nil:
-		call.err = err
+		call.err, sl.failed = err, taken
 	case tooLarge:
 		sl.tooLarge, sl.pages, sl.busy, sl.ids, sl.idOf = true, nil, nil, nil, nil
 		if sl.named == nil {

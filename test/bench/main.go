@@ -377,9 +377,10 @@ func (e *env) decide(path string, b []byte) (bool, error) {
 	return resp.Allowed, nil
 }
 
-// steady: with the runner ID known (ARC's actions-runner/id annotation, or the
-// client's cache after a first look-up of a busy runner), each decision costs
-// one GitHub request.
+// steady: with the runner ID known (the client's cache after a first look-up
+// of a busy runner, or ARC's actions-runner/id annotation, which the scope's
+// listing taken for the busy retries already vouches for), each decision
+// costs one GitHub request.
 func (e *env) steady() error {
 	const n = 100
 	scope := org("steady")
