@@ -459,12 +459,18 @@ func TestUntrustedHintAfterAFailedListing(t *testing.T) {
 	}
 	e.fake.ResetLog()
 
-	out, err := e.client.Unregister(ctx, org, "r2", untrusted(id2))
+	wantVerifiedByGET(t, e, "r2", id2)
+}
 
+// wantVerifiedByGET unregisters runner name of org with its own ID as an
+// untrusted hint, and wants it removed after a GET of the ID and the DELETE.
+func wantVerifiedByGET(t *testing.T, e *env, name string, id int64) {
+	t.Helper()
+	out, err := e.client.Unregister(context.Background(), org, name, untrusted(id))
 	if err != nil || out != ghclient.Removed {
 		t.Fatalf("Unregister = %v, %v; want removed", out, err)
 	}
-	assertCalls(t, e.fake, []string{fmt.Sprintf("GET %s/%d", orgRunners, id2), fmt.Sprintf("DELETE %s/%d", orgRunners, id2)})
+	assertCalls(t, e.fake, []string{fmt.Sprintf("GET %s/%d", orgRunners, id), fmt.Sprintf("DELETE %s/%d", orgRunners, id)})
 }
 
 // When the budget has no room for a re-check, the listing is not taken and
@@ -486,12 +492,7 @@ func TestUntrustedHintVerifiedByGETWhenTheBudgetRefusesTheListing(t *testing.T) 
 	id := e.fake.AddRunner(org, "r1")
 	e.fake.ResetLog()
 
-	out, err := e.client.Unregister(ctx, org, "r1", untrusted(id))
-
-	if err != nil || out != ghclient.Removed {
-		t.Fatalf("Unregister = %v, %v; want removed", out, err)
-	}
-	assertCalls(t, e.fake, []string{fmt.Sprintf("GET %s/%d", orgRunners, id), fmt.Sprintf("DELETE %s/%d", orgRunners, id)})
+	wantVerifiedByGET(t, e, "r1", id)
 }
 
 // Router.Unregister passes Runner.IDTrusted on, with per-Secret and App clients.
