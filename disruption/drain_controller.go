@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,6 +31,7 @@ const (
 	EventJobOutlivesGrace   = "JobOutlivesGracePeriod"
 	EventRunnerReleased     = "RunnerReleasedForDrain"
 	EventRunnerNotReleased  = "RunnerNotReleased"
+	EventDrainWaitsForPDB   = "DrainWaitsForDisruptionBudget"
 	podNodeNameIndex        = "spec.nodeName"
 	provenBusyRecheck       = time.Minute
 	unresolvedRecheck       = 30 * time.Second
@@ -60,6 +63,8 @@ type drainReconciler struct {
 	log     logr.Logger
 	// noNodeClaims says once that the API server serves no NodeClaims.
 	noNodeClaims sync.Once
+	// noEviction says once that pods/eviction is not granted.
+	noEviction sync.Once
 }
 
 var _ reconcile.Reconciler = &drainReconciler{}
@@ -88,12 +93,14 @@ func (r *drainReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		sem  = make(chan struct{}, releaseConcurrency)
 		// The node's NodeClaim, listed once for all its pods.
 		claim = &nodeClaimOnce{}
+		// Each namespace's PodDisruptionBudgets, listed once for its pods.
+		budgets = &budgetsOnce{}
 	)
 	for i := range pods.Items {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			d := r.release(ctx, node, why, &pods.Items[i], claim)
+			d := r.release(ctx, node, why, &pods.Items[i], claim, budgets)
 			mu.Lock()
 			defer mu.Unlock()
 			if d > 0 && (next == 0 || d < next) {
@@ -112,7 +119,7 @@ const releaseConcurrency = 8
 
 // release handles one pod of a draining node and returns when to look again
 // (0: nothing more to do for it).
-func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why string, pod *corev1.Pod, claim *nodeClaimOnce) time.Duration {
+func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why string, pod *corev1.Pod, claim *nodeClaimOnce, budgets *budgetsOnce) time.Duration {
 	key := client.ObjectKeyFromObject(pod)
 	if _, ok := r.guard.RunnerContainer(pod); !ok {
 		return 0
@@ -145,6 +152,15 @@ func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why st
 	}
 	if wait := r.backoff.due(pod.UID); wait > 0 {
 		return wait
+	}
+	if budget := r.blockingBudget(ctx, pod, budgets); budget != "" {
+		// The pod's eviction would be refused: unregistering its runner
+		// first would leave a pod with a dead runner the budget keeps.
+		if r.said.first(string(pod.UID) + "/pdb/" + node.Name) {
+			r.events.Eventf(node, pod, corev1.EventTypeNormal, EventDrainWaitsForPDB, "Drain",
+				"node %s is %s; %s allows no disruption of pod %s now, so runner-guard leaves runner %q registered and asks again", node.Name, why, budget, key, res.Runner.Name)
+		}
+		return r.backoff.retry(pod.UID)
 	}
 	if r.listing != nil && r.listing.Pressed(res.Runner) {
 		// The budget is pressed: a listing that shows the runner busy
@@ -179,7 +195,9 @@ func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why st
 		// cancel it. Asked again until it registers or the grace ends.
 		return r.backoff.retry(pod.UID)
 	case out == ghclient.Removed, out == ghclient.NotFound:
-		r.released(ctx, node, why, pod, res, out)
+		if !r.released(ctx, node, why, pod, res, out) {
+			return r.backoff.retry(pod.UID)
+		}
 		return 0
 	}
 	log.Info("unexpected unregister outcome; retrying", "outcome", out.String())
@@ -202,18 +220,23 @@ func (r *drainReconciler) mayStillRegister(pod *corev1.Pod, res webhook.Resolved
 	return false
 }
 
-// released deletes the pod of a runner GitHub no longer has (and retires its
-// EphemeralRunner), so nothing restarts it with a dead registration.
-func (r *drainReconciler) released(ctx context.Context, node *corev1.Node, why string, pod *corev1.Pod, res webhook.Resolved, out ghclient.Outcome) {
+// released evicts the pod of a runner GitHub no longer has (and retires its
+// EphemeralRunner), so nothing restarts it with a dead registration. It
+// reports false when a PodDisruptionBudget refused the eviction: the pod is
+// evicted again at the next look.
+func (r *drainReconciler) released(ctx context.Context, node *corev1.Node, why string, pod *corev1.Pod, res webhook.Resolved, out ghclient.Outcome) bool {
 	key := client.ObjectKeyFromObject(pod)
-	// This replica's webhook answers the pod's deletion without asking GitHub again.
+	// This replica's webhook answers the pod's eviction without asking GitHub again.
 	r.guard.Unregistered(pod, res.Target)
-	uid := pod.UID
-	err := r.cached.Delete(ctx, pod, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	err := r.evict(ctx, pod)
 	switch {
 	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
+	case apierrors.IsTooManyRequests(err):
+		// A budget that allowed it a moment ago no longer does.
+		r.log.Info("runner unregistered, but a PodDisruptionBudget refused evicting its pod; evicting it again later", "node", node.Name, "pod", key, "error", err.Error())
+		return false
 	default:
-		r.log.Error(err, "runner unregistered, but its pod could not be deleted; the drain deletes it", "node", node.Name, "pod", key)
+		r.log.Error(err, "runner unregistered, but its pod could not be evicted; the drain evicts it", "node", node.Name, "pod", key)
 	}
 	if res.ARC != nil && res.ARC.Kind == arc.Kind && r.retirer != nil {
 		r.retirer.Add(*res.ARC)
@@ -224,8 +247,65 @@ func (r *drainReconciler) released(ctx context.Context, node *corev1.Node, why s
 	}
 	r.log.Info("released the runner of a draining node", "node", node.Name, "pod", key, "runner", res.Runner.Name, "github", what)
 	r.events.Eventf(node, pod, corev1.EventTypeNormal, EventRunnerReleased, "Drain",
-		"node %s is %s: runner %q of pod %s was idle and is %s on GitHub; its pod is deleted so it takes no job here", node.Name, why, res.Runner.Name, key, what)
+		"node %s is %s: runner %q of pod %s was idle and is %s on GitHub; its pod is evicted so it takes no job here", node.Name, why, res.Runner.Name, key, what)
 	r.forget(pod)
+	return true
+}
+
+// evict evicts pod through the eviction subresource, so PodDisruptionBudgets
+// hold as they do for a drain. Without pods/eviction granted (RBAC from
+// before it was needed) it deletes the pod, as runner-guard used to.
+func (r *drainReconciler) evict(ctx context.Context, pod *corev1.Pod) error {
+	uid := pod.UID
+	background := metav1.DeletePropagationBackground
+	eviction := &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &background},
+	}
+	err := r.cached.SubResource("eviction").Create(ctx, pod, eviction)
+	if !apierrors.IsForbidden(err) {
+		return err
+	}
+	r.noEviction.Do(func() {
+		r.log.Info("cannot evict pods (grant create on pods/eviction); deleting the pods of released runners instead, which PodDisruptionBudgets do not hold", "error", err.Error())
+	})
+	return r.cached.Delete(ctx, pod, client.Preconditions{UID: &uid}, client.PropagationPolicy(background))
+}
+
+// budgetsOnce is one reconcile's PodDisruptionBudgets, listed at most once
+// per namespace.
+type budgetsOnce struct {
+	mu   sync.Mutex
+	byNS map[string][]policyv1.PodDisruptionBudget
+}
+
+// blockingBudget names what keeps the eviction subresource from evicting pod
+// now: a PodDisruptionBudget that allows no disruption, or several selecting
+// it; "" when nothing does. A failed list blocks nothing: the eviction
+// checks the budgets itself.
+func (r *drainReconciler) blockingBudget(ctx context.Context, pod *corev1.Pod, budgets *budgetsOnce) string {
+	budgets.mu.Lock()
+	defer budgets.mu.Unlock()
+	pdbs, ok := budgets.byNS[pod.Namespace]
+	if !ok {
+		var list policyv1.PodDisruptionBudgetList
+		if err := r.live.List(ctx, &list, client.InNamespace(pod.Namespace)); err != nil {
+			r.log.V(1).Info("cannot list PodDisruptionBudgets; the eviction checks them", "namespace", pod.Namespace, "error", err.Error())
+		}
+		pdbs = list.Items
+		if budgets.byNS == nil {
+			budgets.byNS = map[string][]policyv1.PodDisruptionBudget{}
+		}
+		budgets.byNS[pod.Namespace] = pdbs
+	}
+	blocking, several := webhook.BlockingBudgets(pod, pdbs)
+	switch {
+	case len(several) > 0:
+		return fmt.Sprintf("more than one PodDisruptionBudget (%s)", strings.Join(several, ", "))
+	case blocking != "":
+		return "PodDisruptionBudget " + blocking
+	}
+	return ""
 }
 
 // waiting says, once per pod, what the drain waits for, and warns ahead of

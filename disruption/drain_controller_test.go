@@ -2,6 +2,7 @@ package disruption
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -12,11 +13,14 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -297,5 +301,94 @@ func TestDrainListsNodeClaimsOncePerReconcile(t *testing.T) {
 	}
 	if lists != 1 || warned != 5 {
 		t.Fatalf("%d NodeClaim lists in 3 reconciles, %d grace warnings; want 1 list and a warning for each of the 5 pods", lists, warned)
+	}
+}
+
+// The drain holds to PodDisruptionBudgets as a drain does: a runner whose pod
+// a budget keeps is left registered (unregistering it first would leave a
+// pod with a dead runner), and a released runner's pod goes through the
+// eviction subresource, whose 429 keeps it for another try.
+func TestDrainHoldsToPodDisruptionBudgets(t *testing.T) {
+	budget := func(allowed int32) *policyv1.PodDisruptionBudget {
+		zero := intstr.FromInt32(0)
+		return &policyv1.PodDisruptionBudget{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "runners", Generation: 1},
+			Spec:       policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &zero, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"runner": "true"}}},
+			Status:     policyv1.PodDisruptionBudgetStatus{ObservedGeneration: 1, DisruptionsAllowed: allowed, CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1},
+		}
+	}
+	for name, tc := range map[string]struct {
+		budget      *policyv1.PodDisruptionBudget
+		evictionErr error // what the eviction subresource answers; nil: it evicts
+		wantAsked   int   // DELETEs of the runner on GitHub
+		wantKept    bool  // the pod is still there
+		wantRequeue bool
+		wantEvent   string
+	}{
+		"no budget: released through the eviction subresource": {wantAsked: 1},
+		"a budget that allows a disruption: released":          {budget: budget(1), wantAsked: 1},
+		"a budget that allows none: the runner is left registered": {
+			budget: budget(0), wantKept: true, wantRequeue: true, wantEvent: EventDrainWaitsForPDB + " node n1 is cordoned; PodDisruptionBudget runners allows no disruption of pod ci/idle",
+		},
+		"the eviction is refused (429): the pod is kept and evicted again later": {
+			budget: budget(1), evictionErr: apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10),
+			wantAsked: 1, wantKept: true, wantRequeue: true,
+		},
+		"pods/eviction not granted: the pod is deleted": {
+			evictionErr: apierrors.NewForbidden(schema.GroupResource{Resource: "pods/eviction"}, "idle", errors.New("RBAC")), wantAsked: 1,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Unschedulable: true}}
+			pod := runnerPod("idle", "n1")
+			pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+			objs := []client.Object{node, pod}
+			if tc.budget != nil {
+				objs = append(objs, tc.budget)
+			}
+			evictions := 0
+			c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(objs...).
+				WithIndex(&corev1.Pod{}, podNodeNameIndex, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+				WithInterceptorFuncs(interceptor.Funcs{SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj, subObj client.Object, opts ...client.SubResourceCreateOption) error {
+					if sub == "eviction" {
+						evictions++
+						if tc.evictionErr != nil {
+							return tc.evictionErr
+						}
+					}
+					return c.SubResource(sub).Create(ctx, obj, subObj, opts...)
+				}}).Build()
+			gh := &githubStub{deletes: map[string]int{}}
+			rec := events.NewFakeRecorder(20)
+			now := time.Unix(1000, 0)
+			r := &drainReconciler{cached: c, live: c, guard: &guardStub{}, github: gh, events: rec, said: newOnce(), log: logr.Discard(),
+				backoff: newBackoff(time.Second, 15*time.Second, func() time.Time { return now }), now: func() time.Time { return now }}
+
+			res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}})
+
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gh.deletes["idle"] != tc.wantAsked {
+				t.Errorf("runner asked %d times on GitHub, want %d", gh.deletes["idle"], tc.wantAsked)
+			}
+			err = c.Get(context.Background(), types.NamespacedName{Namespace: "ci", Name: "idle"}, &corev1.Pod{})
+			if kept := err == nil; kept != tc.wantKept {
+				t.Errorf("pod kept = %v (%v), want %v", kept, err, tc.wantKept)
+			}
+			if tc.wantAsked > 0 && evictions != 1 {
+				t.Errorf("%d evictions, want the pod's removal to go through the eviction subresource once", evictions)
+			}
+			if (res.RequeueAfter > 0) != tc.wantRequeue {
+				t.Errorf("requeue after %s, want a requeue: %v", res.RequeueAfter, tc.wantRequeue)
+			}
+			var notes []string
+			for len(rec.Events) > 0 {
+				notes = append(notes, <-rec.Events)
+			}
+			if all := strings.Join(notes, "\n"); tc.wantEvent != "" && !strings.Contains(all, tc.wantEvent) {
+				t.Errorf("events lack %q:\n%s", tc.wantEvent, all)
+			}
+		})
 	}
 }

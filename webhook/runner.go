@@ -136,7 +136,15 @@ func (d *decider) blockingPDB(ctx context.Context, pod *corev1.Pod) (blocking st
 		logr.FromContextOrDiscard(ctx).V(1).Info("cannot list PodDisruptionBudgets; the API server will check them", "error", err.Error())
 		return "", nil
 	}
-	return pdbBlocks(pod, pdbs.Items), severalBudgets(pod, pdbs.Items)
+	return BlockingBudgets(pod, pdbs.Items)
+}
+
+// BlockingBudgets is what the eviction subresource would say of evicting pod
+// now, given the budgets of its namespace: the budget that refuses it (a
+// 429), or the budgets selecting it when there are several (a 500); both
+// empty when the budgets let it go.
+func BlockingBudgets(pod *corev1.Pod, pdbs []policyv1.PodDisruptionBudget) (blocking string, several []string) {
+	return pdbBlocks(pod, pdbs), severalBudgets(pod, pdbs)
 }
 
 // severalBudgets names the budgets selecting the pod when there is more than

@@ -16,6 +16,7 @@ import (
 // webhookRules are the webhook's grants, cluster-wide or in each guarded namespace.
 var webhookRules = []rbacv1.PolicyRule{
 	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch", "delete"}},
+	{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
 	{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	{APIGroups: []string{"actions.github.com"}, Resources: []string{"ephemeralrunners"}, Verbs: []string{"get", "list", "watch", "delete"}},
 	{APIGroups: []string{"actions.summerwind.dev"}, Resources: []string{"runners"}, Verbs: []string{"get"}},
@@ -81,7 +82,7 @@ func TestWebhookRBAC(t *testing.T) {
 			rules, _, _ := nestedSlice(cr.Object, "rules")
 			for _, r := range rules {
 				text := render.JSON(t, r)
-				for _, res := range []string{`"pods"`, `"ephemeralrunners"`, `"runners"`, `"poddisruptionbudgets"`, `"events"`} {
+				for _, res := range []string{`"pods"`, `"pods/eviction"`, `"ephemeralrunners"`, `"runners"`, `"poddisruptionbudgets"`, `"events"`} {
 					if strings.Contains(text, res) {
 						t.Errorf("ClusterRole %s grants %s cluster-wide with guarded namespaces: %s", cr.GetName(), res, text)
 					}
