@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -236,6 +237,65 @@ func TestCordonReleasesIdleRunners(t *testing.T) {
 	s.waitRetired(busy.name)
 	s.requireDeleting(busy.name)
 	s.requireAlive(job.name)
+}
+
+// kubectl cordon of a node whose idle runner's pod a PodDisruptionBudget
+// protects: while the budget allows no disruption the drain leaves the
+// runner registered and its pod in place (a Node Event says why), and once
+// it allows one the runner is released and its pod evicted, which the budget
+// counts (status.disruptedPods names it).
+func TestCordonHoldsToAPodDisruptionBudget(t *testing.T) {
+	s := newScaleSet(t, "cordon-pdb")
+	s.node = "e2e-node-cordon-pdb"
+	if err := env.EnsureNode(s.ctx, s.node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _, _ = env.Kubectl(s.ctx, "uncordon", s.node) })
+	scope := mustScope(ghclient.OrgScope("org-cordon-pdb"))
+	r := s.runner("idle-kept", "https://github.com/"+scope.Name, scope, false, nil)
+	s.budgetSelecting("runners", map[string]string{"actions-ephemeral-runner": "True"}, policyv1.IfHealthyBudget,
+		policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 0, CurrentHealthy: 0, DesiredHealthy: 1, ExpectedPods: 1})
+
+	if _, stderr, err := env.Kubectl(s.ctx, "cordon", s.node); err != nil {
+		t.Fatalf("kubectl cordon: %v: %s", err, stderr)
+	}
+	s.eventually("the Node's Events say the budget holds the runner", 15*time.Second, func() error {
+		evs := strings.Join(s.nodeEvents(s.node), "\n")
+		if !strings.Contains(evs, disruption.EventDrainWaitsForPDB) || !strings.Contains(evs, "PodDisruptionBudget runners allows no disruption of pod "+s.ns+"/"+r.name) {
+			return fmt.Errorf("Node events lack the budget's wait:\n%s", evs)
+		}
+		return nil
+	})
+	if !r.registered() {
+		t.Fatalf("runner %s unregistered while a budget keeps its pod", r.name)
+	}
+	if reqs := requestsFor(s.github(), fmt.Sprintf("/runners/%d", r.id)); len(reqs) != 0 {
+		t.Errorf("GitHub was asked about the runner a budget keeps:%s", describe(reqs))
+	}
+	s.requireAlive(r.name)
+
+	pdb, err := env.Client.PolicyV1().PodDisruptionBudgets(s.ns).Get(s.ctx, "runners", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.setBudgetStatus(pdb, policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 1, CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1})
+	s.eventually("the runner released once the budget allows it", 45*time.Second, func() error {
+		if err := s.deletionAdmitted(r.name); err != nil {
+			return err
+		}
+		if r.registered() {
+			return fmt.Errorf("runner %s still registered", r.name)
+		}
+		return nil
+	})
+	s.waitRetired(r.name)
+	pdb, err = env.Client.PolicyV1().PodDisruptionBudgets(s.ns).Get(s.ctx, "runners", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := pdb.Status.DisruptedPods[r.name]; !ok {
+		t.Errorf("PodDisruptionBudget status.disruptedPods = %v, want the evicted pod %s (the pod went by a DELETE, not an eviction)", pdb.Status.DisruptedPods, r.name)
+	}
 }
 
 var nodeClaims = schema.GroupVersionResource{Group: "karpenter.sh", Version: "v1", Resource: "nodeclaims"}

@@ -143,12 +143,18 @@ func requireLocalBudgets(t *testing.T) {
 // (observedGeneration is set to the budget's generation).
 func (s *scenario) budget(name string, policy policyv1.UnhealthyPodEvictionPolicyType, status policyv1.PodDisruptionBudgetStatus) {
 	s.t.Helper()
+	s.budgetSelecting(name, map[string]string{"runner-deployment-name": "e2e"}, policy, status)
+}
+
+// budgetSelecting is budget for the pods matching labels.
+func (s *scenario) budgetSelecting(name string, labels map[string]string, policy policyv1.UnhealthyPodEvictionPolicyType, status policyv1.PodDisruptionBudgetStatus) {
+	s.t.Helper()
 	minAvailable := intstr.FromInt32(1)
 	pdb := &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns},
 		Spec: policyv1.PodDisruptionBudgetSpec{
 			MinAvailable:               &minAvailable,
-			Selector:                   &metav1.LabelSelector{MatchLabels: map[string]string{"runner-deployment-name": "e2e"}},
+			Selector:                   &metav1.LabelSelector{MatchLabels: labels},
 			UnhealthyPodEvictionPolicy: &policy,
 		},
 	}
@@ -156,9 +162,16 @@ func (s *scenario) budget(name string, policy policyv1.UnhealthyPodEvictionPolic
 	if err != nil {
 		s.t.Fatalf("create PodDisruptionBudget %s: %v", name, err)
 	}
-	created.Status = status
-	created.Status.ObservedGeneration = created.Generation
-	if _, err := env.Client.PolicyV1().PodDisruptionBudgets(s.ns).UpdateStatus(s.ctx, created, metav1.UpdateOptions{}); err != nil {
-		s.t.Fatalf("set the status of PodDisruptionBudget %s: %v", name, err)
+	s.setBudgetStatus(created, status)
+}
+
+// setBudgetStatus plays the disruption controller: pdb's status becomes
+// status, observed at its generation.
+func (s *scenario) setBudgetStatus(pdb *policyv1.PodDisruptionBudget, status policyv1.PodDisruptionBudgetStatus) {
+	s.t.Helper()
+	pdb.Status = status
+	pdb.Status.ObservedGeneration = pdb.Generation
+	if _, err := env.Client.PolicyV1().PodDisruptionBudgets(s.ns).UpdateStatus(s.ctx, pdb, metav1.UpdateOptions{}); err != nil {
+		s.t.Fatalf("set the status of PodDisruptionBudget %s: %v", pdb.Name, err)
 	}
 }
