@@ -168,6 +168,11 @@ type RunnerPodSpec struct {
 	ScopeLabels *ScopeKeys `json:"scopeLabels,omitempty"`
 	// RunnerIDAnnotation holds the runner's GitHub ID, when the controller records it.
 	RunnerIDAnnotation string `json:"runnerIDAnnotation,omitempty"`
+	// GitHubURLEnv is the env var of Container naming the GitHub the runner
+	// registered at (legacy ARC's GITHUB_URL). A runner of another GitHub
+	// than --github-url's is not asked at the wrong one, whose "not found"
+	// would let its pod go: the on-error policy decides.
+	GitHubURLEnv string `json:"githubURLEnv,omitempty"`
 
 	selector labels.Selector
 }
@@ -220,6 +225,7 @@ func DefaultRunnerPods() []RunnerPodSpec {
 			Container:          "runner",
 			ScopeEnv:           &ScopeKeys{Enterprise: "RUNNER_ENTERPRISE", Organization: "RUNNER_ORG", Repository: "RUNNER_REPO"},
 			RunnerIDAnnotation: "actions-runner/id",
+			GitHubURLEnv:       "GITHUB_URL",
 		},
 		{
 			Name:      "scale-set",

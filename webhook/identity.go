@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -131,7 +132,37 @@ func (rs *resolver) resolve(ctx context.Context, pod *corev1.Pod, spec *RunnerPo
 	if res.ScopeErr == nil && res.NotOwner == nil && res.ObjectErr == nil {
 		res.NotBound = rs.bindings.scopeNotBound(pod.Namespace, spec.Name, res.Target.Scope)
 	}
+	if res.HostErr == nil && res.Target.Creds == nil {
+		res.HostErr = otherGitHub(pod, spec, rs.githubBase)
+	}
 	return res
+}
+
+// otherGitHub is the error when the pod's env names (spec.GitHubURLEnv) a
+// GitHub other than the one the flags' credentials ask (githubBase), nil
+// otherwise: asked there, its "not found" would let the pod of a busy runner go.
+// A github.com runner is asked at --github-url (it may be a proxy for it),
+// as an EphemeralRunner's is; a GitHub Enterprise Server's API lives on its
+// web host (/api/v3), a ghe.com one's at api.HOST.
+func otherGitHub(pod *corev1.Pod, spec *RunnerPodSpec, githubBase string) error {
+	if spec.GitHubURLEnv == "" || githubBase == "" {
+		return nil
+	}
+	raw := strings.TrimSpace(literalEnv(pod, spec.Container)[spec.GitHubURLEnv])
+	web, err := url.Parse(raw)
+	if raw == "" || err != nil || web.Host == "" {
+		return nil
+	}
+	api, err := url.Parse(githubBase)
+	if err != nil {
+		return nil
+	}
+	host, apiHost := strings.ToLower(web.Host), strings.ToLower(api.Host)
+	if host == "github.com" || host == "www.github.com" || apiHost == host || apiHost == "api."+host {
+		return nil
+	}
+	return fmt.Errorf("container %q env %s=%s names the GitHub its runner registered at, but runner-guard asks %s (--github-url): point --github-url there",
+		spec.Container, spec.GitHubURLEnv, ghclient.RedactURL(raw), ghclient.RedactURL(githubBase))
 }
 
 // fromARC reads the ARC object that controls the pod. It leaves the

@@ -313,3 +313,67 @@ func TestUnregisterNotStartedTooCloseToTheDeadline(t *testing.T) {
 		t.Errorf("with time left: %s after %d unregisters", dec.Reason, gh.unregisters)
 	}
 }
+
+// A legacy runner registered at another GitHub than --github-url's (its pod's
+// GITHUB_URL, which ARC sets from its own GitHub URL) is not asked at the
+// wrong one, whose "not found" would let a busy runner's pod go.
+func TestLegacyRunnerOfAnotherGitHub(t *testing.T) {
+	legacy := &DefaultConfig().RunnerPods[0]
+	for name, tc := range map[string]struct {
+		githubURL, base string
+		wantErr         bool
+	}{
+		"github.com, asked at api.github.com":             {githubURL: "https://github.com/", base: ghclient.DefaultBaseURL},
+		"github.com, asked at another base (a proxy)":     {githubURL: "https://github.com/", base: "https://ghes.example.com/api/v3/"},
+		"GHES, asked at its API":                          {githubURL: "https://ghes.example.com/", base: "https://ghes.example.com/api/v3/"},
+		"GHES host in another case":                       {githubURL: "https://GHES.example.com", base: "https://ghes.example.com/api/v3/"},
+		"ghe.com, asked at api.HOST":                      {githubURL: "https://acme.ghe.com/", base: "https://api.acme.ghe.com/"},
+		"a fake on a port, asked there":                   {githubURL: "http://10.0.0.9:8080", base: "http://10.0.0.9:8080/"},
+		"no GITHUB_URL":                                   {base: ghclient.DefaultBaseURL},
+		"GHES, asked at api.github.com":                   {githubURL: "https://ghes.example.com/", base: ghclient.DefaultBaseURL, wantErr: true},
+		"one GHES, asked at another":                      {githubURL: "https://ghes-b.example.com/", base: "https://ghes-a.example.com/api/v3/", wantErr: true},
+		"not a URL: not read (the scope decides as ever)": {githubURL: "::", base: ghclient.DefaultBaseURL},
+	} {
+		t.Run(name, func(t *testing.T) {
+			pod := fixture.MakeLegacyRunnerPod("ci", "r1").Org("acme")
+			if tc.githubURL != "" {
+				pod.Env("GITHUB_URL", tc.githubURL)
+			}
+			err := otherGitHub(pod.Obj(), legacy, tc.base)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("otherGitHub = %v, want an error: %v", err, tc.wantErr)
+			}
+			if err != nil && (!strings.Contains(err.Error(), "GITHUB_URL="+tc.githubURL) || !strings.Contains(err.Error(), "--github-url")) {
+				t.Errorf("error %q should name the env var, its value and the flag", err)
+			}
+		})
+	}
+}
+
+// The decision: a legacy runner of a GHES while runner-guard asks github.com
+// is refused as credentials-unusable with no GitHub request (deny, the
+// default on-error policy), and one of the GitHub asked is decided by GitHub.
+func TestLegacyRunnerOfAnotherGitHubIsNotAskedThere(t *testing.T) {
+	for name, tc := range map[string]struct {
+		githubURL string
+		wantCalls int
+		want      Reason
+	}{
+		"github.com": {"https://github.com/", 1, ReasonRunnerBusy},
+		"a GHES":     {"https://ghes.example.com/", 0, ReasonCredentials},
+	} {
+		t.Run(name, func(t *testing.T) {
+			pod := fixture.MakeLegacyRunnerPod("ci", "r1").Org("acme").Env("GITHUB_URL", tc.githubURL).Running().Obj()
+			gh := &countingGitHub{}
+			d := newDecider(DefaultConfig(), gh, fake.NewClientBuilder().WithObjects(pod.DeepCopy()).Build(), time.Now)
+			d.resolver.githubBase = ghclient.DefaultBaseURL
+			dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Namespace: "ci", Name: "r1", Pod: pod})
+			if dec.Reason != tc.want || dec.Allowed || gh.calls != tc.wantCalls {
+				t.Fatalf("decision %s (allowed %v), %d GitHub calls; want %s, refused, %d calls: %s", dec.Reason, dec.Allowed, gh.calls, tc.want, tc.wantCalls, dec.Message)
+			}
+			if tc.want == ReasonCredentials && !strings.Contains(dec.Message, "GITHUB_URL=https://ghes.example.com/") {
+				t.Errorf("message does not name the pod's GitHub: %s", dec.Message)
+			}
+		})
+	}
+}
