@@ -167,12 +167,7 @@ func TestHintsForLegacyRunnersFromTheWebhooksListing(t *testing.T) {
 // job ends and then goes; one whose job fields prove a job costs no GitHub
 // request, and the Node's Events name its job.
 func TestCordonReleasesIdleRunners(t *testing.T) {
-	s := newScaleSet(t, "cordon")
-	s.node = "e2e-node-cordon"
-	if err := env.EnsureNode(s.ctx, s.node); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _, _ = env.Kubectl(s.ctx, "uncordon", s.node) })
+	s := newScaleSetOnNode(t, "cordon")
 	scope := mustScope(ghclient.OrgScope("org-cordon"))
 	url := "https://github.com/" + scope.Name
 	idle := []scaleSetRunner{s.runner("idle-1", url, scope, false, nil), s.runner("idle-2", url, scope, false, nil), s.runner("idle-3", url, scope, false, nil)}
@@ -183,17 +178,7 @@ func TestCordonReleasesIdleRunners(t *testing.T) {
 	if _, stderr, err := env.Kubectl(s.ctx, "cordon", s.node); err != nil {
 		t.Fatalf("kubectl cordon: %v: %s", err, stderr)
 	}
-	s.eventually("idle runners released", 5*time.Second, func() error {
-		for _, r := range idle {
-			if err := s.deletionAdmitted(r.name); err != nil {
-				return err
-			}
-			if r.registered() {
-				return fmt.Errorf("runner %s still registered", r.name)
-			}
-		}
-		return nil
-	})
+	s.waitReleased("idle runners released", 5*time.Second, idle...)
 	for _, r := range idle {
 		s.waitRetired(r.name)
 		s.requireDeleting(r.name)
@@ -225,15 +210,7 @@ func TestCordonReleasesIdleRunners(t *testing.T) {
 
 	// The job ends: GitHub's DELETE now answers 204 and the pod goes.
 	env.GitHub.SetBusy(scope, busy.name, false)
-	s.eventually("busy runner released once idle", 30*time.Second, func() error {
-		if err := s.deletionAdmitted(busy.name); err != nil {
-			return err
-		}
-		if busy.registered() {
-			return fmt.Errorf("runner %s still registered", busy.name)
-		}
-		return nil
-	})
+	s.waitReleased("busy runner released once idle", 30*time.Second, busy)
 	s.waitRetired(busy.name)
 	s.requireDeleting(busy.name)
 	s.requireAlive(job.name)
@@ -245,12 +222,7 @@ func TestCordonReleasesIdleRunners(t *testing.T) {
 // it allows one the runner is released and its pod evicted, which the budget
 // counts (status.disruptedPods names it).
 func TestCordonHoldsToAPodDisruptionBudget(t *testing.T) {
-	s := newScaleSet(t, "cordon-pdb")
-	s.node = "e2e-node-cordon-pdb"
-	if err := env.EnsureNode(s.ctx, s.node); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _, _ = env.Kubectl(s.ctx, "uncordon", s.node) })
+	s := newScaleSetOnNode(t, "cordon-pdb")
 	scope := mustScope(ghclient.OrgScope("org-cordon-pdb"))
 	r := s.runner("idle-kept", "https://github.com/"+scope.Name, scope, false, nil)
 	s.budgetSelecting("runners", map[string]string{"actions-ephemeral-runner": "True"}, policyv1.IfHealthyBudget,
@@ -279,15 +251,7 @@ func TestCordonHoldsToAPodDisruptionBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.setBudgetStatus(pdb, policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 1, CurrentHealthy: 1, DesiredHealthy: 1, ExpectedPods: 1})
-	s.eventually("the runner released once the budget allows it", 45*time.Second, func() error {
-		if err := s.deletionAdmitted(r.name); err != nil {
-			return err
-		}
-		if r.registered() {
-			return fmt.Errorf("runner %s still registered", r.name)
-		}
-		return nil
-	})
+	s.waitReleased("the runner released once the budget allows it", 45*time.Second, r)
 	s.waitRetired(r.name)
 	pdb, err = env.Client.PolicyV1().PodDisruptionBudgets(s.ns).Get(s.ctx, "runners", metav1.GetOptions{})
 	if err != nil {
@@ -304,11 +268,7 @@ var nodeClaims = schema.GroupVersionResource{Group: "karpenter.sh", Version: "v1
 // terminationGracePeriod: a Warning Event on the Node says ahead of time
 // when that grace period ends the running job, naming it.
 func TestGracePeriodWarning(t *testing.T) {
-	s := newScaleSet(t, "tgp")
-	s.node = "e2e-node-tgp"
-	if err := env.EnsureNode(s.ctx, s.node); err != nil {
-		t.Fatal(err)
-	}
+	s := newScaleSetOnNode(t, "tgp")
 	scope := mustScope(ghclient.OrgScope("org-tgp"))
 	job := s.runner("tgp-busy", "https://github.com/"+scope.Name, scope, true, nil)
 	s.setJob(job.name, 301, "release")

@@ -160,6 +160,36 @@ func (s *scaleSet) runner(name, configURL string, scope ghclient.Scope, busy boo
 	return scaleSetRunner{name: name, scope: scope, id: id, uid: created.GetUID()}
 }
 
+// newScaleSetOnNode is newScaleSet with runner pods bound to the Node
+// e2e-node-NAME, made here and uncordoned when the test ends.
+func newScaleSetOnNode(t *testing.T, name string) *scaleSet {
+	t.Helper()
+	s := newScaleSet(t, name)
+	s.node = "e2e-node-" + name
+	if err := env.EnsureNode(s.ctx, s.node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _, _ = env.Kubectl(s.ctx, "uncordon", s.node) })
+	return s
+}
+
+// waitReleased waits until each runner's pod deletion was admitted and the
+// runner is gone from GitHub.
+func (s *scaleSet) waitReleased(what string, within time.Duration, runners ...scaleSetRunner) {
+	s.t.Helper()
+	s.eventually(what, within, func() error {
+		for _, r := range runners {
+			if err := s.deletionAdmitted(r.name); err != nil {
+				return err
+			}
+			if r.registered() {
+				return fmt.Errorf("runner %s still registered", r.name)
+			}
+		}
+		return nil
+	})
+}
+
 // release drops every finalizer so the EphemeralRunner can go once deleted.
 func (s *scaleSet) release(name string) {
 	patch := []byte(`{"metadata":{"finalizers":null}}`)
