@@ -169,9 +169,9 @@ type RunnerPodSpec struct {
 	// RunnerIDAnnotation holds the runner's GitHub ID, when the controller records it.
 	RunnerIDAnnotation string `json:"runnerIDAnnotation,omitempty"`
 	// GitHubURLEnv is the env var of Container naming the GitHub the runner
-	// registered at (legacy ARC's GITHUB_URL). A runner of another GitHub
-	// than --github-url's is not asked at the wrong one, whose "not found"
-	// would let its pod go: the on-error policy decides.
+	// registered at (legacy ARC's GITHUB_URL). A runner of a GitHub other
+	// than github.com is not asked at github.com (the default --github-url),
+	// whose "not found" would let its pod go: the on-error policy decides.
 	GitHubURLEnv string `json:"githubURLEnv,omitempty"`
 
 	selector labels.Selector

@@ -138,14 +138,14 @@ func (rs *resolver) resolve(ctx context.Context, pod *corev1.Pod, spec *RunnerPo
 	return res
 }
 
-// otherGitHub is the error when the pod's env names (spec.GitHubURLEnv) a
-// GitHub other than the one the flags' credentials ask (githubBase), nil
-// otherwise: asked there, its "not found" would let the pod of a busy runner go.
-// A github.com runner is asked at --github-url (it may be a proxy for it),
-// as an EphemeralRunner's is; a GitHub Enterprise Server's API lives on its
-// web host (/api/v3), a ghe.com one's at api.HOST.
+// otherGitHub is the error when the pod's env (spec.GitHubURLEnv) names a
+// GitHub other than github.com while runner-guard asks github.com (the
+// default --github-url), nil otherwise: asked there, its "not found" would
+// let the pod of a busy runner go. A --github-url set to anything else is
+// taken as the operator's word for every runner whose pod names another
+// host: it may be a proxy, or another name of the same server.
 func otherGitHub(pod *corev1.Pod, spec *RunnerPodSpec, githubBase string) error {
-	if spec.GitHubURLEnv == "" || githubBase == "" {
+	if spec.GitHubURLEnv == "" || !sameAPIBase(githubBase, ghclient.DefaultBaseURL) {
 		return nil
 	}
 	raw := strings.TrimSpace(literalEnv(pod, spec.Container)[spec.GitHubURLEnv])
@@ -153,16 +153,11 @@ func otherGitHub(pod *corev1.Pod, spec *RunnerPodSpec, githubBase string) error 
 	if raw == "" || err != nil || web.Host == "" {
 		return nil
 	}
-	api, err := url.Parse(githubBase)
-	if err != nil {
+	if host := strings.ToLower(web.Host); host == "github.com" || host == "www.github.com" || host == "api.github.com" {
 		return nil
 	}
-	host, apiHost := strings.ToLower(web.Host), strings.ToLower(api.Host)
-	if host == "github.com" || host == "www.github.com" || apiHost == host || apiHost == "api."+host {
-		return nil
-	}
-	return fmt.Errorf("container %q env %s=%s names the GitHub its runner registered at, but runner-guard asks %s (--github-url): point --github-url there",
-		spec.Container, spec.GitHubURLEnv, ghclient.RedactURL(raw), ghclient.RedactURL(githubBase))
+	return fmt.Errorf("container %q env %s=%s names the GitHub its runner registered at, but runner-guard asks github.com (--github-url): point --github-url at that GitHub's API",
+		spec.Container, spec.GitHubURLEnv, ghclient.RedactURL(raw))
 }
 
 // fromARC reads the ARC object that controls the pod. It leaves the

@@ -314,25 +314,28 @@ func TestUnregisterNotStartedTooCloseToTheDeadline(t *testing.T) {
 	}
 }
 
-// A legacy runner registered at another GitHub than --github-url's (its pod's
-// GITHUB_URL, which ARC sets from its own GitHub URL) is not asked at the
-// wrong one, whose "not found" would let a busy runner's pod go.
+// A legacy runner registered at another GitHub than github.com (its pod's
+// GITHUB_URL, which ARC sets from its own GitHub URL) is not asked at
+// github.com, the default --github-url, whose "not found" would let a busy
+// runner's pod go. A --github-url the operator set is taken as asking the
+// right GitHub (a proxy, another name of the same server).
 func TestLegacyRunnerOfAnotherGitHub(t *testing.T) {
 	legacy := &DefaultConfig().RunnerPods[0]
 	for name, tc := range map[string]struct {
 		githubURL, base string
 		wantErr         bool
 	}{
-		"github.com, asked at api.github.com":             {githubURL: "https://github.com/", base: ghclient.DefaultBaseURL},
-		"github.com, asked at another base (a proxy)":     {githubURL: "https://github.com/", base: "https://ghes.example.com/api/v3/"},
-		"GHES, asked at its API":                          {githubURL: "https://ghes.example.com/", base: "https://ghes.example.com/api/v3/"},
-		"GHES host in another case":                       {githubURL: "https://GHES.example.com", base: "https://ghes.example.com/api/v3/"},
-		"ghe.com, asked at api.HOST":                      {githubURL: "https://acme.ghe.com/", base: "https://api.acme.ghe.com/"},
-		"a fake on a port, asked there":                   {githubURL: "http://10.0.0.9:8080", base: "http://10.0.0.9:8080/"},
-		"no GITHUB_URL":                                   {base: ghclient.DefaultBaseURL},
-		"GHES, asked at api.github.com":                   {githubURL: "https://ghes.example.com/", base: ghclient.DefaultBaseURL, wantErr: true},
-		"one GHES, asked at another":                      {githubURL: "https://ghes-b.example.com/", base: "https://ghes-a.example.com/api/v3/", wantErr: true},
-		"not a URL: not read (the scope decides as ever)": {githubURL: "::", base: ghclient.DefaultBaseURL},
+		"github.com, asked at api.github.com":                {githubURL: "https://github.com/", base: ghclient.DefaultBaseURL},
+		"github.com in another case":                         {githubURL: "https://GitHub.com", base: "https://api.github.com"},
+		"github.com, asked at another base (a proxy)":        {githubURL: "https://github.com/", base: "https://ghes.example.com/api/v3/"},
+		"GHES, asked at its API":                             {githubURL: "https://ghes.example.com/", base: "https://ghes.example.com/api/v3/"},
+		"ghe.com, asked at api.HOST":                         {githubURL: "https://acme.ghe.com/", base: "https://api.acme.ghe.com/"},
+		"a fake on a port, asked there":                      {githubURL: "http://10.0.0.9:8080", base: "http://10.0.0.9:8080/"},
+		"a GitHub asked under another name (the operator's)": {githubURL: "http://fake.ns.svc:8080", base: "http://127.0.0.1:8080/"},
+		"no GITHUB_URL":                                      {base: ghclient.DefaultBaseURL},
+		"GHES, asked at api.github.com":                      {githubURL: "https://ghes.example.com/", base: ghclient.DefaultBaseURL, wantErr: true},
+		"ghe.com, asked at api.github.com":                   {githubURL: "https://acme.ghe.com/", base: "https://api.github.com", wantErr: true},
+		"not a URL: not read (the scope decides as ever)":    {githubURL: "::", base: ghclient.DefaultBaseURL},
 	} {
 		t.Run(name, func(t *testing.T) {
 			pod := fixture.MakeLegacyRunnerPod("ci", "r1").Org("acme")
