@@ -315,16 +315,7 @@ func mustSelector(t *testing.T, s *metav1.LabelSelector) labels.Selector {
 func TestRBACIsMinimal(t *testing.T) {
 	objs := kustomized.Objects(t, "default")
 	role := render.Get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard")
-	want := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch", "delete"}},
-		{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
-		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-		{APIGroups: []string{"actions.github.com"}, Resources: []string{"ephemeralrunners"}, Verbs: []string{"get", "list", "watch", "delete"}},
-		{APIGroups: []string{"actions.summerwind.dev"}, Resources: []string{"runners"}, Verbs: []string{"get"}},
-		{APIGroups: []string{"policy"}, Resources: []string{"poddisruptionbudgets"}, Verbs: []string{"list"}},
-		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"karpenter.sh"}, Resources: []string{"nodeclaims"}, Verbs: []string{"get", "list"}},
-	}
+	want := append(render.WebhookRules(), render.NodeRules()...)
 	if !reflect.DeepEqual(role.Rules, want) {
 		t.Errorf("ClusterRole rules = %+v\nwant %+v", role.Rules, want)
 	}

@@ -13,23 +13,6 @@ import (
 	"github.com/runner-guard/runner-guard/webhook"
 )
 
-// webhookRules are the webhook's grants, cluster-wide or in each guarded namespace.
-var webhookRules = []rbacv1.PolicyRule{
-	{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch", "delete"}},
-	{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
-	{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-	{APIGroups: []string{"actions.github.com"}, Resources: []string{"ephemeralrunners"}, Verbs: []string{"get", "list", "watch", "delete"}},
-	{APIGroups: []string{"actions.summerwind.dev"}, Resources: []string{"runners"}, Verbs: []string{"get"}},
-	{APIGroups: []string{"policy"}, Resources: []string{"poddisruptionbudgets"}, Verbs: []string{"list"}},
-}
-
-// nodeRules are the disruption controller's cluster-scoped grants: Nodes and
-// Karpenter's NodeClaims.
-var nodeRules = []rbacv1.PolicyRule{
-	{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
-	{APIGroups: []string{"karpenter.sh"}, Resources: []string{"nodeclaims"}, Verbs: []string{"get", "list"}},
-}
-
 // TestWebhookRBAC: without guarded namespaces the webhook's grants are a
 // ClusterRole; with them, a Role and RoleBinding in each guarded namespace and
 // nothing cluster-wide on runner pods or ARC's objects, while the metrics
@@ -39,7 +22,7 @@ func TestWebhookRBAC(t *testing.T) {
 	t.Run("every namespace guarded: ClusterRole", func(t *testing.T) {
 		objs := render.MustTemplate(t, "--values", "testdata/values/certmanager-token.yaml")
 		role := render.Get[rbacv1.ClusterRole](t, objs, "ClusterRole", "runner-guard")
-		if want := append(slices.Clone(webhookRules), nodeRules...); !render.EqualJSON(role.Rules, want) {
+		if want := append(render.WebhookRules(), render.NodeRules()...); !render.EqualJSON(role.Rules, want) {
 			t.Errorf("ClusterRole rules %s\nwant %s", render.JSON(t, role.Rules), render.JSON(t, want))
 		}
 		b := render.Get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "runner-guard")
@@ -62,8 +45,8 @@ func TestWebhookRBAC(t *testing.T) {
 			}
 			role := render.Get[rbacv1.Role](t, objs.InNamespace(r.GetNamespace()), "Role", r.GetName())
 			nss = append(nss, role.Namespace)
-			if role.Name != "runner-guard" || !render.EqualJSON(role.Rules, webhookRules) {
-				t.Errorf("Role %s/%s rules %s\nwant %s", role.Namespace, role.Name, render.JSON(t, role.Rules), render.JSON(t, webhookRules))
+			if role.Name != "runner-guard" || !render.EqualJSON(role.Rules, render.WebhookRules()) {
+				t.Errorf("Role %s/%s rules %s\nwant %s", role.Namespace, role.Name, render.JSON(t, role.Rules), render.JSON(t, render.WebhookRules()))
 			}
 			b := render.Get[rbacv1.RoleBinding](t, objs.InNamespace(r.GetNamespace()), "RoleBinding", "runner-guard")
 			render.CheckBinding(t, "RoleBinding "+role.Namespace+"/runner-guard", b.RoleRef, b.Subjects, "Role", "runner-guard")

@@ -42,3 +42,26 @@ func CheckMetricsRBAC(t testing.TB, objs Objects) {
 		t.Errorf("metrics-reader rules %s\nwant %s", JSON(t, reader.Rules), JSON(t, wantReader))
 	}
 }
+
+// WebhookRules are the grants of the webhook and its disruption controller
+// on namespaced objects: cluster-wide, or in each guarded namespace. The
+// kustomize manifests and the chart grant the same.
+func WebhookRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "patch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"pods/eviction"}, Verbs: []string{"create"}},
+		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{"actions.github.com"}, Resources: []string{"ephemeralrunners"}, Verbs: []string{"get", "list", "watch", "delete"}},
+		{APIGroups: []string{"actions.summerwind.dev"}, Resources: []string{"runners"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"policy"}, Resources: []string{"poddisruptionbudgets"}, Verbs: []string{"list"}},
+	}
+}
+
+// NodeRules are the disruption controller's cluster-scoped grants: Nodes and
+// Karpenter's NodeClaims.
+func NodeRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"karpenter.sh"}, Resources: []string{"nodeclaims"}, Verbs: []string{"get", "list"}},
+	}
+}
