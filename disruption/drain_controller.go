@@ -94,7 +94,7 @@ func (r *drainReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		// The node's NodeClaim, listed once for all its pods.
 		claim = &nodeClaimOnce{}
 		// Each namespace's PodDisruptionBudgets, listed once for its pods.
-		budgets = &budgetsOnce{}
+		budgets = &budgetsOnce{byNS: map[string][]policyv1.PodDisruptionBudget{}}
 	)
 	for i := range pods.Items {
 		sem <- struct{}{}
@@ -293,9 +293,6 @@ func (r *drainReconciler) blockingBudget(ctx context.Context, pod *corev1.Pod, b
 			r.log.V(1).Info("cannot list PodDisruptionBudgets; the eviction checks them", "namespace", pod.Namespace, "error", err.Error())
 		}
 		pdbs = list.Items
-		if budgets.byNS == nil {
-			budgets.byNS = map[string][]policyv1.PodDisruptionBudget{}
-		}
 		budgets.byNS[pod.Namespace] = pdbs
 	}
 	blocking, several := webhook.BlockingBudgets(pod, pdbs)

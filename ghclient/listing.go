@@ -76,10 +76,9 @@ func (l *listings) of(scope Scope) *scopeListing {
 type scopeListing struct {
 	taken    time.Time
 	pages    []listedPage
-	busy     map[string]bool  // runner name -> busy, from pages
-	ids      map[int64]string // runner ID -> name, from pages
-	idOf     map[string]int64 // runner name -> ID, from pages
-	tooLarge bool             // more than maxListingPages: look runners up by name
+	byName   map[string]*github.Runner // the runners of pages, by name
+	byID     map[int64]*github.Runner  // and by ID
+	tooLarge bool                      // more than maxListingPages: look runners up by name
 	named    map[string]namedState
 	call     *listingCall // refresh in flight
 	failed   time.Time    // when the last refresh failed; zero after one succeeded
@@ -157,9 +156,9 @@ func (c *Client) listedName(ctx context.Context, scope Scope, id int64) (name st
 		now := c.now()
 		c.listings.mu.Lock()
 		sl := c.listings.of(scope)
-		if name, ok := sl.ids[id]; ok {
+		if r, ok := sl.byID[id]; ok {
 			c.listings.mu.Unlock()
-			return name, true
+			return r.GetName(), true
 		}
 		if waited || (sl.call == nil && !sl.worthRefreshing(now)) {
 			c.listings.mu.Unlock()
@@ -211,7 +210,7 @@ func (c *Client) listedIDOf(scope Scope, name string) int64 {
 	if sl == nil || !sl.fresh(now) {
 		return 0
 	}
-	return sl.idOf[name]
+	return sl.byName[name].GetID()
 }
 
 // fresh reports whether sl is a whole listing younger than ListingTTL.
@@ -241,11 +240,11 @@ func (sl *scopeListing) answer(name string, now time.Time) (Listing, bool) {
 	if !sl.fresh(now) {
 		return Listing{}, false
 	}
-	busy, ok := sl.busy[name]
+	r, ok := sl.byName[name]
 	switch {
 	case !ok:
 		return Listing{State: ListedAbsent, Taken: sl.taken}, true
-	case busy:
+	case r.GetBusy():
 		return Listing{State: ListedBusy, Taken: sl.taken}, true
 	}
 	return Listing{State: ListedIdle, Taken: sl.taken}, true
@@ -272,18 +271,16 @@ func (c *Client) refreshListing(ctx context.Context, scope Scope, sl *scopeListi
 	case err != nil:
 		call.err, sl.failed = err, taken
 	case tooLarge:
-		sl.tooLarge, sl.pages, sl.busy, sl.ids, sl.idOf = true, nil, nil, nil, nil
+		sl.tooLarge, sl.pages, sl.byName, sl.byID = true, nil, nil, nil
 		if sl.named == nil {
 			sl.named = map[string]namedState{}
 		}
 	default:
 		sl.pages, sl.taken = pages, taken
-		sl.busy, sl.ids, sl.idOf = map[string]bool{}, map[int64]string{}, map[string]int64{}
+		sl.byName, sl.byID = map[string]*github.Runner{}, map[int64]*github.Runner{}
 		for _, p := range pages {
 			for _, r := range p.runners {
-				sl.busy[r.GetName()] = r.GetBusy()
-				sl.ids[r.GetID()] = r.GetName()
-				sl.idOf[r.GetName()] = r.GetID()
+				sl.byName[r.GetName()], sl.byID[r.GetID()] = r, r
 			}
 		}
 	}
