@@ -106,33 +106,33 @@ func TestParseOnErrorPolicy(t *testing.T) {
 	}
 }
 
-// The README's config file example shows the defaults: parsed strictly, it
+// The config file example in docs/configuration.md shows the defaults: parsed strictly, it
 // must give exactly DefaultConfig(), so the two cannot drift apart.
-func TestREADMEConfigExampleIsTheDefault(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+func TestDocumentedConfigExampleIsTheDefault(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "docs", "configuration.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	section := string(readme)
 	i := strings.Index(section, "### Config file (`--config`)")
 	if i < 0 {
-		t.Fatal("README has no config file section")
+		t.Fatal("docs/configuration.md has no config file section")
 	}
 	section = section[i:]
 	start := strings.Index(section, "```yaml\n")
 	end := strings.Index(section[start+8:], "```")
 	if start < 0 || end < 0 {
-		t.Fatal("README's config file section has no yaml block")
+		t.Fatal("the documented config file section has no yaml block")
 	}
 	got, err := ParseConfig([]byte(section[start+8 : start+8+end]))
 	if err != nil {
-		t.Fatalf("README's config example does not parse: %v", err)
+		t.Fatalf("the documented config example does not parse: %v", err)
 	}
 	want := DefaultConfig()
 	// The example spells out what defaulting fills in; compare as YAML.
 	gotYAML, _ := yaml.Marshal(got)
 	wantYAML, _ := yaml.Marshal(want)
 	if string(gotYAML) != string(wantYAML) {
-		t.Errorf("README's config example differs from DefaultConfig():\n--- README\n%s\n--- DefaultConfig\n%s", gotYAML, wantYAML)
+		t.Errorf("the documented config example differs from DefaultConfig():\n--- README\n%s\n--- DefaultConfig\n%s", gotYAML, wantYAML)
 	}
 }

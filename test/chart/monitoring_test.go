@@ -404,12 +404,13 @@ func TestMonitoringNeedsMetrics(t *testing.T) {
 }
 
 // TestRunbook: every alert the chart renders has its runbook line in the
-// README's "Alerts and runbook" section, and the section names no other.
+// "Alerts and runbook" section of docs/operations.md, and the section names
+// no other.
 func TestRunbook(t *testing.T) {
-	readme := render.ReadFile(t, "README.md")
-	_, section, ok := strings.Cut(string(readme), "\n### Alerts and runbook\n")
+	readme := render.ReadFile(t, "docs/operations.md")
+	_, section, ok := strings.Cut(string(readme), "\n## Alerts and runbook\n")
 	if !ok {
-		t.Fatal(`README.md has no "### Alerts and runbook" section`)
+		t.Fatal(`docs/operations.md has no "## Alerts and runbook" section`)
 	}
 	if end := strings.Index(section, "\n#"); end >= 0 {
 		section = section[:end]
@@ -419,7 +420,7 @@ func TestRunbook(t *testing.T) {
 	for _, m := range runbookLine.FindAllStringSubmatch(section, -1) {
 		documented = append(documented, m[1])
 		if r, ok := rules[m[1]]; ok && r.Labels["severity"] != m[2] {
-			t.Errorf("README says %s is %s; the rule says %s", m[1], m[2], r.Labels["severity"])
+			t.Errorf("docs/operations.md says %s is %s; the rule says %s", m[1], m[2], r.Labels["severity"])
 		}
 	}
 	slices.Sort(documented)
@@ -429,7 +430,7 @@ func TestRunbook(t *testing.T) {
 	}
 	slices.Sort(rendered)
 	if !slices.Equal(documented, rendered) {
-		t.Errorf("README runbook lines %v, want one per alert the chart renders %v", documented, rendered)
+		t.Errorf("docs/operations.md runbook lines %v, want one per alert the chart renders %v", documented, rendered)
 	}
 }
 
