@@ -332,8 +332,25 @@ func (f *Fake) AddInstallation(appID int64, owners ...string) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.nextInstall++
+	for f.installations[f.nextInstall] != nil {
+		f.nextInstall++
+	}
+	f.addInstallationLocked(f.nextInstall, appID, owners)
+	return f.nextInstall
+}
+
+// AddInstallationWithID is AddInstallation with the installation's ID
+// chosen, as a client configured with a fixed ID needs; it replaces any
+// installation of that ID.
+func (f *Fake) AddInstallationWithID(id, appID int64, owners ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.addInstallationLocked(id, appID, owners)
+}
+
+func (f *Fake) addInstallationLocked(id, appID int64, owners []string) {
 	in := &installation{
-		Installation: Installation{ID: f.nextInstall, AppID: appID, Owners: append([]string(nil), owners...)},
+		Installation: Installation{ID: id, AppID: appID, Owners: append([]string(nil), owners...)},
 		owners:       map[string]bool{},
 	}
 	for _, o := range owners {
@@ -341,7 +358,6 @@ func (f *Fake) AddInstallation(appID int64, owners ...string) int64 {
 		f.held[scopeKey{ghclient.ScopeOrg, strings.ToLower(o)}] = true
 	}
 	f.installations[in.ID] = in
-	return in.ID
 }
 
 // RemoveInstallation uninstalls the App there and revokes the installation's
