@@ -65,8 +65,10 @@ type AppRequest struct {
 	PublicKeyPEM string `json:"publicKeyPEM"`
 }
 
-// InstallationRequest is the body of POST /_fake/installations.
+// InstallationRequest is the body of POST /_fake/installations; ID chooses
+// the installation's ID (AddInstallationWithID), 0 lets the fake choose.
 type InstallationRequest struct {
+	ID     int64    `json:"id,omitempty"`
 	AppID  int64    `json:"appID"`
 	Owners []string `json:"owners"`
 }
@@ -343,11 +345,17 @@ func (f *Fake) handleAppControls(mux *http.ServeMux) {
 		if !decode(w, r, &req) {
 			return
 		}
-		if req.AppID <= 0 || len(req.Owners) == 0 {
-			http.Error(w, "appID and owners are required", http.StatusBadRequest)
+		if req.AppID <= 0 || len(req.Owners) == 0 || req.ID < 0 {
+			http.Error(w, "appID and owners are required, and id must not be negative", http.StatusBadRequest)
 			return
 		}
-		writeJSON(w, http.StatusCreated, map[string]int64{"id": f.AddInstallation(req.AppID, req.Owners...)})
+		id := req.ID
+		if id > 0 {
+			f.AddInstallationWithID(id, req.AppID, req.Owners...)
+		} else {
+			id = f.AddInstallation(req.AppID, req.Owners...)
+		}
+		writeJSON(w, http.StatusCreated, map[string]int64{"id": id})
 	})
 	mux.HandleFunc("GET /_fake/installations", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, f.Installations())

@@ -158,6 +158,11 @@ func (g *Remote) AddInstallation(ctx context.Context, appID int64, owners ...str
 	return out.ID, err
 }
 
+// AddInstallationWithID installs the App on owners under installation ID id.
+func (g *Remote) AddInstallationWithID(ctx context.Context, id, appID int64, owners ...string) error {
+	return g.do(ctx, http.MethodPost, "/_fake/installations", nil, InstallationRequest{ID: id, AppID: appID, Owners: owners}, nil)
+}
+
 // RemoveInstallation uninstalls and revokes its tokens.
 func (g *Remote) RemoveInstallation(ctx context.Context, id int64) error {
 	return g.do(ctx, http.MethodDelete, "/_fake/installations", url.Values{"id": {strconv.FormatInt(id, 10)}}, nil, nil)

@@ -266,7 +266,7 @@ func TestLenient(t *testing.T) {
 
 // The remote control reaches the strictness knobs.
 func TestRemoteStrictnessControls(t *testing.T) {
-	_, srv := serve(t, ghfake.WithToken("tok"))
+	f, srv := serve(t, ghfake.WithToken("tok"))
 	ctx := t.Context()
 	g := &ghfake.Remote{BaseURL: srv.URL}
 	missing, _ := ghclient.RepoScope("acme/missing")
@@ -309,5 +309,11 @@ func TestRemoteStrictnessControls(t *testing.T) {
 	}
 	if a := do(t, http.MethodGet, u, bearer("tok2")); a.status != 200 {
 		t.Errorf("tok2 beside spent tok: %d, want 200", a.status)
+	}
+	if err := g.AddInstallationWithID(ctx, 7, appID, "beta"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Installations(); len(got) != 1 || got[0].ID != 7 || got[0].AppID != appID {
+		t.Errorf("installations %+v, want ID 7 of App %d", got, appID)
 	}
 }
