@@ -33,6 +33,9 @@ type GitHub interface {
 	// runners: the fake answers 404 for one it does not hold, as GitHub does.
 	// AddRunner makes its scope exist too.
 	AddScope(scopes ...ghclient.Scope)
+	// SetListingDelay makes GitHub's listing lag registrations and removals
+	// by d, as GitHub's does (0, the default, lists the truth at once).
+	SetListingDelay(d time.Duration)
 }
 
 // GitHubCredential is what the fake GitHub counts the webhook's requests
@@ -154,4 +157,8 @@ func (g *RemoteGitHub) AddScope(scopes ...ghclient.Scope) {
 	for _, scope := range scopes {
 		g.control(func(c context.Context, r *ghfake.Remote) error { return r.AddScope(c, scope) })
 	}
+}
+
+func (g *RemoteGitHub) SetListingDelay(d time.Duration) {
+	g.control(func(c context.Context, r *ghfake.Remote) error { return r.SetListingDelay(c, d) })
 }

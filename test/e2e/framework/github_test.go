@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/fixture"
@@ -74,6 +75,18 @@ func TestRemoteGitHubControlsTheFake(t *testing.T) {
 	if got := getStatus(t, srv, "/orgs/beta/actions/runners"); got != 200 {
 		t.Errorf("organization added with AddScope: %d, want 200", got)
 	}
+
+	// A listing delay hides a new runner from the listing until it passes.
+	remote.SetListingDelay(time.Hour)
+	remote.AddRunner(fixture.Org("beta"), "late")
+	if got := listedNames(t, srv, "/orgs/beta/actions/runners"); len(got) != 0 {
+		t.Errorf("listed %v right after registration with a listing delay, want none", got)
+	}
+	remote.SetListingDelay(0)
+	remote.AddRunner(fixture.Org("beta"), "prompt")
+	if got := listedNames(t, srv, "/orgs/beta/actions/runners"); len(got) != 1 || got[0] != "prompt" {
+		t.Errorf("listed %v without a delay, want [prompt]", got)
+	}
 }
 
 // The secondary limit and the lagging listing reach the fake through the
@@ -127,4 +140,27 @@ func getStatus(t *testing.T, srv *httptest.Server, path string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// listedNames lists path's runners with the webhook's token.
+func listedNames(t *testing.T, srv *httptest.Server, path string) []string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+githubToken)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Runners []ghfake.Runner `json:"runners"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range list.Runners {
+		names = append(names, r.Name)
+	}
+	return names
 }
