@@ -48,11 +48,11 @@ type env struct {
 	metrics *ghclient.Metrics
 }
 
-// newEnv serves a fake GitHub that requires testToken and a Client for it.
+// newEnv serves a fake GitHub that requires testToken and holds org, repo
+// and ent (GitHub answers 404 for any other scope), and a Client for it.
 func newEnv(t *testing.T, mods ...func(*ghclient.Config)) *env {
 	t.Helper()
-	f := ghfake.New()
-	f.SetToken(testToken)
+	f := ghfake.New(ghfake.WithToken(testToken), ghfake.WithScopes(org, repo, ent))
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	m := ghclient.NewMetrics()
@@ -880,6 +880,7 @@ func TestGitHubAppAuth(t *testing.T) {
 			})
 			e.fake.SetToken("")
 			e.fake.AddApp(42, tc.appKey)
+			e.fake.AddInstallationWithID(7, 42, "acme")
 			ctx := context.Background()
 			id1 := e.fake.AddRunner(org, "r1")
 			id2 := e.fake.AddRunner(org, "r2")

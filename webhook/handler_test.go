@@ -39,7 +39,8 @@ type harness struct {
 func newHarness(t *testing.T, cfg Config, pods ...*corev1.Pod) *harness {
 	t.Helper()
 	clock := fakeclock.New(time.Now())
-	gh, client := fixture.FakeGitHubClocked(t, clock.Now)
+	// The scopes of the pods the tests build: GitHub answers 404 for others.
+	gh, client := fixture.FakeGitHubClocked(t, clock.Now, ghfake.WithScopes(acme()))
 	// ARC's legacy Runner of the pod "ci/runner-1" that arcLegacy builds.
 	objs := []runtime.Object{legacyRunner().Obj()}
 	for _, p := range pods {

@@ -71,7 +71,7 @@ func tokenOf(t *testing.T, a answer) string {
 // GitHub requires a JWT's exp, at most 10 minutes ahead (GITHUB-API.md); a
 // fake that took more would let a client that GitHub refuses pass its tests.
 func TestAppJWTExpiry(t *testing.T) {
-	f, srv := serve(t)
+	f, srv := serve(t, ghfake.WithScopes(org, repo, bigcorp))
 	key := newKey(t)
 	f.AddApp(appID, &key.PublicKey)
 	acme := f.AddInstallation(appID, "acme")
@@ -102,7 +102,7 @@ func TestAppJWTExpiry(t *testing.T) {
 }
 
 func TestInstallationLookup(t *testing.T) {
-	f, srv := serve(t)
+	f, srv := serve(t, ghfake.WithScopes(org, repo, bigcorp))
 	key := newKey(t)
 	f.AddApp(appID, &key.PublicKey)
 	acme := f.AddInstallation(appID, "Acme")
@@ -139,7 +139,7 @@ func TestInstallationLookup(t *testing.T) {
 }
 
 func TestInstallationTokensAreScoped(t *testing.T) {
-	f, srv := serve(t)
+	f, srv := serve(t, ghfake.WithScopes(org, repo, bigcorp))
 	key := newKey(t)
 	f.AddApp(appID, &key.PublicKey)
 	acmeInst := f.AddInstallation(appID, "acme")

@@ -47,12 +47,14 @@ type FaultRequest struct {
 	Delay string `json:"delay,omitempty"`
 }
 
-// RateLimitRequest is the body of POST /_fake/ratelimit.
+// RateLimitRequest is the body of POST /_fake/ratelimit: every credential's
+// window (SetRateLimit), or Credential's alone (SetCredentialRateLimit).
 type RateLimitRequest struct {
-	Limit             int `json:"limit"`
-	Remaining         int `json:"remaining"`
-	ResetAfterSeconds int `json:"resetAfterSeconds,omitempty"`
-	Status            int `json:"status,omitempty"` // 403 or 429
+	Credential        string `json:"credential,omitempty"`
+	Limit             int    `json:"limit"`
+	Remaining         int    `json:"remaining"`
+	ResetAfterSeconds int    `json:"resetAfterSeconds,omitempty"`
+	Status            int    `json:"status,omitempty"` // 403 or 429
 }
 
 // AppRequest is the body of POST /_fake/apps: an App and the PEM public key
@@ -63,8 +65,10 @@ type AppRequest struct {
 	PublicKeyPEM string `json:"publicKeyPEM"`
 }
 
-// InstallationRequest is the body of POST /_fake/installations.
+// InstallationRequest is the body of POST /_fake/installations; ID chooses
+// the installation's ID (AddInstallationWithID), 0 lets the fake choose.
 type InstallationRequest struct {
+	ID     int64    `json:"id,omitempty"`
 	AppID  int64    `json:"appID"`
 	Owners []string `json:"owners"`
 }
@@ -94,7 +98,12 @@ type JITResponse struct {
 //	GET    /_fake/requests       -> 200 [Request...]
 //	DELETE /_fake/requests       -> 204
 //	POST   /_fake/latency        {"latency":"100ms"} -> 204
-//	POST   /_fake/token          {"token":"..."} -> 204 ("" turns token auth off)
+//	POST   /_fake/token          {"token":"..."} -> 204 (SetToken; "" accepts none)
+//	POST   /_fake/tokens         {"token":"..."} -> 204 (AddToken)
+//	POST   /_fake/scopes         ScopeJSON -> 204 (AddScope)
+//	DELETE /_fake/scopes?kind=repo&name=o/r -> 204 | 404 (RemoveScope)
+//	POST   /_fake/leniency       Leniency -> 204 ({} is GitHub's strictness)
+//	POST   /_fake/listingdelay   {"delay":"2s"} -> 204 (SetListingDelay)
 //	POST   /_fake/ratelimit      RateLimitRequest -> 204
 //	POST   /_fake/apps           AppRequest -> 204
 //	POST   /_fake/installations  InstallationRequest -> 201 {"id":N}
@@ -109,6 +118,7 @@ func (f *Fake) ControlHandler() http.Handler {
 	mux := http.NewServeMux()
 	f.handleAppControls(mux)
 	f.handleSecondaryControls(mux)
+	f.handleStrictnessControls(mux)
 	mux.HandleFunc("POST /_fake/runners", func(w http.ResponseWriter, r *http.Request) {
 		var req RunnerRequest
 		scope, ok := decodeRunner(w, r, &req)
@@ -200,7 +210,11 @@ func (f *Fake) ControlHandler() http.Handler {
 		if req.ResetAfterSeconds > 0 {
 			reset = f.clock().Add(time.Duration(req.ResetAfterSeconds) * time.Second)
 		}
-		f.SetRateLimit(req.Limit, req.Remaining, reset)
+		if req.Credential != "" {
+			f.SetCredentialRateLimit(req.Credential, req.Limit, req.Remaining, reset)
+		} else {
+			f.SetRateLimit(req.Limit, req.Remaining, reset)
+		}
 		if req.Status != 0 {
 			f.SetRateLimitStatus(req.Status)
 		}
@@ -331,11 +345,17 @@ func (f *Fake) handleAppControls(mux *http.ServeMux) {
 		if !decode(w, r, &req) {
 			return
 		}
-		if req.AppID <= 0 || len(req.Owners) == 0 {
-			http.Error(w, "appID and owners are required", http.StatusBadRequest)
+		if req.AppID <= 0 || len(req.Owners) == 0 || req.ID < 0 {
+			http.Error(w, "appID and owners are required, and id must not be negative", http.StatusBadRequest)
 			return
 		}
-		writeJSON(w, http.StatusCreated, map[string]int64{"id": f.AddInstallation(req.AppID, req.Owners...)})
+		id := req.ID
+		if id > 0 {
+			f.AddInstallationWithID(id, req.AppID, req.Owners...)
+		} else {
+			id = f.AddInstallation(req.AppID, req.Owners...)
+		}
+		writeJSON(w, http.StatusCreated, map[string]int64{"id": id})
 	})
 	mux.HandleFunc("GET /_fake/installations", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, f.Installations())
@@ -397,4 +417,53 @@ func parsePublicKey(pemBytes []byte) (*rsa.PublicKey, error) {
 		return nil, errors.New("not an RSA key")
 	}
 	return x509.ParsePKCS1PublicKey(block.Bytes)
+}
+
+// handleStrictnessControls adds the controls of what the fake holds and
+// accepts: scopes, tokens, leniency and the listing's delay.
+func (f *Fake) handleStrictnessControls(mux *http.ServeMux) {
+	setter(mux, "POST /_fake/tokens", func(req struct {
+		Token string `json:"token"`
+	}) error {
+		if req.Token == "" {
+			return errors.New("missing token")
+		}
+		f.AddToken(req.Token)
+		return nil
+	})
+	setter(mux, "POST /_fake/scopes", func(req ScopeJSON) error {
+		scope, err := scopeFrom(req)
+		if err != nil {
+			return err
+		}
+		f.AddScope(scope)
+		return nil
+	})
+	mux.HandleFunc("DELETE /_fake/scopes", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		scope, err := scopeFrom(ScopeJSON{Kind: ghclient.ScopeKind(q.Get("kind")), Name: q.Get("name")})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if !f.RemoveScope(scope) {
+			http.Error(w, "no such scope", http.StatusNotFound)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	setter(mux, "POST /_fake/leniency", func(req Leniency) error {
+		f.SetLeniency(req)
+		return nil
+	})
+	setter(mux, "POST /_fake/listingdelay", func(req struct {
+		Delay string `json:"delay"`
+	}) error {
+		d, err := time.ParseDuration(req.Delay)
+		if err != nil || d < 0 {
+			return fmt.Errorf("delay %q: want a duration >= 0", req.Delay)
+		}
+		f.SetListingDelay(d)
+		return nil
+	})
 }

@@ -158,6 +158,11 @@ func (g *Remote) AddInstallation(ctx context.Context, appID int64, owners ...str
 	return out.ID, err
 }
 
+// AddInstallationWithID installs the App on owners under installation ID id.
+func (g *Remote) AddInstallationWithID(ctx context.Context, id, appID int64, owners ...string) error {
+	return g.do(ctx, http.MethodPost, "/_fake/installations", nil, InstallationRequest{ID: id, AppID: appID, Owners: owners}, nil)
+}
+
 // RemoveInstallation uninstalls and revokes its tokens.
 func (g *Remote) RemoveInstallation(ctx context.Context, id int64) error {
 	return g.do(ctx, http.MethodDelete, "/_fake/installations", url.Values{"id": {strconv.FormatInt(id, 10)}}, nil, nil)
@@ -168,7 +173,7 @@ func (g *Remote) SetStyle(ctx context.Context, s Style) error {
 	return g.do(ctx, http.MethodPost, "/_fake/style", nil, map[string]Style{"style": s}, nil)
 }
 
-// SetToken turns token authentication on (non-empty) or off.
+// SetToken replaces the token the fake accepts ("" accepts none).
 func (g *Remote) SetToken(ctx context.Context, token string) error {
 	return g.do(ctx, http.MethodPost, "/_fake/token", nil, map[string]string{"token": token}, nil)
 }
@@ -239,4 +244,29 @@ func (g *Remote) SecondaryUsage(ctx context.Context) (map[string]SecondaryUsage,
 // ResetSecondaryUsage forgets every credential's usage.
 func (g *Remote) ResetSecondaryUsage(ctx context.Context) error {
 	return g.do(ctx, http.MethodDelete, "/_fake/secondary", nil, nil, nil)
+}
+
+// AddToken accepts one more token.
+func (g *Remote) AddToken(ctx context.Context, token string) error {
+	return g.do(ctx, http.MethodPost, "/_fake/tokens", nil, map[string]string{"token": token}, nil)
+}
+
+// AddScope makes an owner, repository or enterprise exist with no runners.
+func (g *Remote) AddScope(ctx context.Context, scope ghclient.Scope) error {
+	return g.do(ctx, http.MethodPost, "/_fake/scopes", nil, scopeJSON(scope), nil)
+}
+
+// RemoveScope deletes a scope and its runners (IsNotFound when it was not held).
+func (g *Remote) RemoveScope(ctx context.Context, scope ghclient.Scope) error {
+	return g.do(ctx, http.MethodDelete, "/_fake/scopes", scopeQuery(scope), nil, nil)
+}
+
+// SetLeniency replaces the fake's leniencies.
+func (g *Remote) SetLeniency(ctx context.Context, l Leniency) error {
+	return g.do(ctx, http.MethodPost, "/_fake/leniency", nil, l, nil)
+}
+
+// SetListingDelay makes the listing lag registrations and removals by d.
+func (g *Remote) SetListingDelay(ctx context.Context, d time.Duration) error {
+	return g.do(ctx, http.MethodPost, "/_fake/listingdelay", nil, map[string]string{"delay": d.String()}, nil)
 }

@@ -281,8 +281,7 @@ func (f *Fake) usageLocked(cred string) *credUsage {
 // records; an exhausted primary limit is answered as such, not as a
 // secondary one.
 func (f *Fake) secondaryLocked(cred string, points int, now time.Time) (response, bool) {
-	f.rollPrimaryLocked(now)
-	enforce := !f.secondary.Off && f.style != StyleGHES && f.rateRemaining > 0
+	enforce := !f.secondary.Off && f.style != StyleGHES && f.primaryLocked(cred, now).Remaining > 0
 	admitted, retryAfter := f.usageLocked(cred).arrive(now, points, f.secondary, enforce)
 	if admitted {
 		return response{}, true
@@ -294,7 +293,7 @@ func (f *Fake) secondaryLocked(cred string, points int, now time.Time) (response
 	h.Set("X-GitHub-Media-Type", "github.v3; format=json")
 	h.Set("X-GitHub-Request-Id", id)
 	h.Set("Retry-After", strconv.Itoa(retryAfter))
-	f.rateHeadersLocked(h)
+	f.rateHeadersLocked(h, cred)
 	return jsonResponse(f.secondary.status(), h, struct {
 		Message          string `json:"message"`
 		DocumentationURL string `json:"documentation_url"`
@@ -308,7 +307,7 @@ func (f *Fake) credentialLocked(r *http.Request) string {
 	switch {
 	case !ok:
 		return Anonymous
-	case f.token != "" && tok == f.token:
+	case f.knownTokenLocked(tok):
 		return TokenCredential(tok)
 	}
 	if it, ok := f.appTokens[tok]; ok {

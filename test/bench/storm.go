@@ -282,6 +282,7 @@ func (e *env) busyRetryScope() error {
 func (e *env) rss10kPods(bin string) error {
 	api := process.NewPodAPI()
 	defer api.Close()
+	e.gh.AddScope(org("cached"))
 	for i := range 10000 {
 		api.Add(fixture.MakeLegacyRunnerPod(fmt.Sprintf("ci-%02d", i%50), fmt.Sprintf("cached-%05d", i)).
 			Org("cached").RunnerID(int64(100000 + i)).Node(fmt.Sprintf("node-%03d", i%200)).Running().Obj())

@@ -30,7 +30,8 @@ type scenario struct {
 	scope ghclient.Scope
 }
 
-// newScenario makes a namespace and an organization named after the test.
+// newScenario makes a namespace and an organization (on the fake GitHub too)
+// named after the test.
 func newScenario(t *testing.T, name string) *scenario {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -40,6 +41,7 @@ func newScenario(t *testing.T, name string) *scenario {
 		t.Fatal(err)
 	}
 	s := &scenario{t: t, ctx: ctx, ns: "e2e-" + name, scope: org}
+	env.GitHub.AddScope(org)
 	if err := env.CreateNamespace(ctx, s.ns); err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,7 @@ func newScenario(t *testing.T, name string, spec NodePoolSpec) *scenario {
 		t.Fatal(err)
 	}
 	s := &scenario{t: t, ctx: ctx, name: "karpenter-" + name, scope: scope}
+	cluster.GitHub.AddScope(scope)
 	if err := cluster.CreateNamespace(ctx, s.name); err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,11 @@ func newScenario(t *testing.T, name string) *scenario {
 		cancel()
 		t.Fatalf("create namespace: %v: %s", err, out)
 	}
+	// The fake GitHub answers 404 for an organization it does not hold, as GitHub does.
+	if out, err := s.fake("POST", "/_fake/scopes", map[string]string{"kind": "org", "name": s.org}); err != nil {
+		cancel()
+		t.Fatalf("add organization %s to the fake GitHub: %v: %s", s.org, err, out)
+	}
 	t.Cleanup(func() {
 		// Let every runner go so the namespace can be deleted.
 		_ = s.removeAllRunners()

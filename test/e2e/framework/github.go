@@ -29,6 +29,13 @@ type GitHub interface {
 	// SetListingLags shows a busy runner idle in GitHub's listing while its
 	// DELETE still answers 422.
 	SetListingLags(scope ghclient.Scope, name string, lags bool) bool
+	// AddScope makes owners, repositories and enterprises exist with no
+	// runners: the fake answers 404 for one it does not hold, as GitHub does.
+	// AddRunner makes its scope exist too.
+	AddScope(scopes ...ghclient.Scope)
+	// SetListingDelay makes GitHub's listing lag registrations and removals
+	// by d, as GitHub's does (0, the default, lists the truth at once).
+	SetListingDelay(d time.Duration)
 }
 
 // GitHubCredential is what the fake GitHub counts the webhook's requests
@@ -144,4 +151,14 @@ func (g *RemoteGitHub) ResetSecondaryUsage() {
 
 func (g *RemoteGitHub) SetListingLags(scope ghclient.Scope, name string, lags bool) bool {
 	return g.control(func(c context.Context, r *ghfake.Remote) error { return r.SetListingLags(c, scope, name, lags) })
+}
+
+func (g *RemoteGitHub) AddScope(scopes ...ghclient.Scope) {
+	for _, scope := range scopes {
+		g.control(func(c context.Context, r *ghfake.Remote) error { return r.AddScope(c, scope) })
+	}
+}
+
+func (g *RemoteGitHub) SetListingDelay(d time.Duration) {
+	g.control(func(c context.Context, r *ghfake.Remote) error { return r.SetListingDelay(c, d) })
 }

@@ -5,16 +5,18 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
 // remoteFake serves a fake GitHub over HTTP and returns it, its server and
-// a RemoteGitHub driving it that fails t on any control error.
+// a RemoteGitHub driving it that fails t on any control error. The fake
+// takes the webhook's token, as Start's does.
 func remoteFake(t *testing.T) (*ghfake.Fake, *httptest.Server, *RemoteGitHub) {
 	t.Helper()
-	fake := ghfake.New()
+	fake := ghfake.New(ghfake.WithToken(githubToken))
 	srv := httptest.NewServer(fake)
 	t.Cleanup(srv.Close)
 	return fake, srv, &RemoteGitHub{BaseURL: srv.URL, Fail: func(err error) { t.Fatal(err) }}
@@ -64,6 +66,27 @@ func TestRemoteGitHubControlsTheFake(t *testing.T) {
 	if n := len(fake.Requests()); n != 0 {
 		t.Errorf("ResetLog left %d requests", n)
 	}
+
+	// GitHub answers 404 for an organization it does not have, until AddScope.
+	if got := getStatus(t, srv, "/orgs/beta/actions/runners"); got != 404 {
+		t.Errorf("unknown organization: %d, want 404", got)
+	}
+	remote.AddScope(fixture.Org("beta"))
+	if got := getStatus(t, srv, "/orgs/beta/actions/runners"); got != 200 {
+		t.Errorf("organization added with AddScope: %d, want 200", got)
+	}
+
+	// A listing delay hides a new runner from the listing until it passes.
+	remote.SetListingDelay(time.Hour)
+	remote.AddRunner(fixture.Org("beta"), "late")
+	if got := listedNames(t, srv, "/orgs/beta/actions/runners"); len(got) != 0 {
+		t.Errorf("listed %v right after registration with a listing delay, want none", got)
+	}
+	remote.SetListingDelay(0)
+	remote.AddRunner(fixture.Org("beta"), "prompt")
+	if got := listedNames(t, srv, "/orgs/beta/actions/runners"); len(got) != 1 || got[0] != "prompt" {
+		t.Errorf("listed %v without a delay, want [prompt]", got)
+	}
 }
 
 // The secondary limit and the lagging listing reach the fake through the
@@ -74,16 +97,7 @@ func TestRemoteGitHubSecondaryAndLag(t *testing.T) {
 	fake.AddRunner(org, "r1")
 
 	remote.SetSecondaryLimit(ghfake.SecondaryLimit{PointsPerMinute: 1})
-	get := func() int {
-		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/orgs/acme/actions/runners", nil)
-		req.Header.Set("Authorization", "Bearer "+githubToken)
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	get := func() int { return getStatus(t, srv, "/orgs/acme/actions/runners") }
 	if first, second := get(), get(); first != 200 || second != 403 {
 		t.Errorf("GETs over a 1-point limit: %d then %d, want 200 then 403", first, second)
 	}
@@ -101,6 +115,7 @@ func TestRemoteGitHubSecondaryAndLag(t *testing.T) {
 	}
 	remote.SetSecondaryLimit(ghfake.SecondaryLimit{Off: true})
 	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/orgs/acme/actions/runners?name=r1", nil)
+	req.Header.Set("Authorization", "Bearer "+githubToken)
 	resp, err := srv.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -112,4 +127,40 @@ func TestRemoteGitHubSecondaryAndLag(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || len(list.Runners) != 1 || list.Runners[0].Busy {
 		t.Errorf("lagging listing %+v, %v: want r1 listed idle", list, err)
 	}
+}
+
+// getStatus GETs path from the fake with the webhook's token and returns the status.
+func getStatus(t *testing.T, srv *httptest.Server, path string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+githubToken)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// listedNames lists path's runners with the webhook's token.
+func listedNames(t *testing.T, srv *httptest.Server, path string) []string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+	req.Header.Set("Authorization", "Bearer "+githubToken)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Runners []ghfake.Runner `json:"runners"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range list.Runners {
+		names = append(names, r.Name)
+	}
+	return names
 }

@@ -21,10 +21,16 @@ import (
 
 func main() {
 	listen := flag.String("listen", ":8080", "Address to serve the fake GitHub API and its /_fake/ controls on.")
-	tokenFile := flag.String("token-file", "", "File holding the token requests must carry (Authorization: Bearer TOKEN); empty accepts any request.")
+	tokenFile := flag.String("token-file", "", "File holding the token requests must carry (Authorization: Bearer TOKEN); empty turns authentication off.")
 	flag.Parse()
 
-	fake := ghfake.New()
+	// As strict as GitHub, but for authentication when no token is given:
+	// the scopes the tests use are registered over /_fake/ (runners, scopes).
+	var opts []ghfake.Option
+	if *tokenFile == "" {
+		opts = append(opts, ghfake.WithAuthOff())
+	}
+	fake := ghfake.New(opts...)
 	if *tokenFile != "" {
 		b, err := os.ReadFile(*tokenFile)
 		if err != nil {
