@@ -321,8 +321,7 @@ func (c *Client) listPages(ctx context.Context, scope Scope, old []listedPage) (
 		case statusOf(err) == http.StatusNotModified && prev != nil:
 			p = *prev
 		default:
-			c.forgetInstallation(scope, err)
-			return nil, false, c.wrap(fmt.Sprintf("%s (page %d)", op, page), resp, err)
+			return nil, false, c.fail(scope, fmt.Sprintf("%s (page %d)", op, page), resp, err)
 		}
 		pages = append(pages, p)
 		// Only move forward: a broken Link header must not loop. An

@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/runner-guard/runner-guard/ghclient"
@@ -231,6 +232,8 @@ type decider struct {
 	pods   client.Reader
 	memory *admittedMemory
 	busy   *busyMemory
+	// failures backs off GitHub requests for a pod whose last decision failed.
+	failures *failureMemory
 	// statuses remembers read-only look-ups, so forged dry runs cannot
 	// spend the rate limit.
 	statuses *statusMemory
@@ -256,6 +259,7 @@ func newDecider(cfg Config, gh GitHub, pods client.Reader, now func() time.Time)
 		pods:           pods,
 		memory:         newAdmittedMemory(cfg.RecentlyAdmittedTTL.Duration, now),
 		busy:           newBusyMemory(pol.BusyRetryAfter, pol.BusyRetryMax, now),
+		failures:       newFailureMemory(now),
 	}
 }
 
@@ -392,9 +396,27 @@ func (d *decider) askGitHub(ctx context.Context, r *review) githubResult {
 		// which yields to unregisters that can let a pod go.
 		prio = ghclient.PriorityRecheck
 	}
+	uid := r.podUID()
+	if failure, left, known := d.failures.recall(uid, t); known {
+		if left > 0 {
+			log.V(1).Info("this pod's last decision failed moments ago: not asking GitHub", "error", errString(failure), "retryIn", left)
+			return githubResult{Err: &recentFailure{err: failure, left: left}, From: knowGitHub}
+		}
+		// A repeat of a failed decision yields to unregisters that can let
+		// a pod go.
+		prio = ghclient.PriorityRecheck
+	}
 	out, err := d.github.Unregister(ghclient.WithPriority(ctx, prio), t.runner())
 	log.V(1).Info("asked GitHub to unregister runner", "outcome", out.String(), "error", errString(err), "took", time.Since(start))
 	var spent *ghclient.Spent
+	switch {
+	case err == nil:
+		d.failures.forget(uid, t)
+	case !errors.As(err, &spent):
+		// Nothing was sent when the budget held it: only GitHub's failures
+		// back off.
+		d.failures.failed(uid, t, err)
+	}
 	if errors.As(err, &spent) && r.Busy.Wait > 0 {
 		// The budget is spent and the runner was busy moments ago: say so
 		// from memory rather than fail.
@@ -526,6 +548,14 @@ func allow(reason Reason, msg string) Decision {
 }
 
 func (r *review) podRef() string { return r.Namespace + "/" + r.Name }
+
+// podUID is the reviewed pod's UID, "" when the pod is gone.
+func (r *review) podUID() types.UID {
+	if r.Pod == nil {
+		return ""
+	}
+	return r.Pod.UID
+}
 
 // Rule 1a: kube-system and runner-guard's own namespace are never guarded, so
 // a misconfigured selector cannot lock the cluster's own pods.
