@@ -269,12 +269,19 @@ type Spent struct {
 	RetryAfter time.Duration
 	// GitHub is set when GitHub's own limit (not runner-guard's) holds.
 	GitHub bool
+	// Reserve is set when runner-guard keeps the rest of GitHub's hourly
+	// limit for releases (a re-check while under 5 % of it is left).
+	Reserve bool
 }
 
 func (e *Spent) Error() string {
 	who := "runner-guard's GitHub request budget"
-	if e.GitHub {
+	switch {
+	case e.GitHub:
 		who = "GitHub's rate limit"
+	case e.Reserve:
+		return fmt.Sprintf("GitHub's hourly limit for this credential is nearly spent and runner-guard keeps the last %d%% for unregisters that can let a pod go: no request sent (%s priority); room again in %s",
+			int(primaryReserve*100), e.Priority, roundWait(e.RetryAfter))
 	}
 	return fmt.Sprintf("%s for this credential is spent: no request sent (%s priority); room again in %s", who, e.Priority, roundWait(e.RetryAfter))
 }
@@ -372,7 +379,8 @@ func (b *Budget) reserve(prio Priority, points int, key string) (time.Duration, 
 		limit = b.recheck
 		if h != nil && h.limit > 0 && float64(h.remaining) < primaryReserve*float64(h.limit) {
 			// The hourly limit runs low: keep what is left for releases.
-			return 0, &Spent{Credential: b.id, Priority: prio, RetryAfter: budgetWindow, GitHub: true}
+			// runner-guard's own choice: GitHub refused nothing.
+			return 0, &Spent{Credential: b.id, Priority: prio, RetryAfter: budgetWindow, Reserve: true}
 		}
 	}
 	if b.sum+points <= limit {

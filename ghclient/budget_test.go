@@ -325,3 +325,21 @@ func TestBudgetUnlimited(t *testing.T) {
 		t.Fatalf("GitHub's retry-after did not hold an unlimited budget: %v", err)
 	}
 }
+
+// Under 5 % of the hourly limit left, a re-check is held for releases. That
+// is runner-guard's own choice, not GitHub's limit: the refusal says so, so
+// the on-error policy never lets a pod go on it.
+func TestBudgetHourlyReserveIsOurs(t *testing.T) {
+	clock := newTestClock()
+	b := newTestBudget(t, BudgetConfig{}, clock)
+	b.observe("", &http.Response{StatusCode: http.StatusOK, Header: http.Header{
+		"X-Ratelimit-Limit": []string{"5000"}, "X-Ratelimit-Remaining": []string{"200"}}})
+	var spent *Spent
+	_, err := b.take(WithPriority(context.Background(), PriorityRecheck), http.MethodGet, "")
+	if !errors.As(err, &spent) || spent.GitHub || !spent.Reserve {
+		t.Fatalf("recheck under the hourly reserve: %v (%+v), want runner-guard's own hold", err, spent)
+	}
+	if _, err := b.take(context.Background(), http.MethodDelete, ""); err != nil {
+		t.Fatalf("a release under the reserve was held: %v", err)
+	}
+}

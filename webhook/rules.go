@@ -833,22 +833,38 @@ func ruleListedBusy(r *review, p *policy) (Decision, bool) {
 	return d, true
 }
 
-// Rule 8c: runner-guard's own GitHub request budget for the runner's
-// credential has no room before the API server's deadline, and nothing says
-// the runner is busy. Nothing was sent: the refusal is whatever the on-error
-// policy, since GitHub was not failing, only not asked. Drains retry the 429.
+// Rule 8c: runner-guard chose not to ask GitHub: its own request budget for
+// the runner's credential (githubBudget: the window, the namespace's share
+// of it, or the last 5 % of GitHub's hourly limit kept for releases) has no
+// room before the API server's deadline. Nothing was sent: the refusal is
+// whatever the on-error policy, since GitHub was not failing, only not asked.
+// So is any request held back (GitHub's own limit too) for a runner known to
+// have been busy, or for a bypass user or disrupted pod (rule 6b): not asking
+// never lets such a pod go. Drains retry the 429.
 func ruleBudgetSpent(r *review, p *policy) (Decision, bool) {
 	var spent *ghclient.Spent
-	if !errors.As(r.GitHub.Err, &spent) || spent.GitHub {
+	if !errors.As(r.GitHub.Err, &spent) || spent.GitHub && !r.Busy.Known && !r.bypassed(p) {
 		return Decision{}, false
 	}
 	wait := max(spent.RetryAfter, time.Second)
+	why := ""
+	switch {
+	case r.bypassed(p):
+		why = " (a bypass user's or disrupted pod's delete is let go only on GitHub's word)"
+	case spent.GitHub:
+		why = " (the runner was busy lately: it is not let go unasked)"
+	}
 	d := Decision{Reason: ReasonBudgetSpent, Code: http.StatusServiceUnavailable,
-		Message: fmt.Sprintf("runner %q of pod %s: %v; nothing was sent to GitHub, so the runner is still registered: retry in %s (the budget is githubBudget in --config)",
-			r.Target.Name, r.podRef(), spent, roundUp(wait))}
+		Message: fmt.Sprintf("runner %q of pod %s: %v; nothing was sent to GitHub, so the runner is still registered%s: retry in %s (the budget is githubBudget in --config)",
+			r.Target.Name, r.podRef(), spent, why, roundUp(wait))}
 	refusedEviction(r, p, &d, wait)
 	d.EventType, d.EventReason = corev1.EventTypeWarning, EventBudgetSpent
 	return d, true
+}
+
+// bypassed reports a bypass user's delete or a disrupted pod's (rule 6b).
+func (r *review) bypassed(p *policy) bool {
+	return !r.DryRun && (r.Disrupted || bypassedBy(r.User, p) != "")
 }
 
 // Rule 5d: an eviction the API server would refuse anyway, because a
@@ -878,10 +894,13 @@ func rulePDBBlocks(r *review, p *policy) (Decision, bool) {
 // eviction controllers) and disrupted pods get one read-only look-up: a
 // runner GitHub reports online and busy is running a job on a node that is
 // still alive, so the delete is refused; offline, unknown, idle or a GitHub
-// failure lets the pod go (these requesters clean up after dead nodes).
+// failure lets the pod go (these requesters clean up after dead nodes). A
+// look-up runner-guard held back (its budget, or GitHub's limit it knows to
+// be spent) asked nothing, which proves nothing: rule 8c refuses it.
 func ruleBypass(r *review, p *policy) (Decision, bool) {
 	why := bypassedBy(r.User, p)
-	if r.DryRun || (why == "" && !r.Disrupted) {
+	var spent *ghclient.Spent
+	if r.DryRun || (why == "" && !r.Disrupted) || errors.As(r.GitHub.Err, &spent) {
 		return Decision{}, false
 	}
 	reason := ReasonBypassUser
