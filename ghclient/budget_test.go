@@ -343,3 +343,36 @@ func TestBudgetHourlyReserveIsOurs(t *testing.T) {
 		t.Fatalf("a release under the reserve was held: %v", err)
 	}
 }
+
+// While another namespace wants the window, one namespace takes at most its
+// share of it; alone, it may take the whole window. Its refusal names its
+// namespace's share.
+func TestBudgetNamespaceShare(t *testing.T) {
+	clock := newTestClock()
+	b := newTestBudget(t, BudgetConfig{PointsPerMinute: 100}, clock)
+	short := func(ns string) context.Context {
+		ctx, cancel := context.WithTimeout(WithNamespace(context.Background(), ns), 2*time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	// Alone, namespace a may take the whole window.
+	if sent, err := takeN(short("a"), b, 20, http.MethodDelete); sent != 20 {
+		t.Fatalf("alone: %d of 20 DELETEs sent (%v), want the whole window", sent, err)
+	}
+	clock.Advance(budgetWindow)
+	// b wants the window: a gets half of it, b the rest.
+	if sent, _ := takeN(short("b"), b, 1, http.MethodGet); sent != 1 {
+		t.Fatal("b's first request was held")
+	}
+	sent, err := takeN(short("a"), b, 20, http.MethodDelete)
+	if sent != 10 {
+		t.Errorf("with b wanting the window, a sent %d DELETEs (%d points), want its half (50 points)", sent, 5*sent)
+	}
+	var spent *Spent
+	if !errors.As(err, &spent) || spent.Namespace != "a" || spent.GitHub || !strings.Contains(err.Error(), "namespace a's share (50%)") {
+		t.Errorf("a's refusal = %v, want its namespace's share spent", err)
+	}
+	if sent, err := takeN(short("b"), b, 9, http.MethodDelete); sent != 9 {
+		t.Errorf("b sent %d of 9 DELETEs during a's flood (%v), want all: the rest of the window is b's", sent, err)
+	}
+}

@@ -357,6 +357,8 @@ func (r *review) askable() bool {
 func (d *decider) askGitHub(ctx context.Context, r *review) githubResult {
 	ctx, cancel := context.WithTimeout(ctx, d.githubTimeout)
 	defer cancel()
+	// Each namespace gets its fair share of the credential's budget.
+	ctx = ghclient.WithNamespace(ctx, r.Namespace)
 	t := r.Target
 	log := logr.FromContextOrDiscard(ctx).WithValues("runner", t.Name, "scope", t.Scope.String(), "runnerIDHint", t.IDHint)
 	start := time.Now()
