@@ -2,6 +2,8 @@ package ghclient
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -153,9 +155,18 @@ func (c BudgetConfig) share() (points, concurrent int) {
 // Budgets holds one Budget per credential, shared by every client built for
 // that credential (a rebuilt client keeps what the old one spent). It is safe
 // for concurrent use.
+//
+// A budget lives as long as a client holds it: For counts a holder, Release
+// drops one, and the last Release forgets the budget and its metric series.
+// A Router releases the client it evicts, so a tenant rotating its Secret in
+// a loop holds at most the Router's clients' budgets.
 type Budgets struct {
 	cfg     BudgetConfig
 	metrics *Metrics
+	// idKey keys the hashes that name credentials (credentialID): a
+	// per-process secret, so a name in metrics cannot be matched against
+	// guessed tokens.
+	idKey []byte
 
 	mu  sync.Mutex
 	all map[string]*Budget
@@ -172,14 +183,39 @@ func NewBudgets(cfg BudgetConfig, m *Metrics) (*Budgets, error) {
 	if cfg.Sleep == nil {
 		cfg.Sleep = sleep
 	}
-	return &Budgets{cfg: cfg, metrics: m, all: map[string]*Budget{}}, nil
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("key for credential names: %w", err)
+	}
+	return &Budgets{cfg: cfg, metrics: m, idKey: key, all: map[string]*Budget{}}, nil
 }
 
-// For returns the budget of the credential called id (see credentialID).
+// Len is how many budgets are held.
+func (bs *Budgets) Len() int {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	return len(bs.all)
+}
+
+// Release drops one holder of b (see For); the last one forgets b and its
+// metric series.
+func (bs *Budgets) Release(b *Budget) {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	if b.refs--; b.refs > 0 || bs.all[b.id] != b {
+		return
+	}
+	delete(bs.all, b.id)
+	bs.metrics.forgetCredential(b.id)
+}
+
+// For returns the budget of the credential called id (see credentialID),
+// counting the caller as one more holder until it calls Release.
 func (bs *Budgets) For(id string) *Budget {
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
 	if b, ok := bs.all[id]; ok {
+		b.refs++
 		return b
 	}
 	points, concurrent := bs.cfg.share()
@@ -192,6 +228,7 @@ func (bs *Budgets) For(id string) *Budget {
 		share: share, perNamespace: max(int(float64(points)*share), writePoints), byNamespace: map[string]int{}, waiting: map[string]int{},
 		now: bs.cfg.Now, sleep: bs.cfg.Sleep, metrics: bs.metrics,
 		slots: make(chan struct{}, concurrent), hourly: map[string]*hourlyLimit{}, unlimited: bs.cfg.Unlimited,
+		refs: 1,
 	}
 	bs.all[id] = b
 	b.mu.Lock()
@@ -201,15 +238,21 @@ func (bs *Budgets) For(id string) *Budget {
 }
 
 // credentialID names a credential without revealing it: the API base and a
-// hash of the token, the token file's path, or the App (and installation)
-// ID with a hash of its public key. GitHub counts secondary limits per token
-// or per App installation; an App discovering installations shares one
-// budget across them, which is stricter than GitHub and never looser. The
-// key is part of it because App and installation IDs are not secret: a
-// tenant's Secret naming another team's App with a key of its own must not
-// spend that team's budget on token exchanges GitHub refuses.
-func credentialID(a auth) string {
+// keyed hash (HMAC-SHA256 with a per-process key, 128 bits) of the token,
+// the token file's path, or the App (and installation) ID with a keyed hash
+// of its public key. GitHub counts secondary limits per token or per App
+// installation; an App discovering installations shares one budget across
+// them, which is stricter than GitHub and never looser. The key is part of
+// it because App and installation IDs are not secret: a tenant's Secret
+// naming another team's App with a key of its own must not spend that
+// team's budget on token exchanges GitHub refuses.
+func (bs *Budgets) credentialID(a auth) string {
 	base := strings.TrimSuffix(a.base, "/")
+	sum := func(b []byte) string {
+		h := hmac.New(sha256.New, bs.idKey)
+		h.Write(b)
+		return hex.EncodeToString(h.Sum(nil)[:16])
+	}
 	switch {
 	case a.app != nil:
 		id := "app:" + a.app.issuer
@@ -217,15 +260,13 @@ func credentialID(a auth) string {
 			id += "/" + strconv.FormatInt(a.app.install, 10)
 		}
 		if a.app.key != nil {
-			sum := sha256.Sum256(a.app.key.N.Bytes())
-			id += "#" + hex.EncodeToString(sum[:4])
+			id += "#" + sum(a.app.key.N.Bytes())
 		}
 		return id + "@" + base
 	case a.tokenFile != "":
-		return "token-file:" + a.tokenFile + "@" + base
+		return "token-file:" + sum([]byte(a.tokenFile)) + "@" + base
 	}
-	sum := sha256.Sum256([]byte(a.token))
-	return "token:" + hex.EncodeToString(sum[:6]) + "@" + base
+	return "token:" + sum([]byte(a.token)) + "@" + base
 }
 
 // Budget is one credential's share of GitHub's limits, counted over a
@@ -240,6 +281,8 @@ type Budget struct {
 	slots   chan struct{} // concurrency
 	// unlimited counts but never holds back, but for GitHub's own limit.
 	unlimited bool
+	// refs counts the clients holding the budget (Budgets.mu).
+	refs int
 	// share (perNamespace points) is the most one namespace may take of
 	// the window while another namespace wants it.
 	share        float64
@@ -562,6 +605,9 @@ func (b *Budget) observe(key string, resp *http.Response) {
 	if lerr == nil {
 		h.limit = limit
 	}
+	if rerr == nil {
+		b.metrics.rateLimitLeft(b.id, remaining)
+	}
 	if resp.StatusCode != http.StatusForbidden && resp.StatusCode != http.StatusTooManyRequests {
 		return
 	}
@@ -574,7 +620,7 @@ func (b *Budget) observe(key string, resp *http.Response) {
 		// for its reset (another installation's have a limit of their own).
 		spentUntil := now.Add(defaultSecondaryWait)
 		if reset, err := strconv.ParseInt(header.Get("X-RateLimit-Reset"), 10, 64); err == nil && reset > 0 {
-			spentUntil = time.Unix(reset, 0)
+			spentUntil = now.Add(untilReset(resp, time.Unix(reset, 0), now))
 		}
 		h.blocked = later(h.blocked, spentUntil)
 	case resp.StatusCode == http.StatusTooManyRequests:

@@ -91,8 +91,10 @@ type Client struct {
 	ttl      time.Duration
 	now      func() time.Time
 	metrics  *Metrics // nil: none
-	// budget is the credential's: every request passes through it.
-	budget *Budget
+	// budget is the credential's: every request passes through it, until
+	// release hands it back to budgets.
+	budget  *Budget
+	budgets *Budgets
 	// listings are the shared per-scope runner listings (listing.go).
 	listings *listings
 	// failures are scopes GitHub answered 404, 401 or 403 (failures.go).
@@ -210,12 +212,13 @@ func newClient(a auth, o clientOptions) (*Client, error) {
 			return nil, err
 		}
 	}
-	budget := budgets.For(credentialID(a))
+	budget := budgets.For(budgets.credentialID(a))
 	// The budget sees every request of the credential, token exchanges too,
 	// and holds back what would overspend it before it reaches the network.
 	rt = &budgetTransport{next: rt, budget: budget}
 	c := &Client{
 		budget:   budget,
+		budgets:  budgets,
 		listings: newListings(),
 		failures: newScopeFailures(),
 		isApp:    a.app != nil,
@@ -246,10 +249,15 @@ func newClient(a auth, o clientOptions) (*Client, error) {
 		c.gh, err = newGitHub(a.base, o.userAgent, rt, github.WithAuthToken(a.token))
 	}
 	if err != nil {
+		c.release()
 		return nil, err
 	}
 	return c, nil
 }
+
+// release hands the client's budget back: a Router calls it for a client it
+// no longer keeps. The client must not be used after.
+func (c *Client) release() { c.budgets.Release(c.budget) }
 
 // setupApp authenticates as the App's fixed installation, or prepares to find
 // the installation of each runner owner with one shared key.

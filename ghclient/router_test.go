@@ -606,3 +606,53 @@ func TestTokenFileRemembered401(t *testing.T) {
 		t.Fatalf("after the file got the good token: %v, %v", out, err)
 	}
 }
+
+// A tenant rewriting its Secret in a loop gets a new client each time; the
+// Router keeps MaxClients of them, and the budgets of the ones it drops go
+// with them.
+func TestRouterRotationsBoundBudgets(t *testing.T) {
+	budgets, err := ghclient.NewBudgets(ghclient.BudgetConfig{}, ghclient.NewMetrics())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ghclient.NewRouter(ghclient.RouterConfig{MaxClients: 4, Budgets: budgets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if _, err := r.ClientFor(&ghclient.Credentials{Key: "ci/arc", Token: fmt.Sprintf("ghp_rotated_%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := budgets.Len(); got > 4 {
+		t.Errorf("budgets after 100 rotations = %d, want at most the Router's 4 clients", got)
+	}
+}
+
+// The checker gives the Router's verdict on credentials without building a
+// client (no budget, no request).
+func TestCredentialsCheckerAgreesWithRouter(t *testing.T) {
+	tests := map[string]*ghclient.Credentials{
+		"token":           {Key: "ci/a", Token: "ghp_x"},
+		"no key":          {Token: "ghp_x"},
+		"token and app":   {Key: "ci/a", Token: "ghp_x", AppID: "42", PrivateKey: testKeyPEM},
+		"app without key": {Key: "ci/a", AppID: "42", InstallationID: 7},
+		"app":             {Key: "ci/a", AppID: "42", InstallationID: 7, PrivateKey: testKeyPEM},
+		"bad base URL":    {Key: "ci/a", Token: "ghp_x", BaseURL: "ftp://x"},
+	}
+	checker := ghclient.NewCredentialsChecker(true)
+	for name, creds := range tests {
+		t.Run(name, func(t *testing.T) {
+			r, err := ghclient.NewRouter(ghclient.RouterConfig{AllowHTTP: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, want := r.ClientFor(creds)
+			for range 2 { // the second answer is remembered
+				if got := checker.Check(creds); fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("checker says %v, Router says %v", got, want)
+				}
+			}
+		})
+	}
+}
