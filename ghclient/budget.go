@@ -2,6 +2,8 @@ package ghclient
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -39,6 +41,10 @@ const (
 	// primaryReserve is the share of the hourly (primary) limit kept for
 	// unregisters that can let a pod go.
 	primaryReserve = 0.05
+	// DefaultNamespaceShare is the part of a credential's window one
+	// namespace may take while others want it: one team's flood of failing
+	// deletes leaves the rest for every other team's.
+	DefaultNamespaceShare = 0.5
 )
 
 // Priority orders requests when the budget is short.
@@ -74,6 +80,21 @@ func PriorityOf(ctx context.Context) Priority {
 	return p
 }
 
+type namespaceKey struct{}
+
+// WithNamespace charges every GitHub request made with ctx to the Kubernetes
+// namespace ns, for the namespace's fair share of the budget
+// (BudgetConfig.NamespaceShare). Requests without one (controllers) are
+// charged to nobody and held only by the window.
+func WithNamespace(ctx context.Context, ns string) context.Context {
+	return context.WithValue(ctx, namespaceKey{}, ns)
+}
+
+func namespaceOf(ctx context.Context) string {
+	ns, _ := ctx.Value(namespaceKey{}).(string)
+	return ns
+}
+
 // BudgetConfig sets how much of GitHub's limits a credential's requests may
 // use. The figures are for the whole Deployment; each of Replicas replicas
 // holds its share, so the sum stays inside GitHub's limit whichever replica
@@ -85,6 +106,10 @@ type BudgetConfig struct {
 	Concurrency int
 	// Replicas sharing the budget; default 1.
 	Replicas int
+	// NamespaceShare is the most of the window one namespace may take while
+	// another namespace wants it (has spent in the last minute, or waits);
+	// default DefaultNamespaceShare. 1 turns fair sharing off.
+	NamespaceShare float64
 	// Unlimited sends every request at once (GitHub's own retry-after still
 	// holds them): a GitHub Enterprise Server with rate limiting off.
 	Unlimited bool
@@ -108,6 +133,8 @@ func (c BudgetConfig) Validate() error {
 		return fmt.Errorf("BudgetConfig.Concurrency %d is more than GitHub allows a credential (%d requests at once)", c.Concurrency, GitHubConcurrency)
 	case c.Replicas < 0:
 		return fmt.Errorf("BudgetConfig.Replicas must not be negative, got %d", c.Replicas)
+	case c.NamespaceShare < 0 || c.NamespaceShare > 1:
+		return fmt.Errorf("BudgetConfig.NamespaceShare must be between 0 (the default, %g) and 1, got %g", DefaultNamespaceShare, c.NamespaceShare)
 	}
 	return nil
 }
@@ -128,9 +155,18 @@ func (c BudgetConfig) share() (points, concurrent int) {
 // Budgets holds one Budget per credential, shared by every client built for
 // that credential (a rebuilt client keeps what the old one spent). It is safe
 // for concurrent use.
+//
+// A budget lives as long as a client holds it: For counts a holder, Release
+// drops one, and the last Release forgets the budget and its metric series.
+// A Router releases the client it evicts, so a tenant rotating its Secret in
+// a loop holds at most the Router's clients' budgets.
 type Budgets struct {
 	cfg     BudgetConfig
 	metrics *Metrics
+	// idKey keys the hashes that name credentials (credentialID): a
+	// per-process secret, so a name in metrics cannot be matched against
+	// guessed tokens.
+	idKey []byte
 
 	mu  sync.Mutex
 	all map[string]*Budget
@@ -147,21 +183,52 @@ func NewBudgets(cfg BudgetConfig, m *Metrics) (*Budgets, error) {
 	if cfg.Sleep == nil {
 		cfg.Sleep = sleep
 	}
-	return &Budgets{cfg: cfg, metrics: m, all: map[string]*Budget{}}, nil
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("key for credential names: %w", err)
+	}
+	return &Budgets{cfg: cfg, metrics: m, idKey: key, all: map[string]*Budget{}}, nil
 }
 
-// For returns the budget of the credential called id (see credentialID).
+// Len is how many budgets are held.
+func (bs *Budgets) Len() int {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	return len(bs.all)
+}
+
+// Release drops one holder of b (see For); the last one forgets b and its
+// metric series.
+func (bs *Budgets) Release(b *Budget) {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	if b.refs--; b.refs > 0 || bs.all[b.id] != b {
+		return
+	}
+	delete(bs.all, b.id)
+	bs.metrics.forgetCredential(b.id)
+}
+
+// For returns the budget of the credential called id (see credentialID),
+// counting the caller as one more holder until it calls Release.
 func (bs *Budgets) For(id string) *Budget {
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
 	if b, ok := bs.all[id]; ok {
+		b.refs++
 		return b
 	}
 	points, concurrent := bs.cfg.share()
+	share := bs.cfg.NamespaceShare
+	if share == 0 {
+		share = DefaultNamespaceShare
+	}
 	b := &Budget{
 		id: id, points: points, recheck: max(int(float64(points)*recheckShare), writePoints),
+		share: share, perNamespace: max(int(float64(points)*share), writePoints), byNamespace: map[string]int{}, waiting: map[string]int{},
 		now: bs.cfg.Now, sleep: bs.cfg.Sleep, metrics: bs.metrics,
 		slots: make(chan struct{}, concurrent), hourly: map[string]*hourlyLimit{}, unlimited: bs.cfg.Unlimited,
+		refs: 1,
 	}
 	bs.all[id] = b
 	b.mu.Lock()
@@ -171,15 +238,21 @@ func (bs *Budgets) For(id string) *Budget {
 }
 
 // credentialID names a credential without revealing it: the API base and a
-// hash of the token, the token file's path, or the App (and installation)
-// ID with a hash of its public key. GitHub counts secondary limits per token
-// or per App installation; an App discovering installations shares one
-// budget across them, which is stricter than GitHub and never looser. The
-// key is part of it because App and installation IDs are not secret: a
-// tenant's Secret naming another team's App with a key of its own must not
-// spend that team's budget on token exchanges GitHub refuses.
-func credentialID(a auth) string {
+// keyed hash (HMAC-SHA256 with a per-process key, 128 bits) of the token,
+// the token file's path, or the App (and installation) ID with a keyed hash
+// of its public key. GitHub counts secondary limits per token or per App
+// installation; an App discovering installations shares one budget across
+// them, which is stricter than GitHub and never looser. The key is part of
+// it because App and installation IDs are not secret: a tenant's Secret
+// naming another team's App with a key of its own must not spend that
+// team's budget on token exchanges GitHub refuses.
+func (bs *Budgets) credentialID(a auth) string {
 	base := strings.TrimSuffix(a.base, "/")
+	sum := func(b []byte) string {
+		h := hmac.New(sha256.New, bs.idKey)
+		h.Write(b)
+		return hex.EncodeToString(h.Sum(nil)[:16])
+	}
 	switch {
 	case a.app != nil:
 		id := "app:" + a.app.issuer
@@ -187,15 +260,13 @@ func credentialID(a auth) string {
 			id += "/" + strconv.FormatInt(a.app.install, 10)
 		}
 		if a.app.key != nil {
-			sum := sha256.Sum256(a.app.key.N.Bytes())
-			id += "#" + hex.EncodeToString(sum[:4])
+			id += "#" + sum(a.app.key.N.Bytes())
 		}
 		return id + "@" + base
 	case a.tokenFile != "":
-		return "token-file:" + a.tokenFile + "@" + base
+		return "token-file:" + sum([]byte(a.tokenFile)) + "@" + base
 	}
-	sum := sha256.Sum256([]byte(a.token))
-	return "token:" + hex.EncodeToString(sum[:6]) + "@" + base
+	return "token:" + sum([]byte(a.token)) + "@" + base
 }
 
 // Budget is one credential's share of GitHub's limits, counted over a
@@ -210,10 +281,20 @@ type Budget struct {
 	slots   chan struct{} // concurrency
 	// unlimited counts but never holds back, but for GitHub's own limit.
 	unlimited bool
+	// refs counts the clients holding the budget (Budgets.mu).
+	refs int
+	// share (perNamespace points) is the most one namespace may take of
+	// the window while another namespace wants it.
+	share        float64
+	perNamespace int
 
 	mu    sync.Mutex
 	spent []spend // oldest first, within the last minute
 	sum   int
+	// byNamespace is what each namespace spent of sum; waiting counts the
+	// requests of each namespace waiting for room. Both want the window.
+	byNamespace map[string]int
+	waiting     map[string]int
 	// blocked is when GitHub's secondary limit (its retry-after, or a
 	// minute) lets the credential's requests go again: none is sent before,
 	// since a client that keeps sending while limited can be banned.
@@ -257,8 +338,9 @@ func (t *limitKeyTransport) RoundTrip(req *http.Request) (*http.Response, error)
 }
 
 type spend struct {
-	at     time.Time
-	points int
+	at        time.Time
+	points    int
+	namespace string
 }
 
 // Spent is the error of a request the budget did not send. It carries the
@@ -269,12 +351,27 @@ type Spent struct {
 	RetryAfter time.Duration
 	// GitHub is set when GitHub's own limit (not runner-guard's) holds.
 	GitHub bool
+	// Reserve is set when runner-guard keeps the rest of GitHub's hourly
+	// limit for releases (a re-check while under 5 % of it is left).
+	Reserve bool
+	// Namespace is set when what is spent is that namespace's share of the
+	// window (BudgetConfig.NamespaceShare), others wanting the rest.
+	Namespace string
+	// Share is the namespace's share, with Namespace.
+	Share float64
 }
 
 func (e *Spent) Error() string {
 	who := "runner-guard's GitHub request budget"
-	if e.GitHub {
+	switch {
+	case e.GitHub:
 		who = "GitHub's rate limit"
+	case e.Namespace != "":
+		return fmt.Sprintf("namespace %s's share (%d%%) of runner-guard's GitHub request budget for this credential is spent while other namespaces use the rest: no request sent (%s priority); room again in %s",
+			e.Namespace, int(e.Share*100), e.Priority, roundWait(e.RetryAfter))
+	case e.Reserve:
+		return fmt.Sprintf("GitHub's hourly limit for this credential is nearly spent and runner-guard keeps the last %d%% for unregisters that can let a pod go: no request sent (%s priority); room again in %s",
+			int(primaryReserve*100), e.Priority, roundWait(e.RetryAfter))
 	}
 	return fmt.Sprintf("%s for this credential is spent: no request sent (%s priority); room again in %s", who, e.Priority, roundWait(e.RetryAfter))
 }
@@ -299,10 +396,10 @@ func cost(method string) int {
 // limit key (see limitKey), waiting (release priority only) while the wait
 // ends before ctx's deadline. The returned func frees the concurrency slot.
 func (b *Budget) take(ctx context.Context, method, key string) (func(), error) {
-	prio, points := PriorityOf(ctx), cost(method)
+	prio, points, ns := PriorityOf(ctx), cost(method), namespaceOf(ctx)
 	waited := false
 	for {
-		wait, err := b.reserve(prio, points, key)
+		wait, nsFull, err := b.reserve(prio, points, key, ns)
 		if err != nil {
 			b.metrics.budgetDeferred(b.id, prio, "refused")
 			return nil, err
@@ -310,16 +407,23 @@ func (b *Budget) take(ctx context.Context, method, key string) (func(), error) {
 		if wait == 0 {
 			break
 		}
+		spent := &Spent{Credential: b.id, Priority: prio, RetryAfter: wait}
+		if nsFull {
+			spent.Namespace, spent.Share = ns, b.share
+		}
 		if prio == PriorityRecheck || !fitsBefore(ctx, wait) {
 			b.metrics.budgetDeferred(b.id, prio, "refused")
-			return nil, &Spent{Credential: b.id, Priority: prio, RetryAfter: wait}
+			return nil, spent
 		}
 		if !waited {
 			b.metrics.budgetDeferred(b.id, prio, "waited")
 			waited = true
 		}
-		if err := b.sleep(ctx, wait); err != nil {
-			return nil, &Spent{Credential: b.id, Priority: prio, RetryAfter: wait}
+		b.wait(ns, +1)
+		err = b.sleep(ctx, wait)
+		b.wait(ns, -1)
+		if err != nil {
+			return nil, spent
 		}
 	}
 	if b.unlimited {
@@ -328,7 +432,7 @@ func (b *Budget) take(ctx context.Context, method, key string) (func(), error) {
 	select {
 	case b.slots <- struct{}{}:
 	case <-ctx.Done():
-		b.refund(points)
+		b.refund(points, ns)
 		return nil, fmt.Errorf("waiting for one of %d concurrent GitHub requests: %w", cap(b.slots), ctx.Err())
 	}
 	return func() { <-b.slots }, nil
@@ -347,8 +451,38 @@ func fitsBefore(ctx context.Context, wait time.Duration) bool {
 // minRequestTime is the least time a request is started with.
 const minRequestTime = time.Second
 
-// reserve books points now, or says how long until they fit (0, nil: booked).
-func (b *Budget) reserve(prio Priority, points int, key string) (time.Duration, error) {
+// wait counts a request of namespace ns waiting for room (d +1) or done
+// waiting (d -1): a waiting namespace wants the window.
+func (b *Budget) wait(ns string, d int) {
+	if ns == "" {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.waiting[ns] += d; b.waiting[ns] <= 0 {
+		delete(b.waiting, ns)
+	}
+}
+
+// othersWant reports whether a namespace other than ns has spent in the
+// window or waits for room. b.mu must be held.
+func (b *Budget) othersWantLocked(ns string) bool {
+	for other := range b.byNamespace {
+		if other != ns {
+			return true
+		}
+	}
+	for other := range b.waiting {
+		if other != ns {
+			return true
+		}
+	}
+	return false
+}
+
+// reserve books points now, or says how long until they fit (0, nil: booked);
+// nsFull says the wait is for namespace ns's share of the window.
+func (b *Budget) reserve(prio Priority, points int, key, ns string) (time.Duration, bool, error) {
 	now := b.now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -360,53 +494,86 @@ func (b *Budget) reserve(prio Priority, points int, key string) (time.Duration, 
 		blocked = later(blocked, h.blocked)
 	}
 	if now.Before(blocked) {
-		return 0, &Spent{Credential: b.id, Priority: prio, RetryAfter: blocked.Sub(now), GitHub: true}
+		return 0, false, &Spent{Credential: b.id, Priority: prio, RetryAfter: blocked.Sub(now), GitHub: true}
 	}
 	if b.unlimited {
-		b.spent = append(b.spent, spend{at: now, points: points})
-		b.sum += points
-		return 0, nil
+		b.bookLocked(now, points, ns)
+		return 0, false, nil
 	}
 	limit := b.points
 	if prio == PriorityRecheck {
 		limit = b.recheck
 		if h != nil && h.limit > 0 && float64(h.remaining) < primaryReserve*float64(h.limit) {
 			// The hourly limit runs low: keep what is left for releases.
-			return 0, &Spent{Credential: b.id, Priority: prio, RetryAfter: budgetWindow, GitHub: true}
+			// runner-guard's own choice: GitHub refused nothing.
+			return 0, false, &Spent{Credential: b.id, Priority: prio, RetryAfter: budgetWindow, Reserve: true}
 		}
 	}
+	if ns != "" && b.share < 1 && b.byNamespace[ns]+points > b.perNamespace && b.othersWantLocked(ns) {
+		// Another namespace wants the window: this one has had its share.
+		// Room comes when enough of its own spends leave the window.
+		need := b.byNamespace[ns] + points - b.perNamespace
+		for _, s := range b.spent {
+			if s.namespace != ns {
+				continue
+			}
+			if need -= s.points; need <= 0 {
+				return max(s.at.Add(budgetWindow).Sub(now), time.Millisecond), true, nil
+			}
+		}
+		return budgetWindow, true, nil
+	}
 	if b.sum+points <= limit {
-		b.spent = append(b.spent, spend{at: now, points: points})
-		b.sum += points
-		return 0, nil
+		b.bookLocked(now, points, ns)
+		return 0, false, nil
 	}
 	// Room comes when enough of the oldest spends leave the window.
 	need := b.sum + points - limit
 	for _, s := range b.spent {
 		need -= s.points
 		if need <= 0 {
-			return max(s.at.Add(budgetWindow).Sub(now), time.Millisecond), nil
+			return max(s.at.Add(budgetWindow).Sub(now), time.Millisecond), false, nil
 		}
 	}
 	// points alone exceed the limit; cannot happen with share()'s floor.
-	return budgetWindow, nil
+	return budgetWindow, false, nil
+}
+
+// bookLocked counts points spent now by namespace ns. b.mu must be held.
+func (b *Budget) bookLocked(now time.Time, points int, ns string) {
+	b.spent = append(b.spent, spend{at: now, points: points, namespace: ns})
+	b.sum += points
+	if ns != "" {
+		b.byNamespace[ns] += points
+	}
+}
+
+// unbookLocked takes back points counted for namespace ns.
+func (b *Budget) unbookLocked(points int, ns string) {
+	b.sum -= points
+	if ns == "" {
+		return
+	}
+	if b.byNamespace[ns] -= points; b.byNamespace[ns] <= 0 {
+		delete(b.byNamespace, ns)
+	}
 }
 
 func (b *Budget) expire(now time.Time) {
 	i := 0
 	for ; i < len(b.spent) && !now.Before(b.spent[i].at.Add(budgetWindow)); i++ {
-		b.sum -= b.spent[i].points
+		b.unbookLocked(b.spent[i].points, b.spent[i].namespace)
 	}
 	b.spent = b.spent[i:]
 }
 
 // refund gives back points booked for a request that was never sent.
-func (b *Budget) refund(points int) {
+func (b *Budget) refund(points int, ns string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i := len(b.spent) - 1; i >= 0; i-- {
-		if b.spent[i].points == points {
-			b.sum -= points
+		if s := b.spent[i]; s.points == points && s.namespace == ns {
+			b.unbookLocked(points, ns)
 			b.spent = append(b.spent[:i], b.spent[i+1:]...)
 			break
 		}
@@ -438,6 +605,9 @@ func (b *Budget) observe(key string, resp *http.Response) {
 	if lerr == nil {
 		h.limit = limit
 	}
+	if rerr == nil {
+		b.metrics.rateLimitLeft(b.id, remaining)
+	}
 	if resp.StatusCode != http.StatusForbidden && resp.StatusCode != http.StatusTooManyRequests {
 		return
 	}
@@ -450,7 +620,7 @@ func (b *Budget) observe(key string, resp *http.Response) {
 		// for its reset (another installation's have a limit of their own).
 		spentUntil := now.Add(defaultSecondaryWait)
 		if reset, err := strconv.ParseInt(header.Get("X-RateLimit-Reset"), 10, 64); err == nil && reset > 0 {
-			spentUntil = time.Unix(reset, 0)
+			spentUntil = now.Add(untilReset(resp, time.Unix(reset, 0), now))
 		}
 		h.blocked = later(h.blocked, spentUntil)
 	case resp.StatusCode == http.StatusTooManyRequests:

@@ -6,9 +6,12 @@ import (
 	"crypto/rsa"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/runner-guard/runner-guard/test/fixture/fakeclock"
 )
@@ -17,6 +20,15 @@ import (
 const epochUnix = 1_800_000_000
 
 func newTestClock() *fakeclock.Clock { return fakeclock.New(time.Unix(epochUnix, 0)) }
+
+func newTestBudgets(t *testing.T) *Budgets {
+	t.Helper()
+	bs, err := NewBudgets(BudgetConfig{}, NewMetrics())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bs
+}
 
 func newTestBudget(t *testing.T, cfg BudgetConfig, clock *fakeclock.Clock) *Budget {
 	t.Helper()
@@ -271,12 +283,13 @@ func TestBudgetConfigValidation(t *testing.T) {
 }
 
 func TestCredentialIDHidesTheToken(t *testing.T) {
+	ids := newTestBudgets(t)
 	a := auth{base: "https://api.github.com/", token: "ghp_supersecret"}
-	id := credentialID(a)
-	if strings.Contains(id, "supersecret") || id != credentialID(a) {
+	id := ids.credentialID(a)
+	if strings.Contains(id, "supersecret") || id != ids.credentialID(a) {
 		t.Fatalf("credentialID = %q: must be stable and not contain the token", id)
 	}
-	if other := credentialID(auth{base: a.base, token: "ghp_other"}); other == id {
+	if other := ids.credentialID(auth{base: a.base, token: "ghp_other"}); other == id {
 		t.Fatal("two tokens share one budget")
 	}
 }
@@ -293,14 +306,15 @@ func TestCredentialIDOfAnAppIncludesItsKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ids := newTestBudgets(t)
 	app := func(k *rsa.PrivateKey) auth {
 		return auth{base: "https://api.github.com/", app: &appAuth{issuer: "42", id: 42, install: 7, key: k}}
 	}
-	if first, again := credentialID(app(key)), credentialID(app(key)); first != again {
+	if first, again := ids.credentialID(app(key)), ids.credentialID(app(key)); first != again {
 		t.Fatalf("one App and key get two budgets: %q, %q", first, again)
 	}
-	if credentialID(app(key)) == credentialID(app(forged)) {
-		t.Fatalf("a forged key shares the App's budget %q", credentialID(app(key)))
+	if ids.credentialID(app(key)) == ids.credentialID(app(forged)) {
+		t.Fatalf("a forged key shares the App's budget %q", ids.credentialID(app(key)))
 	}
 }
 
@@ -323,5 +337,130 @@ func TestBudgetUnlimited(t *testing.T) {
 	var spent *Spent
 	if _, err := b.take(context.Background(), http.MethodGet, ""); !errors.As(err, &spent) || !spent.GitHub {
 		t.Fatalf("GitHub's retry-after did not hold an unlimited budget: %v", err)
+	}
+}
+
+// Under 5 % of the hourly limit left, a re-check is held for releases. That
+// is runner-guard's own choice, not GitHub's limit: the refusal says so, so
+// the on-error policy never lets a pod go on it.
+func TestBudgetHourlyReserveIsOurs(t *testing.T) {
+	clock := newTestClock()
+	b := newTestBudget(t, BudgetConfig{}, clock)
+	b.observe("", &http.Response{StatusCode: http.StatusOK, Header: http.Header{
+		"X-Ratelimit-Limit": []string{"5000"}, "X-Ratelimit-Remaining": []string{"200"}}})
+	var spent *Spent
+	_, err := b.take(WithPriority(context.Background(), PriorityRecheck), http.MethodGet, "")
+	if !errors.As(err, &spent) || spent.GitHub || !spent.Reserve {
+		t.Fatalf("recheck under the hourly reserve: %v (%+v), want runner-guard's own hold", err, spent)
+	}
+	if _, err := b.take(context.Background(), http.MethodDelete, ""); err != nil {
+		t.Fatalf("a release under the reserve was held: %v", err)
+	}
+}
+
+// While another namespace wants the window, one namespace takes at most its
+// share of it; alone, it may take the whole window. Its refusal names its
+// namespace's share.
+func TestBudgetNamespaceShare(t *testing.T) {
+	clock := newTestClock()
+	b := newTestBudget(t, BudgetConfig{PointsPerMinute: 100}, clock)
+	short := func(ns string) context.Context {
+		ctx, cancel := context.WithTimeout(WithNamespace(context.Background(), ns), 2*time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	// Alone, namespace a may take the whole window.
+	if sent, err := takeN(short("a"), b, 20, http.MethodDelete); sent != 20 {
+		t.Fatalf("alone: %d of 20 DELETEs sent (%v), want the whole window", sent, err)
+	}
+	clock.Advance(budgetWindow)
+	// b wants the window: a gets half of it, b the rest.
+	if sent, _ := takeN(short("b"), b, 1, http.MethodGet); sent != 1 {
+		t.Fatal("b's first request was held")
+	}
+	sent, err := takeN(short("a"), b, 20, http.MethodDelete)
+	if sent != 10 {
+		t.Errorf("with b wanting the window, a sent %d DELETEs (%d points), want its half (50 points)", sent, 5*sent)
+	}
+	var spent *Spent
+	if !errors.As(err, &spent) || spent.Namespace != "a" || spent.GitHub || !strings.Contains(err.Error(), "namespace a's share (50%)") {
+		t.Errorf("a's refusal = %v, want its namespace's share spent", err)
+	}
+	if sent, err := takeN(short("b"), b, 9, http.MethodDelete); sent != 9 {
+		t.Errorf("b sent %d of 9 DELETEs during a's flood (%v), want all: the rest of the window is b's", sent, err)
+	}
+}
+
+// Credentials are named in metrics by a keyed hash long enough not to be
+// searched: another process (another key) names the same token otherwise.
+func TestCredentialIDIsKeyed(t *testing.T) {
+	a := auth{base: "https://api.github.com/", token: "ghp_supersecret"}
+	id := newTestBudgets(t).credentialID(a)
+	if other := newTestBudgets(t).credentialID(a); other == id {
+		t.Fatalf("two processes name one token alike (%q): the hash is not keyed", id)
+	}
+	hash := strings.TrimSuffix(strings.TrimPrefix(id, "token:"), "@https://api.github.com")
+	if len(hash) < 32 {
+		t.Fatalf("credential hash %q has %d hex digits, want at least 32 (128 bits)", hash, len(hash))
+	}
+}
+
+// A budget lives as long as a client holds it; the last release forgets it
+// and its metric series.
+func TestBudgetReleased(t *testing.T) {
+	m := NewMetrics()
+	bs, err := NewBudgets(BudgetConfig{}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bs.For("token:a")
+	if again := bs.For("token:a"); again != b {
+		t.Fatal("one credential got two budgets")
+	}
+	b.observe("", &http.Response{StatusCode: http.StatusOK, Header: http.Header{"X-Ratelimit-Remaining": []string{"4999"}}})
+	series := func() int {
+		n := 0
+		for _, c := range m.Collectors() {
+			n += testutil.CollectAndCount(c, "runner_guard_github_budget_points_used", "runner_guard_github_rate_limit_remaining")
+		}
+		return n
+	}
+	if got := series(); got != 2 {
+		t.Fatalf("series = %d, want 2 (points used, rate limit remaining)", got)
+	}
+	bs.Release(b)
+	if bs.Len() != 1 {
+		t.Fatalf("budgets = %d after one of two holders released, want 1", bs.Len())
+	}
+	bs.Release(b)
+	if bs.Len() != 0 || series() != 0 {
+		t.Fatalf("budgets = %d, series = %d after the last release, want none", bs.Len(), series())
+	}
+}
+
+// GitHub's reset time is GitHub's clock: it is read against the answer's
+// Date, so a local clock an hour off neither sends while limited nor holds
+// the credential for an hour.
+func TestBudgetResetRelativeToDate(t *testing.T) {
+	for name, skew := range map[string]time.Duration{"local clock ahead": time.Hour, "local clock behind": -time.Hour} {
+		t.Run(name, func(t *testing.T) {
+			clock := newTestClock()
+			b := newTestBudget(t, BudgetConfig{}, clock)
+			github := clock.Now().Add(-skew)
+			b.observe("", &http.Response{StatusCode: http.StatusForbidden, Header: http.Header{
+				"Date":                  []string{github.UTC().Format(http.TimeFormat)},
+				"X-Ratelimit-Limit":     []string{"5000"},
+				"X-Ratelimit-Remaining": []string{"0"},
+				"X-Ratelimit-Reset":     []string{strconv.FormatInt(github.Add(time.Minute).Unix(), 10)},
+			}})
+			var spent *Spent
+			if _, err := b.take(context.Background(), http.MethodGet, ""); !errors.As(err, &spent) || !spent.GitHub || spent.RetryAfter != time.Minute {
+				t.Fatalf("right after the limit: %v, want GitHub's limit holding for 1m", err)
+			}
+			clock.Advance(time.Minute)
+			if _, err := b.take(context.Background(), http.MethodGet, ""); err != nil {
+				t.Fatalf("after the reset: %v", err)
+			}
+		})
 	}
 }

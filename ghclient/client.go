@@ -91,10 +91,16 @@ type Client struct {
 	ttl      time.Duration
 	now      func() time.Time
 	metrics  *Metrics // nil: none
-	// budget is the credential's: every request passes through it.
-	budget *Budget
+	// budget is the credential's: every request passes through it, until
+	// release hands it back to budgets.
+	budget  *Budget
+	budgets *Budgets
 	// listings are the shared per-scope runner listings (listing.go).
 	listings *listings
+	// failures are scopes GitHub answered 404, 401 or 403 (failures.go).
+	failures *scopeFailures
+	// tokenFile is the token's file, nil for other credentials.
+	tokenFile *fileToken
 
 	mu    sync.Mutex
 	cache map[lookupKey]cacheEntry
@@ -206,13 +212,15 @@ func newClient(a auth, o clientOptions) (*Client, error) {
 			return nil, err
 		}
 	}
-	budget := budgets.For(credentialID(a))
+	budget := budgets.For(budgets.credentialID(a))
 	// The budget sees every request of the credential, token exchanges too,
 	// and holds back what would overspend it before it reaches the network.
 	rt = &budgetTransport{next: rt, budget: budget}
 	c := &Client{
 		budget:   budget,
+		budgets:  budgets,
 		listings: newListings(),
+		failures: newScopeFailures(),
 		isApp:    a.app != nil,
 		cloud:    a.cloud,
 		ttl:      o.ttl,
@@ -234,16 +242,22 @@ func newClient(a auth, o clientOptions) (*Client, error) {
 	case a.tokenFile != "":
 		var src *fileToken
 		if src, err = newFileToken(a.tokenFile, c.now); err == nil {
+			c.tokenFile = src
 			c.gh, err = newGitHub(a.base, o.userAgent, &tokenTransport{src: src, next: rt})
 		}
 	default:
 		c.gh, err = newGitHub(a.base, o.userAgent, rt, github.WithAuthToken(a.token))
 	}
 	if err != nil {
+		c.release()
 		return nil, err
 	}
 	return c, nil
 }
+
+// release hands the client's budget back: a Router calls it for a client it
+// no longer keeps. The client must not be used after.
+func (c *Client) release() { c.budgets.Release(c.budget) }
 
 // setupApp authenticates as the App's fixed installation, or prepares to find
 // the installation of each runner owner with one shared key.
@@ -462,8 +476,7 @@ func (c *Client) getRunner(ctx context.Context, scope Scope, name string, id int
 		// Unregister lists next; a lost installation shows there.
 		return nil, nil
 	}
-	c.forgetInstallation(scope, err)
-	return nil, c.wrap(op, resp, err)
+	return nil, c.fail(scope, op, resp, err)
 }
 
 // deleteRunner answers Removed (2xx), NotFound (404) or Busy (422 saying the
@@ -497,28 +510,45 @@ func (c *Client) deleteRunner(ctx context.Context, scope Scope, name string, id 
 		// admit the delete and cancel the job.
 		return Busy, nil
 	}
-	c.forgetInstallation(scope, err)
-	return 0, c.wrap(op, resp, err)
+	return 0, c.fail(scope, op, resp, err)
 }
 
 // api returns the GitHub client for scope: the one client, or the client of
 // the App installation on the scope's owner.
 func (c *Client) api(ctx context.Context, scope Scope) (*github.Client, error) {
+	if err := c.recall(scope); err != nil {
+		return nil, err
+	}
 	if c.installs == nil {
 		return c.gh, nil
 	}
 	return c.installs.client(ctx, c, scope)
 }
 
-// forgetInstallation drops a discovered installation after a 401 or 404: the
-// App was uninstalled, reinstalled under a new ID, or lost the owner.
-func (c *Client) forgetInstallation(scope Scope, err error) {
-	if c.installs == nil {
-		return
+// fail is the error of a failed request about scope: GitHub's 404, 401 or
+// 403 is remembered for the scope (failures.go), and a discovered
+// installation GitHub says is gone is dropped.
+func (c *Client) fail(scope Scope, op string, resp *github.Response, err error) error {
+	wrapped := c.wrap(op, resp, err)
+	if c.forgetInstallation(scope, err) {
+		// The next request asks with a new installation: nothing to remember.
+		return wrapped
 	}
-	if s := anyStatusOf(err); s == http.StatusUnauthorized || s == http.StatusNotFound {
-		c.installs.forget(scope)
+	c.failed(scope, err, wrapped)
+	return wrapped
+}
+
+// forgetInstallation drops a discovered installation when GitHub says it is
+// gone (see installationGone): the App was uninstalled or reinstalled under
+// a new ID. A 404 from a listing is not that: the App may simply not see
+// that one repository, and every other team under the owner would pay a new
+// look-up and token.
+func (c *Client) forgetInstallation(scope Scope, err error) bool {
+	if c.installs == nil || !installationGone(err) {
+		return false
 	}
+	c.installs.forget(scope)
+	return true
 }
 
 // wrap names the operation and maps rate limits to *RateLimited.

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/bradleyfalzon/ghinstallation/v2"
 	"github.com/golang-jwt/jwt/v4"
@@ -39,6 +40,19 @@ type installation struct {
 	id   int64
 	gh   *github.Client
 	err  error
+	// until is when a failed discovery (404, 401 or 403) is asked again.
+	until time.Time
+}
+
+// remembered reports whether inst still answers at now: in flight, found,
+// or a failure whose memory has not run out.
+func (inst *installation) remembered(now time.Time) bool {
+	select {
+	case <-inst.done:
+		return inst.err == nil || now.Before(inst.until)
+	default:
+		return true // in flight
+	}
 }
 
 func ownerOf(scope Scope) string {
@@ -53,7 +67,7 @@ func (in *installations) client(ctx context.Context, c *Client, scope Scope) (*g
 	owner := ownerOf(scope)
 	in.mu.Lock()
 	inst, ok := in.owners[owner]
-	if !ok {
+	if !ok || !inst.remembered(c.now()) {
 		in.makeRoomLocked()
 		inst = &installation{done: make(chan struct{})}
 		in.owners[owner] = inst
@@ -105,6 +119,7 @@ func (in *installations) discover(ctx context.Context, c *Client, scope Scope, o
 	} else {
 		found, resp, err = in.appAPI.Apps.GetOrganizationInstallation(ctx, scope.Name)
 	}
+	raw := err
 	switch {
 	case statusOf(err) == http.StatusNotFound:
 		err = fmt.Errorf("%s: %w (GitHub answered 404)", op, ErrAppNotInstalled)
@@ -123,8 +138,14 @@ func (in *installations) discover(ctx context.Context, c *Client, scope Scope, o
 		inst.gh, err = in.build(&limitKeyTransport{next: ghinstallation.NewFromAppsTransport(&atr, inst.id), key: "installation/" + strconv.FormatInt(inst.id, 10)})
 	}
 	if err != nil {
-		// Failures are not cached: the next caller asks again.
 		inst.err = err
+		if rememberedStatus(raw, c.now(), c.cloud) != 0 {
+			// The App is not installed there (or may not look): asking
+			// again for every decision changes nothing.
+			inst.until = c.now().Add(FailureTTL)
+			return
+		}
+		// Other failures are not kept: the next caller asks again.
 		in.drop(owner, inst)
 	}
 }

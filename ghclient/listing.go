@@ -52,22 +52,46 @@ type Listing struct {
 	Taken time.Time
 }
 
+// listingIdle is how long a scope's listing is kept after its last use:
+// its ETags save a refresh's hourly quota, but a scope no decision asks
+// about any more (a tenant naming a new repository in every pod) must not
+// stay forever.
+const listingIdle = 10 * time.Minute
+
 // listings are a client's shared per-scope listings.
 type listings struct {
 	mu     sync.Mutex
 	scopes map[Scope]*scopeListing
+	swept  time.Time
 }
 
 func newListings() *listings { return &listings{scopes: map[Scope]*scopeListing{}} }
 
-// of is scope's listing, made empty on first use; l.mu must be held.
-func (l *listings) of(scope Scope) *scopeListing {
+// of is scope's listing, made empty on first use, and marked used now;
+// listings unused for listingIdle are dropped. l.mu must be held.
+func (l *listings) of(scope Scope, now time.Time) *scopeListing {
+	if now.Sub(l.swept) >= ListingTTL {
+		l.swept = now
+		for s, sl := range l.scopes {
+			if sl.call == nil && now.Sub(sl.used) >= listingIdle {
+				delete(l.scopes, s)
+			}
+		}
+	}
 	sl := l.scopes[scope]
 	if sl == nil {
 		sl = &scopeListing{}
 		l.scopes[scope] = sl
 	}
+	sl.used = now
 	return sl
+}
+
+// listingsHeld is how many scopes' listings the client holds.
+func (c *Client) listingsHeld() int {
+	c.listings.mu.Lock()
+	defer c.listings.mu.Unlock()
+	return len(c.listings.scopes)
 }
 
 // scopeListing is the last listing of one scope. Pages keep their ETags, so
@@ -82,6 +106,7 @@ type scopeListing struct {
 	named    map[string]namedState
 	call     *listingCall // refresh in flight
 	failed   time.Time    // when the last refresh failed; zero after one succeeded
+	used     time.Time    // last asked about
 }
 
 type listedPage struct {
@@ -113,7 +138,7 @@ func (c *Client) Listed(ctx context.Context, scope Scope, name string, refresh b
 	for {
 		now := c.now()
 		c.listings.mu.Lock()
-		sl := c.listings.of(scope)
+		sl := c.listings.of(scope, now)
 		if l, ok := sl.answer(name, now); ok {
 			c.listings.mu.Unlock()
 			return l, nil
@@ -155,7 +180,7 @@ func (c *Client) listedName(ctx context.Context, scope Scope, id int64) (name st
 	for waited := false; ; waited = true {
 		now := c.now()
 		c.listings.mu.Lock()
-		sl := c.listings.of(scope)
+		sl := c.listings.of(scope, now)
 		if r, ok := sl.byID[id]; ok {
 			c.listings.mu.Unlock()
 			return r.GetName(), true
@@ -321,8 +346,7 @@ func (c *Client) listPages(ctx context.Context, scope Scope, old []listedPage) (
 		case statusOf(err) == http.StatusNotModified && prev != nil:
 			p = *prev
 		default:
-			c.forgetInstallation(scope, err)
-			return nil, false, c.wrap(fmt.Sprintf("%s (page %d)", op, page), resp, err)
+			return nil, false, c.fail(scope, fmt.Sprintf("%s (page %d)", op, page), resp, err)
 		}
 		pages = append(pages, p)
 		// Only move forward: a broken Link header must not loop. An

@@ -96,8 +96,7 @@ func (c *Client) scan(ctx context.Context, scope Scope, nameFilter string, match
 			if opts.Page > 1 {
 				op = fmt.Sprintf("%s (page %d)", op, opts.Page)
 			}
-			c.forgetInstallation(scope, err)
-			return nil, c.wrap(op, resp, err)
+			return nil, c.fail(scope, op, resp, err)
 		}
 		if runners != nil {
 			for _, r := range runners.Runners {

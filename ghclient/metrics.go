@@ -14,7 +14,7 @@ import (
 type Metrics struct {
 	requests           *prometheus.CounterVec
 	duration           *prometheus.HistogramVec
-	rateLimitRemaining prometheus.Gauge
+	rateLimitRemaining *prometheus.GaugeVec
 	hintsRejected      *prometheus.CounterVec
 	budgetUsed         *prometheus.GaugeVec
 	budgetLeft         *prometheus.GaugeVec
@@ -43,10 +43,8 @@ func NewMetrics() *Metrics {
 			// Admission deadlines are a few seconds; resolve that range finely.
 			Buckets: []float64{0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10},
 		}, []string{"method"}),
-		rateLimitRemaining: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "runner_guard_github_rate_limit_remaining",
-			Help: "x-ratelimit-remaining from the most recent GitHub API response.",
-		}),
+		rateLimitRemaining: credentialGauge("runner_guard_github_rate_limit_remaining",
+			"x-ratelimit-remaining from the most recent GitHub API response, per credential."),
 		hintsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runner_guard_github_id_hints_rejected_total",
 			Help: "Untrusted runner ID hints not used because GitHub's record for the ID names another runner (\"other_runner\") or does not exist (\"not_found\"); the runner was looked up by name instead.",
@@ -92,6 +90,25 @@ func (m *Metrics) budget(credential string, used, limit int) {
 	}
 }
 
+// rateLimitLeft reports a credential's x-ratelimit-remaining; m may be nil.
+func (m *Metrics) rateLimitLeft(credential string, remaining int) {
+	if m != nil {
+		m.rateLimitRemaining.WithLabelValues(credential).Set(float64(remaining))
+	}
+}
+
+// forgetCredential deletes every series of a credential whose budget is
+// gone; m may be nil.
+func (m *Metrics) forgetCredential(credential string) {
+	if m == nil {
+		return
+	}
+	for _, g := range []*prometheus.GaugeVec{m.budgetUsed, m.budgetLeft, m.rateLimitRemaining} {
+		g.DeleteLabelValues(credential)
+	}
+	m.budgetDeferredN.DeletePartialMatch(prometheus.Labels{"credential": credential})
+}
+
 // budgetDeferred counts a request the budget held back; m may be nil.
 func (m *Metrics) budgetDeferred(credential string, p Priority, result string) {
 	if m != nil {
@@ -116,8 +133,5 @@ func (t *instrumentedTransport) RoundTrip(req *http.Request) (*http.Response, er
 		return resp, err
 	}
 	t.metrics.requests.WithLabelValues(req.Method, strconv.Itoa(resp.StatusCode)).Inc()
-	if v, perr := strconv.Atoi(resp.Header.Get("X-RateLimit-Remaining")); perr == nil {
-		t.metrics.rateLimitRemaining.Set(float64(v))
-	}
 	return resp, nil
 }

@@ -61,7 +61,7 @@ func rateLimited(err error, now time.Time, cloud bool) *RateLimited {
 		if !ok {
 			wait = defaultSecondaryWait
 			if !primary.Rate.Reset.IsZero() {
-				wait = primary.Rate.Reset.Sub(now)
+				wait = untilReset(primary.Response, primary.Rate.Reset.Time, now)
 			}
 		}
 		return &RateLimited{RetryAfter: max(wait, minRetryAfter), Primary: true, Err: err}
@@ -91,7 +91,7 @@ func rateLimited(err error, now time.Time, cloud bool) *RateLimited {
 	if remaining == "0" {
 		wait := defaultSecondaryWait
 		if reset, perr := strconv.ParseInt(resp.Header.Get("X-RateLimit-Reset"), 10, 64); perr == nil && reset > 0 {
-			wait = time.Unix(reset, 0).Sub(now)
+			wait = untilReset(resp, time.Unix(reset, 0), now)
 		}
 		return &RateLimited{RetryAfter: max(wait, minRetryAfter), Primary: true, Err: err}
 	}
@@ -100,6 +100,19 @@ func rateLimited(err error, now time.Time, cloud bool) *RateLimited {
 		return &RateLimited{RetryAfter: defaultSecondaryWait, Err: err}
 	}
 	return nil
+}
+
+// untilReset is how long until GitHub's reset time: counted from the
+// answer's Date header, both being GitHub's clock, so a local clock that is
+// off neither holds requests for an hour nor sends them while limited.
+// Without a Date, from now.
+func untilReset(resp *http.Response, reset, now time.Time) time.Duration {
+	if resp != nil {
+		if date, err := http.ParseTime(resp.Header.Get("Date")); err == nil {
+			return reset.Sub(date)
+		}
+	}
+	return reset.Sub(now)
 }
 
 // retryAfterHeader reads `retry-after: SECONDS`.

@@ -188,13 +188,18 @@ func (r *Router) store(fp string, c *Client) *Client {
 	defer r.mu.Unlock()
 	if el, ok := r.clients[fp]; ok {
 		r.lru.MoveToFront(el)
+		c.release()
 		return el.Value.(*routed).client
 	}
 	r.clients[fp] = r.lru.PushFront(&routed{fingerprint: fp, client: c})
 	for r.lru.Len() > r.max {
 		oldest := r.lru.Back()
 		r.lru.Remove(oldest)
-		delete(r.clients, oldest.Value.(*routed).fingerprint)
+		gone := oldest.Value.(*routed)
+		delete(r.clients, gone.fingerprint)
+		// Its budget, listings and metric series go with it. A decision
+		// still using it finishes; its budget is simply no longer shared.
+		gone.client.release()
 	}
 	return c
 }

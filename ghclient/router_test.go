@@ -14,6 +14,7 @@ import (
 
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
+	"github.com/runner-guard/runner-guard/test/fixture/fakeclock"
 )
 
 const appID = 42
@@ -241,13 +242,17 @@ func TestRouterCredentialsErrors(t *testing.T) {
 }
 
 // appEnv is a Client authenticated as App appID without an installation ID.
-func appEnv(t *testing.T) (*ghfake.Fake, *ghclient.Client) {
+func appEnv(t *testing.T, mods ...func(*ghclient.Config)) (*ghfake.Fake, *ghclient.Client) {
 	t.Helper()
 	f, srv := appFake(t)
-	c, err := ghclient.New(ghclient.Config{
+	cfg := ghclient.Config{
 		BaseURL: "http://api.github.com/", AllowHTTP: true, Transport: dialTo(srv),
 		App: &ghclient.AppCredentials{AppID: appID, PrivateKeyPEM: testKeyPEM},
-	})
+	}
+	for _, mod := range mods {
+		mod(&cfg)
+	}
+	c, err := ghclient.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,18 +326,64 @@ func TestInstallationDiscoveryRepoFirst(t *testing.T) {
 }
 
 func TestInstallationNotInstalled(t *testing.T) {
-	f, c := appEnv(t)
+	clock := fakeclock.New(time.Unix(1_800_000_000, 0))
+	f, c := appEnv(t, func(cfg *ghclient.Config) { cfg.Now = clock.Now })
 	f.AddRunner(org, "r1")
 	ctx := context.Background()
-	for range 2 {
+	for range 5 {
 		_, err := c.Unregister(ctx, org, "r1", ghclient.IDHint{})
 		if !errors.Is(err, ghclient.ErrAppNotInstalled) {
 			t.Fatalf("err = %v, want ErrAppNotInstalled", err)
 		}
 	}
-	// Not cached: installing the App later must work without a restart.
-	if got := countCalls(f, "GET", "/orgs/acme/installation"); got != 2 {
-		t.Errorf("look-ups = %d, want 2", got)
+	// Remembered: repeating the look-up changes nothing for a while.
+	if got := countCalls(f, "GET", "/orgs/acme/installation"); got != 1 {
+		t.Errorf("look-ups = %d, want 1", got)
+	}
+	// Not forever: installing the App later must work without a restart.
+	f.AddInstallation(appID, "acme")
+	clock.Advance(ghclient.FailureTTL)
+	if out, err := c.Unregister(ctx, org, "r1", ghclient.IDHint{}); err != nil || out != ghclient.Removed {
+		t.Fatalf("after installing: %v, %v", out, err)
+	}
+}
+
+// A 404 listing one repository says the App cannot see it, not that its
+// installation on the owner is gone: the installation is kept for the
+// owner's other scopes, and the 404 is remembered for the repository.
+func TestInstallationKeptOnListing404(t *testing.T) {
+	clock := fakeclock.New(time.Unix(1_800_000_000, 0))
+	f, c := appEnv(t, func(cfg *ghclient.Config) { cfg.Now = clock.Now })
+	f.AddInstallation(appID, "acme")
+	f.AddRunner(org, "r1")
+	missing := ghclient.Scope{Kind: ghclient.ScopeRepo, Name: "acme/does-not-exist"}
+	f.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 404, Method: "GET", PathContains: "/repos/acme/does-not-exist/"})
+	ctx := context.Background()
+	if _, err := c.Status(ctx, org, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	f.ResetLog()
+	for range 30 {
+		if _, err := c.Unregister(ctx, missing, "r9", ghclient.IDHint{}); err == nil || !strings.Contains(err.Error(), "404") {
+			t.Fatalf("err = %v, want the 404", err)
+		}
+	}
+	if got := len(f.Requests()); got != 1 {
+		t.Errorf("GitHub requests for 30 unregisters in a missing repository = %d, want 1: %q", got, calls(f))
+	}
+	if _, err := c.Status(ctx, org, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := countCalls(f, "GET", "/installation"); got != 0 {
+		t.Errorf("installation look-ups after a repository's 404 = %d, want 0", got)
+	}
+	clock.Advance(ghclient.FailureTTL)
+	f.ResetLog()
+	if _, err := c.Unregister(ctx, missing, "r9", ghclient.IDHint{}); err == nil {
+		t.Fatal("want the 404 again")
+	}
+	if got := countCalls(f, "GET", "/repos/acme/does-not-exist/"); got != 1 {
+		t.Errorf("after FailureTTL, requests = %d, want 1 (asked again)", got)
 	}
 }
 
@@ -348,12 +399,6 @@ func TestInstallationForgotten(t *testing.T) {
 				f.AddInstallation(appID, "acme")
 			},
 			wantCode: "401",
-		},
-		"list answers 404": {
-			breakIt: func(f *ghfake.Fake, _ int64) {
-				f.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: 404, Method: "GET", PathContains: "/actions/runners", Times: 1})
-			},
-			wantCode: "404",
 		},
 	}
 	for name, tc := range tests {
@@ -534,5 +579,80 @@ func TestClientIDAsAppID(t *testing.T) {
 	}
 	if got := countCalls(f, "POST", "/access_tokens"); got != 1 {
 		t.Errorf("token exchanges = %d, want 1", got)
+	}
+}
+
+// A scope's 401 is answered from memory, but a new token in the file ends the
+// memory at once: a rotated Secret needs no wait.
+func TestTokenFileRemembered401(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "token")
+	writeToken(t, path, "stale-token", time.Now().Add(-time.Hour))
+	clock := fakeclock.New(time.Now())
+	e := newEnv(t, func(c *ghclient.Config) { c.Token, c.TokenFile, c.Now = "", path, clock.Now })
+	e.fake.SetToken("good-token")
+	e.fake.AddRunner(org, "r1")
+	ctx := context.Background()
+	for range 10 {
+		if _, err := e.client.Unregister(ctx, org, "r1", ghclient.IDHint{}); err == nil || !strings.Contains(err.Error(), "401") {
+			t.Fatalf("err = %v, want the 401", err)
+		}
+	}
+	if got := len(e.fake.Requests()); got != 1 {
+		t.Errorf("requests for 10 unregisters answered 401 = %d, want 1 (remembered)", got)
+	}
+	writeToken(t, path, "good-token", time.Now())
+	clock.Advance(6 * time.Second) // past the file's re-check interval
+	if out, err := e.client.Unregister(ctx, org, "r1", ghclient.IDHint{}); err != nil || out != ghclient.Removed {
+		t.Fatalf("after the file got the good token: %v, %v", out, err)
+	}
+}
+
+// A tenant rewriting its Secret in a loop gets a new client each time; the
+// Router keeps MaxClients of them, and the budgets of the ones it drops go
+// with them.
+func TestRouterRotationsBoundBudgets(t *testing.T) {
+	budgets, err := ghclient.NewBudgets(ghclient.BudgetConfig{}, ghclient.NewMetrics())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ghclient.NewRouter(ghclient.RouterConfig{MaxClients: 4, Budgets: budgets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if _, err := r.ClientFor(&ghclient.Credentials{Key: "ci/arc", Token: fmt.Sprintf("ghp_rotated_%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := budgets.Len(); got > 4 {
+		t.Errorf("budgets after 100 rotations = %d, want at most the Router's 4 clients", got)
+	}
+}
+
+// The checker gives the Router's verdict on credentials without building a
+// client (no budget, no request).
+func TestCredentialsCheckerAgreesWithRouter(t *testing.T) {
+	tests := map[string]*ghclient.Credentials{
+		"token":           {Key: "ci/a", Token: "ghp_x"},
+		"no key":          {Token: "ghp_x"},
+		"token and app":   {Key: "ci/a", Token: "ghp_x", AppID: "42", PrivateKey: testKeyPEM},
+		"app without key": {Key: "ci/a", AppID: "42", InstallationID: 7},
+		"app":             {Key: "ci/a", AppID: "42", InstallationID: 7, PrivateKey: testKeyPEM},
+		"bad base URL":    {Key: "ci/a", Token: "ghp_x", BaseURL: "ftp://x"},
+	}
+	checker := ghclient.NewCredentialsChecker(true)
+	for name, creds := range tests {
+		t.Run(name, func(t *testing.T) {
+			r, err := ghclient.NewRouter(ghclient.RouterConfig{AllowHTTP: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, want := r.ClientFor(creds)
+			for range 2 { // the second answer is remembered
+				if got := checker.Check(creds); fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("checker says %v, Router says %v", got, want)
+				}
+			}
+		})
 	}
 }

@@ -123,6 +123,11 @@ type GitHubBudget struct {
 	// Replicas share the budget (the chart passes replicaCount; default 1).
 	// With more replicas than this, the Deployment may spend more.
 	Replicas int `json:"replicas,omitempty"`
+	// NamespaceShare is the most of a credential's per-minute budget one
+	// namespace may take while another namespace wants it (default 0.5;
+	// 1 turns fair sharing off), so one team's flood of failing deletes
+	// leaves the rest to the others.
+	NamespaceShare float64 `json:"namespaceShare,omitempty"`
 	// Unlimited turns the budget off (GitHub's own retry-after still holds
 	// requests back): only for a GitHub Enterprise Server whose rate limiting
 	// is off, where holding requests back only slows drains.
@@ -131,7 +136,8 @@ type GitHubBudget struct {
 
 // BudgetConfig is the budget for ghclient.NewBudgets.
 func (b GitHubBudget) BudgetConfig() ghclient.BudgetConfig {
-	return ghclient.BudgetConfig{PointsPerMinute: b.PointsPerMinute, Concurrency: b.Concurrency, Replicas: b.Replicas, Unlimited: b.Unlimited}
+	return ghclient.BudgetConfig{PointsPerMinute: b.PointsPerMinute, Concurrency: b.Concurrency, Replicas: b.Replicas,
+		NamespaceShare: b.NamespaceShare, Unlimited: b.Unlimited}
 }
 
 // CredentialsMode says where runners' GitHub credentials come from.
@@ -341,6 +347,9 @@ func (c *Config) Default() {
 	if c.GitHubBudget.Replicas == 0 {
 		c.GitHubBudget.Replicas = 1
 	}
+	if c.GitHubBudget.NamespaceShare == 0 {
+		c.GitHubBudget.NamespaceShare = ghclient.DefaultNamespaceShare
+	}
 }
 
 // Validate checks a defaulted Config and compiles its selectors. Paths are
@@ -405,6 +414,10 @@ func (c *Config) Validate() field.ErrorList {
 	}
 	if c.GitHubBudget.Replicas < 0 {
 		errs = append(errs, field.Invalid(budget.Child("replicas"), c.GitHubBudget.Replicas, "must not be negative"))
+	}
+	if s := c.GitHubBudget.NamespaceShare; s <= 0 || s > 1 || s != s {
+		errs = append(errs, field.Invalid(budget.Child("namespaceShare"), s,
+			"must be more than 0 and at most 1 (the part of a credential's per-minute budget one namespace may take while others want it)"))
 	}
 	for i, ns := range c.RunnerNamespaces {
 		for _, msg := range validation.IsDNS1123Label(ns) {

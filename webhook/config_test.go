@@ -72,7 +72,25 @@ githubTimeout: 3s
 			yaml:    "runnerPods: [{name: a, container: c, selector: {matchLabels: {a: b}}, scopeEnv: {organization: X}}, {name: a, container: c, selector: {matchLabels: {a: c}}, scopeEnv: {organization: X}}]",
 			wantErr: `runnerPods[1].name: Duplicate value: "a"`,
 		},
-		"empty force annotation": {yaml: "forceDelete: {annotation: ' '}", wantErr: "forceDelete.annotation"},
+		"empty force annotation":   {yaml: "forceDelete: {annotation: ' '}", wantErr: "forceDelete.annotation"},
+		"namespace share over 1":   {yaml: "githubBudget: {namespaceShare: 1.5}", wantErr: "githubBudget.namespaceShare: Invalid value: 1.5"},
+		"negative namespace share": {yaml: "githubBudget: {namespaceShare: -0.2}", wantErr: "githubBudget.namespaceShare: Invalid value: -0.2"},
+		"namespace share": {
+			yaml: "githubBudget: {namespaceShare: 0.25}",
+			check: func(t *testing.T, c Config) {
+				if got := c.GitHubBudget.BudgetConfig().NamespaceShare; got != 0.25 {
+					t.Errorf("namespaceShare = %g, want 0.25", got)
+				}
+			},
+		},
+		"namespace share defaults to half": {
+			yaml: "",
+			check: func(t *testing.T, c Config) {
+				if got := c.GitHubBudget.NamespaceShare; got != 0.5 {
+					t.Errorf("namespaceShare = %g, want the default 0.5", got)
+				}
+			},
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -582,3 +582,49 @@ func TestNewHandlerRequiresParts(t *testing.T) {
 		})
 	}
 }
+
+// A pod naming a repository GitHub does not know (a typo in RUNNER_REPO)
+// deleted in a loop costs one GitHub request, not one a delete: the 404 is
+// remembered for the scope and the pod's failed decision backs off.
+func TestHandlerMissingRepositoryRemembered(t *testing.T) {
+	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Repo("acme/does-not-exist").Running().Obj()
+	h := newHarness(t, Config{}, pod)
+	h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: http.StatusNotFound, PathContains: "/repos/acme/does-not-exist/"})
+	for i := range 30 {
+		h.deleteAndWant(t, pod, false, ReasonGitHubError)
+		if i%6 == 5 {
+			h.clock.Advance(time.Second) // 30 deletes in 5 seconds
+		}
+	}
+	if got := h.github.Count(""); got > 2 {
+		t.Errorf("GitHub requests for 30 deletes of one pod in a missing repository = %d, want at most 2", got)
+	}
+}
+
+// A pod whose decision failed (GitHub answering 502) does not reach GitHub
+// again for a backoff doubling from 1s, however often it is deleted.
+func TestHandlerFailedDecisionBacksOff(t *testing.T) {
+	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
+	h := newHarness(t, Config{}, pod)
+	h.github.AddRunner(acme(), "runner-1")
+	h.github.InjectFault(ghfake.Fault{Kind: ghfake.FaultStatus, Status: http.StatusBadGateway})
+	for _, step := range []struct {
+		advance time.Duration
+		asks    bool
+	}{
+		{0, true}, {0, false}, {500 * time.Millisecond, false}, {500 * time.Millisecond, true}, // 1s
+		{time.Second, false}, {time.Second, true}, // 2s
+		{3 * time.Second, false}, {time.Second, true}, // 4s
+	} {
+		h.clock.Advance(step.advance)
+		before := h.github.Count("")
+		h.deleteAndWant(t, pod, false, ReasonGitHubError)
+		asked := h.github.Count("") > before
+		if asked != step.asks {
+			t.Fatalf("after %s more: asked GitHub %v, want %v", step.advance, asked, step.asks)
+		}
+	}
+	h.github.ClearFaults()
+	h.clock.Advance(8 * time.Second)
+	h.deleteAndWant(t, pod, true, ReasonUnregistered)
+}

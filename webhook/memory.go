@@ -253,3 +253,100 @@ func (m *statusMemory) remember(t Target, res githubResult) {
 	}
 	m.entries[statusKey(t)] = statusEntry{res: res, expires: now.Add(m.ttl)}
 }
+
+// failureMemory remembers, per pod UID and runner, that GitHub failed its
+// last decision, and keeps the next ones from reaching GitHub for a backoff
+// that doubles from failureFirst up to failureCap while the failures go on.
+// A pod deleted in a loop (its repository misspelt, GitHub down) then costs
+// the credential every team shares a request now and then, not one each.
+type failureMemory struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	entries map[admittedKey]failureEntry
+}
+
+type failureEntry struct {
+	err     error
+	until   time.Time
+	backoff time.Duration
+	seen    time.Time // last failure; past 2*failureCap the backoff starts over
+}
+
+const (
+	failureFirst = time.Second
+	failureCap   = 2 * time.Minute
+	// maxFailureEntries bounds the memory; past it, old entries are swept
+	// and then new failures are not remembered until some expire.
+	maxFailureEntries = 10000
+)
+
+func newFailureMemory(now func() time.Time) *failureMemory {
+	return &failureMemory{now: now, entries: map[admittedKey]failureEntry{}}
+}
+
+// recall says whether the pod's runner failed lately (known), and if so the
+// failure and how long it is still answered from memory (0: ask again, at
+// recheck priority).
+func (m *failureMemory) recall(uid types.UID, t Target) (err error, left time.Duration, known bool) {
+	if uid == "" {
+		return nil, 0, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.entries[admittedKey{uid, targetKey(t)}]
+	now := m.now()
+	if !ok || now.Sub(e.seen) > 2*failureCap {
+		return nil, 0, false
+	}
+	return e.err, max(e.until.Sub(now), 0), true
+}
+
+// failed records err for the pod's runner and returns the backoff.
+func (m *failureMemory) failed(uid types.UID, t Target, err error) time.Duration {
+	if uid == "" {
+		return 0
+	}
+	now := m.now()
+	key := admittedKey{uid, targetKey(t)}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.entries[key]
+	if !ok || now.Sub(e.seen) > 2*failureCap {
+		e.backoff = failureFirst
+	} else {
+		e.backoff = min(2*e.backoff, failureCap)
+	}
+	e.err, e.until, e.seen = err, now.Add(e.backoff), now
+	if !ok && len(m.entries) >= maxFailureEntries {
+		for k, old := range m.entries {
+			if now.Sub(old.seen) > 2*failureCap {
+				delete(m.entries, k)
+			}
+		}
+		if len(m.entries) >= maxFailureEntries {
+			return e.backoff
+		}
+	}
+	m.entries[key] = e
+	return e.backoff
+}
+
+func (m *failureMemory) forget(uid types.UID, t Target) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.entries, admittedKey{uid, targetKey(t)})
+}
+
+// recentFailure is a decision's GitHub failure answered from the failure
+// memory. It wraps GitHub's last answer, so the rules decide as they did.
+type recentFailure struct {
+	err  error
+	left time.Duration
+}
+
+func (e *recentFailure) Error() string {
+	return fmt.Sprintf("%v (this pod's last decision failed moments ago: runner-guard asks GitHub again in %s)", e.err, roundUp(e.left))
+}
+
+func (e *recentFailure) Unwrap() error { return e.err }

@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/runner-guard/runner-guard/ghclient"
@@ -231,6 +232,8 @@ type decider struct {
 	pods   client.Reader
 	memory *admittedMemory
 	busy   *busyMemory
+	// failures backs off GitHub requests for a pod whose last decision failed.
+	failures *failureMemory
 	// statuses remembers read-only look-ups, so forged dry runs cannot
 	// spend the rate limit.
 	statuses *statusMemory
@@ -256,6 +259,7 @@ func newDecider(cfg Config, gh GitHub, pods client.Reader, now func() time.Time)
 		pods:           pods,
 		memory:         newAdmittedMemory(cfg.RecentlyAdmittedTTL.Duration, now),
 		busy:           newBusyMemory(pol.BusyRetryAfter, pol.BusyRetryMax, now),
+		failures:       newFailureMemory(now),
 	}
 }
 
@@ -353,6 +357,8 @@ func (r *review) askable() bool {
 func (d *decider) askGitHub(ctx context.Context, r *review) githubResult {
 	ctx, cancel := context.WithTimeout(ctx, d.githubTimeout)
 	defer cancel()
+	// Each namespace gets its fair share of the credential's budget.
+	ctx = ghclient.WithNamespace(ctx, r.Namespace)
 	t := r.Target
 	log := logr.FromContextOrDiscard(ctx).WithValues("runner", t.Name, "scope", t.Scope.String(), "runnerIDHint", t.IDHint)
 	start := time.Now()
@@ -392,9 +398,27 @@ func (d *decider) askGitHub(ctx context.Context, r *review) githubResult {
 		// which yields to unregisters that can let a pod go.
 		prio = ghclient.PriorityRecheck
 	}
+	uid := r.podUID()
+	if failure, left, known := d.failures.recall(uid, t); known {
+		if left > 0 {
+			log.V(1).Info("this pod's last decision failed moments ago: not asking GitHub", "error", errString(failure), "retryIn", left)
+			return githubResult{Err: &recentFailure{err: failure, left: left}, From: knowGitHub}
+		}
+		// A repeat of a failed decision yields to unregisters that can let
+		// a pod go.
+		prio = ghclient.PriorityRecheck
+	}
 	out, err := d.github.Unregister(ghclient.WithPriority(ctx, prio), t.runner())
 	log.V(1).Info("asked GitHub to unregister runner", "outcome", out.String(), "error", errString(err), "took", time.Since(start))
 	var spent *ghclient.Spent
+	switch {
+	case err == nil:
+		d.failures.forget(uid, t)
+	case !errors.As(err, &spent):
+		// Nothing was sent when the budget held it: only GitHub's failures
+		// back off.
+		d.failures.failed(uid, t, err)
+	}
 	if errors.As(err, &spent) && r.Busy.Wait > 0 {
 		// The budget is spent and the runner was busy moments ago: say so
 		// from memory rather than fail.
@@ -526,6 +550,14 @@ func allow(reason Reason, msg string) Decision {
 }
 
 func (r *review) podRef() string { return r.Namespace + "/" + r.Name }
+
+// podUID is the reviewed pod's UID, "" when the pod is gone.
+func (r *review) podUID() types.UID {
+	if r.Pod == nil {
+		return ""
+	}
+	return r.Pod.UID
+}
 
 // Rule 1a: kube-system and runner-guard's own namespace are never guarded, so
 // a misconfigured selector cannot lock the cluster's own pods.
@@ -803,22 +835,38 @@ func ruleListedBusy(r *review, p *policy) (Decision, bool) {
 	return d, true
 }
 
-// Rule 8c: runner-guard's own GitHub request budget for the runner's
-// credential has no room before the API server's deadline, and nothing says
-// the runner is busy. Nothing was sent: the refusal is whatever the on-error
-// policy, since GitHub was not failing, only not asked. Drains retry the 429.
+// Rule 8c: runner-guard chose not to ask GitHub: its own request budget for
+// the runner's credential (githubBudget: the window, the namespace's share
+// of it, or the last 5 % of GitHub's hourly limit kept for releases) has no
+// room before the API server's deadline. Nothing was sent: the refusal is
+// whatever the on-error policy, since GitHub was not failing, only not asked.
+// So is any request held back (GitHub's own limit too) for a runner known to
+// have been busy, or for a bypass user or disrupted pod (rule 6b): not asking
+// never lets such a pod go. Drains retry the 429.
 func ruleBudgetSpent(r *review, p *policy) (Decision, bool) {
 	var spent *ghclient.Spent
-	if !errors.As(r.GitHub.Err, &spent) || spent.GitHub {
+	if !errors.As(r.GitHub.Err, &spent) || spent.GitHub && !r.Busy.Known && !r.bypassed(p) {
 		return Decision{}, false
 	}
 	wait := max(spent.RetryAfter, time.Second)
+	why := ""
+	switch {
+	case r.bypassed(p):
+		why = " (a bypass user's or disrupted pod's delete is let go only on GitHub's word)"
+	case spent.GitHub:
+		why = " (the runner was busy lately: it is not let go unasked)"
+	}
 	d := Decision{Reason: ReasonBudgetSpent, Code: http.StatusServiceUnavailable,
-		Message: fmt.Sprintf("runner %q of pod %s: %v; nothing was sent to GitHub, so the runner is still registered: retry in %s (the budget is githubBudget in --config)",
-			r.Target.Name, r.podRef(), spent, roundUp(wait))}
+		Message: fmt.Sprintf("runner %q of pod %s: %v; nothing was sent to GitHub, so the runner is still registered%s: retry in %s (the budget is githubBudget in --config)",
+			r.Target.Name, r.podRef(), spent, why, roundUp(wait))}
 	refusedEviction(r, p, &d, wait)
 	d.EventType, d.EventReason = corev1.EventTypeWarning, EventBudgetSpent
 	return d, true
+}
+
+// bypassed reports a bypass user's delete or a disrupted pod's (rule 6b).
+func (r *review) bypassed(p *policy) bool {
+	return !r.DryRun && (r.Disrupted || bypassedBy(r.User, p) != "")
 }
 
 // Rule 5d: an eviction the API server would refuse anyway, because a
@@ -848,10 +896,13 @@ func rulePDBBlocks(r *review, p *policy) (Decision, bool) {
 // eviction controllers) and disrupted pods get one read-only look-up: a
 // runner GitHub reports online and busy is running a job on a node that is
 // still alive, so the delete is refused; offline, unknown, idle or a GitHub
-// failure lets the pod go (these requesters clean up after dead nodes).
+// failure lets the pod go (these requesters clean up after dead nodes). A
+// look-up runner-guard held back (its budget, or GitHub's limit it knows to
+// be spent) asked nothing, which proves nothing: rule 8c refuses it.
 func ruleBypass(r *review, p *policy) (Decision, bool) {
 	why := bypassedBy(r.User, p)
-	if r.DryRun || (why == "" && !r.Disrupted) {
+	var spent *ghclient.Spent
+	if r.DryRun || (why == "" && !r.Disrupted) || errors.As(r.GitHub.Err, &spent) {
 		return Decision{}, false
 	}
 	reason := ReasonBypassUser

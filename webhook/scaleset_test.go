@@ -20,6 +20,7 @@ import (
 
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/test/fixture"
+	"github.com/runner-guard/runner-guard/test/fixture/fakeclock"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
@@ -147,15 +148,15 @@ func TestScaleSetJobFieldsProveBusy(t *testing.T) {
 // spentGitHub's budget is spent: every unregister comes back unsent.
 type spentGitHub struct {
 	noListing
-	byGitHub bool
+	byGitHub, reserve bool
 }
 
 func (s spentGitHub) Unregister(context.Context, ghclient.Runner) (ghclient.Outcome, error) {
-	return 0, fmt.Errorf("remove runner: %w", &ghclient.Spent{Credential: "token:x", RetryAfter: 12 * time.Second, GitHub: s.byGitHub})
+	return 0, fmt.Errorf("remove runner: %w", &ghclient.Spent{Credential: "token:x", RetryAfter: 12 * time.Second, GitHub: s.byGitHub, Reserve: s.reserve})
 }
 
-func (spentGitHub) Status(context.Context, ghclient.Runner) (ghclient.RunnerStatus, error) {
-	return ghclient.RunnerStatus{}, errors.New("not used")
+func (s spentGitHub) Status(context.Context, ghclient.Runner) (ghclient.RunnerStatus, error) {
+	return ghclient.RunnerStatus{}, fmt.Errorf("list runners: %w", &ghclient.Spent{Credential: "token:x", RetryAfter: 12 * time.Second, GitHub: s.byGitHub, Reserve: s.reserve})
 }
 
 // A release the budget cannot send before the deadline is refused with the
@@ -166,6 +167,9 @@ func TestBudgetSpentRefusesWithTheWait(t *testing.T) {
 	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
 	for name, tc := range map[string]struct {
 		byGitHub  bool
+		reserve   bool
+		busyKnown bool   // GitHub said busy lately, no longer trusted
+		user      string // the requester; a bypass user's look-up is held back
 		onError   OnErrorPolicy
 		op        Operation
 		want      Reason
@@ -178,12 +182,26 @@ func TestBudgetSpentRefusesWithTheWait(t *testing.T) {
 		"on-error allow still refuses":         {op: OperationDelete, onError: OnErrorAllow, want: ReasonBudgetSpent, wantCode: http.StatusServiceUnavailable, wantEvent: EventBudgetSpent},
 		"GitHub's limit holds, on-error deny":  {byGitHub: true, op: OperationDelete, onError: OnErrorDeny, want: ReasonRateLimited, wantCode: http.StatusServiceUnavailable, wantEvent: EventRateLimited},
 		"GitHub's limit holds, on-error allow": {byGitHub: true, op: OperationDelete, onError: OnErrorAllow, want: ReasonRateLimited, allowed: true, wantEvent: EventRateLimited},
+		// runner-guard's own choices never reach the on-error policy.
+		"hourly reserve, on-error allow still refuses":             {reserve: true, busyKnown: true, op: OperationDelete, onError: OnErrorAllow, want: ReasonBudgetSpent, wantCode: http.StatusServiceUnavailable, wantEvent: EventBudgetSpent},
+		"GitHub's limit holds, runner busy lately, on-error allow": {byGitHub: true, busyKnown: true, op: OperationDelete, onError: OnErrorAllow, want: ReasonBudgetSpent, wantCode: http.StatusServiceUnavailable, wantEvent: EventBudgetSpent},
+		"bypass user, budget spent, on-error allow":                {user: "system:serviceaccount:kube-system:pod-garbage-collector", op: OperationDelete, onError: OnErrorAllow, want: ReasonBudgetSpent, wantCode: http.StatusServiceUnavailable, wantEvent: EventBudgetSpent},
+		"bypass user, GitHub's limit holds":                        {byGitHub: true, user: "system:serviceaccount:kube-system:pod-garbage-collector", op: OperationDelete, onError: OnErrorAllow, want: ReasonBudgetSpent, wantCode: http.StatusServiceUnavailable, wantEvent: EventBudgetSpent},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.OnError = tc.onError
-			d := newDecider(cfg, spentGitHub{byGitHub: tc.byGitHub}, fake.NewClientBuilder().WithObjects(pod.DeepCopy()).Build(), time.Now)
-			dec, _ := d.decide(context.Background(), review{Operation: tc.op, Namespace: "ci", Name: "runner-1", Pod: pod.DeepCopy()})
+			if err := cfg.Complete(); err != nil {
+				t.Fatal(err)
+			}
+			clock := fakeclock.New(time.Now())
+			d := newDecider(cfg, spentGitHub{byGitHub: tc.byGitHub, reserve: tc.reserve}, fake.NewClientBuilder().WithObjects(pod.DeepCopy()).Build(), clock.Now)
+			if tc.busyKnown {
+				d.busy.busy(Target{Scope: fixture.Org("acme"), Name: "runner-1"})
+				clock.Advance(cfg.BusyRetryAfter.Duration) // no longer trusted, still known
+			}
+			dec, _ := d.decide(context.Background(), review{Operation: tc.op, Namespace: "ci", Name: "runner-1", Pod: pod.DeepCopy(),
+				User: authenticationv1.UserInfo{Username: tc.user}})
 			if dec.Reason != tc.want || dec.Allowed != tc.allowed || dec.EventReason != tc.wantEvent || (!tc.allowed && dec.Code != tc.wantCode) {
 				t.Fatalf("decision %s (allowed %v, code %d, event %q); want %s, allowed %v, code %d, event %q: %s",
 					dec.Reason, dec.Allowed, dec.Code, dec.EventReason, tc.want, tc.allowed, tc.wantCode, tc.wantEvent, dec.Message)

@@ -108,8 +108,8 @@ func (r *Resolver) credentials(ctx context.Context, er *ephemeralRunner, base st
 	if scope.Kind == ghclient.ScopeEnterprise && creds.Token == "" {
 		return nil, fail(fieldConfigURL, fmt.Errorf("%s is an enterprise URL and the Secret holds GitHub App credentials: %w", er.configURL, ghclient.ErrAppEnterpriseScope))
 	}
-	// ghclient is the one place credentials are checked; its Router caches
-	// the result by resourceVersion, so a Secret is parsed once per version.
+	// ghclient is the one place credentials are checked; its checker caches
+	// the verdict by the Secret's contents, so a Secret is parsed once.
 	if err := r.check(creds); err != nil {
 		var ce *ghclient.CredentialsError
 		if errors.As(err, &ce) {
@@ -120,13 +120,10 @@ func (r *Resolver) credentials(ctx context.Context, er *ephemeralRunner, base st
 	return creds, nil
 }
 
-// check builds (and caches) a client for creds without sending a request.
+// check validates creds as a client for them would be built, without
+// building one (no budget) or sending a request.
 func (r *Resolver) check(creds *ghclient.Credentials) error {
-	if r.checker == nil {
-		return nil // NewRouter refused its fixed config: ghclient changed; the caller's Router still checks.
-	}
-	_, err := r.checker.ClientFor(creds)
-	return err
+	return r.checker.Check(creds)
 }
 
 // credentialsFromSecret follows ARC's rules: a token, or an App (ID, private

@@ -46,16 +46,15 @@ type Resolver struct {
 	arcCreds bool
 	static   bool
 	// checker validates ARC credentials with ghclient's own rules and caches
-	// the verdict per Secret resourceVersion. It never sends a request;
-	// plain-http policy is left to the caller's Router.
-	checker *ghclient.Router
+	// the verdict per Secret contents. It never sends a request and builds
+	// no client or budget; plain-http policy is left to the caller's Router.
+	checker *ghclient.CredentialsChecker
 }
 
 // NewResolver returns a Resolver. Options.Reader is required.
 func NewResolver(opts Options) *Resolver {
-	// A zero-valued RouterConfig with AllowHTTP is always valid.
-	checker, _ := ghclient.NewRouter(ghclient.RouterConfig{AllowHTTP: true})
-	return &Resolver{reader: opts.Reader, writer: opts.Writer, arcCreds: opts.CredentialsFromARC, static: opts.StaticCredentials, checker: checker}
+	return &Resolver{reader: opts.Reader, writer: opts.Writer, arcCreds: opts.CredentialsFromARC, static: opts.StaticCredentials,
+		checker: ghclient.NewCredentialsChecker(true)}
 }
 
 // Runner is what ARC's objects say about the runner of one pod. Every field
