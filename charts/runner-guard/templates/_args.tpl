@@ -5,7 +5,19 @@ default install's args are those of dist/install.yaml plus --config.
 {{- define "runner-guard.args" -}}
 {{- $authType := include "runner-guard.authType" . }}
 {{- $dir := include "runner-guard.githubDir" . }}
+{{- if eq .Values.certificates.mode "selfManaged" }}
+- --self-managed-cert-secret={{ include "runner-guard.tlsSecretName" . }}
+{{- with .Values.certificates.selfManaged }}
+{{- if ne .validity "2160h" }}
+- --self-managed-cert-validity={{ .validity }}
+{{- end }}
+{{- if ne .caValidity "17520h" }}
+- --self-managed-ca-validity={{ .caValidity }}
+{{- end }}
+{{- end }}
+{{- else }}
 - --cert-dir={{ include "runner-guard.certDir" . }}
+{{- end }}
 {{- if eq $authType "token" }}
 - --github-token-file={{ $dir }}/github_token
 {{- else if eq $authType "app" }}
