@@ -30,7 +30,7 @@ default install's args are those of dist/install.yaml plus --config.
 {{- else }}
 - --metrics-bind-address=0
 {{- end }}
-- --health-probe-bind-address=:8081
+- --health-probe-bind-address=:{{ .Values.health.port }}
 {{- if ne (int .Values.webhook.port) 9443 }}
 - --webhook-port={{ .Values.webhook.port }}
 {{- end }}
@@ -69,4 +69,13 @@ default install's args are those of dist/install.yaml plus --config.
 {{- end }}
 - --webhook-configuration-name={{ include "runner-guard.fullname" . }}
 - --config={{ include "runner-guard.configDir" . }}/config.yaml
+{{- if and .Values.logLevel (ne .Values.logLevel "info") }}
+- --zap-log-level={{ .Values.logLevel }}
+{{- end }}
+{{- if eq .Values.logFormat "text" }}
+- --zap-encoder=console
+{{- end }}
+{{- range .Values.extraArgs }}
+- {{ . }}
+{{- end }}
 {{- end }}
