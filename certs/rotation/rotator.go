@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -113,8 +114,24 @@ func (r *Rotator) Start(ctx context.Context) error {
 		default:
 		}
 	}
-	secrets := r.inform(ctx, cache.NewFilteredListWatchFromClient(r.opts.Client.CoreV1().RESTClient(), "secrets", r.opts.Namespace, r.byName(r.opts.SecretName)), &corev1.Secret{}, poke)
-	vwcs := r.inform(ctx, cache.NewFilteredListWatchFromClient(r.opts.Client.AdmissionregistrationV1().RESTClient(), "validatingwebhookconfigurations", "", r.byName(r.opts.ConfigurationName)), &admissionregistrationv1.ValidatingWebhookConfiguration{}, poke)
+	secretsAPI := r.opts.Client.CoreV1().Secrets(r.opts.Namespace)
+	secrets := r.inform(ctx, &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return secretsAPI.List(ctx, r.byName(o, r.opts.SecretName))
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return secretsAPI.Watch(ctx, r.byName(o, r.opts.SecretName))
+		},
+	}, &corev1.Secret{}, poke)
+	vwcAPI := r.opts.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	vwcs := r.inform(ctx, &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return vwcAPI.List(ctx, r.byName(o, r.opts.ConfigurationName))
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return vwcAPI.Watch(ctx, r.byName(o, r.opts.ConfigurationName))
+		},
+	}, &admissionregistrationv1.ValidatingWebhookConfiguration{}, poke)
 	if !cache.WaitForCacheSync(ctx.Done(), secrets.HasSynced, vwcs.HasSynced) {
 		return nil
 	}
@@ -153,15 +170,18 @@ func (r *Rotator) Start(ctx context.Context) error {
 	}
 }
 
-func (r *Rotator) byName(name string) func(*metav1.ListOptions) {
-	return func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
-	}
+// byName narrows o to one object by a metadata.name field selector, so RBAC
+// with resourceNames allows the list and the watch.
+func (r *Rotator) byName(o metav1.ListOptions, name string) metav1.ListOptions {
+	o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+	return o
 }
 
 // inform runs an informer on lw that pokes on every change.
-func (r *Rotator) inform(ctx context.Context, lw cache.ListerWatcher, obj runtime.Object, poke func()) cache.SharedInformer {
-	inf := cache.NewSharedInformer(lw, obj, 0)
+func (r *Rotator) inform(ctx context.Context, lw *cache.ListWatch, obj runtime.Object, poke func()) cache.SharedInformer {
+	// As client-go's generated informers do: a client that cannot stream
+	// lists (the fake clientset) gets a plain list and watch.
+	inf := cache.NewSharedInformer(cache.ToListWatcherWithWatchListSemantics(lw, r.opts.Client), obj, 0)
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { poke() },
 		UpdateFunc: func(any, any) { poke() },
