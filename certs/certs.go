@@ -364,3 +364,45 @@ func (ca *CA) sign(tmpl *x509.Certificate, key crypto.Signer) (*Bundle, error) {
 		KeyPEM:    pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
 	}, nil
 }
+
+// KeyPEM returns the CA's private key, PEM-encoded (PKCS #8), so the CA can be
+// stored (the self-managed certificates' Secret) and loaded again with LoadCA.
+func (ca *CA) KeyPEM() ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("certs: encode CA key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+// LoadCA parses a CA stored with CertPEM and KeyPEM. It refuses a certificate
+// that is not a CA or a key that does not match it.
+func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
+	cb, _ := pem.Decode(certPEM)
+	if cb == nil || cb.Type != "CERTIFICATE" {
+		return nil, errors.New("certs: CA certificate: no PEM CERTIFICATE block")
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("certs: CA certificate: %w", err)
+	}
+	if !cert.IsCA {
+		return nil, errors.New("certs: CA certificate: not a CA")
+	}
+	kb, _ := pem.Decode(keyPEM)
+	if kb == nil {
+		return nil, errors.New("certs: CA key: no PEM block")
+	}
+	parsed, err := x509.ParsePKCS8PrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("certs: CA key: %w", err)
+	}
+	key, ok := parsed.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("certs: CA key: %T, want ECDSA", parsed)
+	}
+	if !key.PublicKey.Equal(cert.PublicKey) {
+		return nil, errors.New("certs: CA key does not match the CA certificate")
+	}
+	return &CA{cert: cert, key: key, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cb.Bytes})}, nil
+}

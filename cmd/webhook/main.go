@@ -28,6 +28,7 @@ import (
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/runner-guard/runner-guard/certs/rotation"
 	"github.com/runner-guard/runner-guard/disruption"
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/metricsauth"
@@ -89,6 +90,9 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	if err := opts.checkServing(); err != nil {
 		return err
 	}
+	if err := opts.selfCerts.check(opts.activation.configurationName, getenv("POD_NAMESPACE")); err != nil {
+		return err
+	}
 	if err := opts.disruption.check(); err != nil {
 		return err
 	}
@@ -137,6 +141,14 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		Port:    opts.webhookPort,
 		CertDir: opts.certDir,
 		TLSOpts: tlsOpts,
+	}
+	var rotator *rotation.Rotator
+	if opts.selfCerts.enabled() {
+		if rotator, err = opts.selfCerts.rotator(restCfg, opts.activation.configurationName, getenv("POD_NAMESPACE"), logger.WithName("certificates")); err != nil {
+			return err
+		}
+		// The webhook (not the metrics server) serves the rotator's certificate.
+		serverOpts.TLSOpts = append(slices.Clone(tlsOpts), func(c *tls.Config) { c.GetCertificate = rotator.GetCertificate })
 	}
 	if opts.clientCAFile != "" {
 		// controller-runtime reads ClientCAName from CertDir and then requires
@@ -240,6 +252,11 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 
 	if err := opts.activation.setup(mgr, restCfg, logger.WithName("activation")); err != nil {
 		return err
+	}
+	if rotator != nil {
+		if err := mgr.Add(rotator); err != nil {
+			return fmt.Errorf("--self-managed-cert-secret: %w", err)
+		}
 	}
 
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

@@ -46,6 +46,7 @@ type options struct {
 	retireRunners       string
 	disruption          disruptionFlags
 	activation          activationFlags
+	selfCerts           selfCertFlags
 	printVersion        bool
 	zap                 zap.Options
 }
@@ -78,6 +79,7 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	fs.StringVar(&o.retireRunners, "retire-ephemeral-runners", "", `"true" (default) or "false": delete the EphemeralRunner of a scale-set runner runner-guard unregistered, so ARC creates a fresh runner. Overrides retireEphemeralRunners from --config.`)
 	o.disruption.bind(fs)
 	o.activation.bind(fs)
+	o.selfCerts.bind(fs)
 	fs.BoolVar(&o.enableHTTP2, "enable-http2", false, "Serve the webhook over HTTP/2 as well (off: HTTP/2 rapid-reset CVEs).")
 	fs.BoolVar(&o.printVersion, "version", false, "Print the version, the commit and the Go version, and exit.")
 	o.zap.BindFlags(fs)
@@ -242,7 +244,7 @@ func (o *options) checkServing() error {
 		return fmt.Errorf("--webhook-port: %d is not a TCP port", o.webhookPort)
 	}
 	crt, key := filepath.Join(o.certDir, "tls.crt"), filepath.Join(o.certDir, "tls.key")
-	if _, err := tls.LoadX509KeyPair(crt, key); err != nil {
+	if _, err := tls.LoadX509KeyPair(crt, key); err != nil && !o.selfCerts.enabled() {
 		return fmt.Errorf("--cert-dir: cannot load %s and %s: %w", crt, key, err)
 	}
 	if o.clientCAFile != "" {

@@ -155,6 +155,7 @@ func run() ([]figure, error) {
 		{"runner-pod latency", (*env).latency},
 		{"RSS of the real binary under load", (*env).rss},
 		{"disruption controller on a real API server: hint lag, idle drain", (*env).disruptionRun},
+		{"certificate rotation during 64 clients' reviews on a real API server", (*env).rotationUnderLoad},
 	}
 	for _, s := range steps {
 		if !strings.Contains(s.name, *only) {

@@ -1,5 +1,5 @@
-// Package chart tests charts/runner-guard with the pinned Helm (bin/helm, built
-// from hack/tools/helm): lint, golden renders of a values matrix, agreement
+// Package chart tests charts/runner-guard with the pinned Helm 4 (bin/helm, built
+// from hack/tools/helm) and Helm 3 (bin/helm3, hack/tools/helm3): lint, golden renders of a values matrix, agreement
 // with the kustomize render, values the chart must refuse, and an install on
 // the e2e control plane.
 package chart

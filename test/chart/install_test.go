@@ -54,6 +54,11 @@ type installEnv struct {
 	// net is how the webhook reaches GitHub in scenarioChartNetwork: flags
 	// and environment from the chart's render, and a command to run it under.
 	net webhookNetwork
+	// helmBin is the helm that installs and upgrades (default Helm 4, bin/helm).
+	helmBin string
+	// selfManaged runs the webhook with certificates.mode selfManaged's flag
+	// instead of the generated certificate's files.
+	selfManaged bool
 }
 
 // TestHelmInstallOnControlPlane installs the chart with generated certificates
@@ -98,11 +103,12 @@ func TestHelmInstallOnControlPlane(t *testing.T) {
 	t.Run("busy runner eviction refused", e.scenarioEviction)
 
 	// An upgrade that changes the policy keeps the generated CA: the API
-	// server's caBundle and the served certificate stay valid.
+	// server's caBundle and the served certificate stay valid. With Helm 4
+	// it is a server-side apply after the activation took failurePolicy
+	// over: it succeeds with no flag, and the entries stay Fail (the chart
+	// renders the live policy), so there is no unguarded moment.
 	e.deploy("upgrade", "policy.busyRetryAfter=20s")
-	// helm upgrade wrote Ignore back (a three-way merge re-applies the
-	// rendered value); the running webhook sets Fail again.
-	e.waitActivated()
+	e.requireFailurePolicies(admissionregistrationv1.Fail)
 	window.passes(2)
 	window.stop()
 	// A rollout: a new webhook takes over, then the old one stops. Over
@@ -233,7 +239,11 @@ func (e *installEnv) helm(args ...string) string {
 
 func (e *installEnv) helmErr(args ...string) (string, error) {
 	e.t.Helper()
-	out, err := render.Helm(e.t, append(args, "--kubeconfig", e.env.Kubeconfig)...)
+	bin := e.helmBin
+	if bin == "" {
+		bin = render.HelmBin(e.t)
+	}
+	out, err := render.HelmWith(e.t, bin, append(args, "--kubeconfig", e.env.Kubeconfig)...)
 	return string(out), err
 }
 
@@ -379,7 +389,13 @@ func (e *installEnv) startWebhook() {
 	e.t.Helper()
 	files := filepath.Join(e.dir, "chart-files")
 	certDir := filepath.Join(files, "certs")
-	e.writeSecret("runner-guard-webhook-cert", certDir, "tls.crt", "tls.key")
+	certArg := "--cert-dir=" + certDir
+	if e.selfManaged {
+		// The chart's Deployment args: the webhook makes and serves its own.
+		certArg = "--self-managed-cert-secret=runner-guard-webhook-cert"
+	} else {
+		e.writeSecret("runner-guard-webhook-cert", certDir, "tls.crt", "tls.key")
+	}
 	e.writeSecret("runner-guard-github", files, "github_token")
 	cm, err := e.env.Client.CoreV1().ConfigMaps(namespace).Get(e.ctx, "runner-guard-config", metav1.GetOptions{})
 	if err != nil {
@@ -401,7 +417,7 @@ func (e *installEnv) startWebhook() {
 		// the chart's webhook configuration as the Deployment's pods do.
 		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(ports[2]),
 		"--webhook-configuration-name=" + releaseName,
-		"--cert-dir=" + certDir, "--kubeconfig=" + kubeconfig,
+		certArg, "--kubeconfig=" + kubeconfig,
 		"--github-url=" + e.fakeURL, "--github-token-file=" + filepath.Join(files, "github_token"),
 		"--config=" + configFile,
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(ports[0]),

@@ -28,7 +28,7 @@ func TestWebhookRBAC(t *testing.T) {
 		b := render.Get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "runner-guard")
 		render.CheckBinding(t, "ClusterRoleBinding runner-guard", b.RoleRef, b.Subjects, "ClusterRole", "runner-guard")
 		for _, r := range objs.OfKind("Role") {
-			if r.GetName() != "runner-guard-leader-election" && r.GetName() != "runner-guard-activation" {
+			if r.GetName() != "runner-guard-leader-election" && r.GetName() != "runner-guard-activation" && r.GetName() != "runner-guard-certificates" {
 				t.Errorf("Role %s/%s without guarded namespaces", r.GetNamespace(), r.GetName())
 			}
 		}
@@ -40,7 +40,7 @@ func TestWebhookRBAC(t *testing.T) {
 		objs := render.MustTemplate(t, "--values", vf)
 		var nss []string
 		for _, r := range objs.OfKind("Role") {
-			if r.GetName() == "runner-guard-leader-election" || r.GetName() == "runner-guard-node-events" || r.GetName() == "runner-guard-activation" {
+			if r.GetName() == "runner-guard-leader-election" || r.GetName() == "runner-guard-node-events" || r.GetName() == "runner-guard-activation" || r.GetName() == "runner-guard-certificates" {
 				continue
 			}
 			role := render.Get[rbacv1.Role](t, objs.InNamespace(r.GetNamespace()), "Role", r.GetName())

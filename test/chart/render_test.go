@@ -105,8 +105,8 @@ func TestCredentialsFromARC(t *testing.T) {
 	objs := render.MustTemplate(t, "--values", "testdata/values/arc-credentials.yaml")
 	var nss []string
 	for _, r := range objs.OfKind("Role") {
-		if r.GetName() == "runner-guard-leader-election" || r.GetName() == "runner-guard-activation" {
-			continue // the disruption controller's Lease and activation's Service, in the release namespace
+		if r.GetName() == "runner-guard-leader-election" || r.GetName() == "runner-guard-activation" || r.GetName() == "runner-guard-certificates" {
+			continue // the disruption controller's Lease, activation's Service and the certificate Secret, in the release namespace
 		}
 		role := render.Get[rbacv1.Role](t, objs.InNamespace(r.GetNamespace()), "Role", r.GetName())
 		nss = append(nss, role.Namespace)

@@ -76,9 +76,14 @@ func toolPath(fromEnv, def, root string) (string, error) {
 	}
 }
 
-// HelmBin is bin/helm (hack/tools/helm), or $HELM.
+// HelmBin is bin/helm (Helm 4, hack/tools/helm), or $HELM.
 func HelmBin(t testing.TB) string {
 	return Tool(t, "HELM", "bin/helm", "run make helm or set HELM")
+}
+
+// Helm3Bin is bin/helm3 (Helm 3, hack/tools/helm3), or $HELM3.
+func Helm3Bin(t testing.TB) string {
+	return Tool(t, "HELM3", "bin/helm3", "run make helm or set HELM3")
 }
 
 // KustomizeBin is bin/kustomize (hack/tools/kustomize), or $KUSTOMIZE.
@@ -101,7 +106,13 @@ func Run(cmd *exec.Cmd) ([]byte, error) {
 // registries are read) and returns stdout, or stderr in the error.
 func Helm(t testing.TB, args ...string) ([]byte, error) {
 	t.Helper()
-	cmd := exec.Command(HelmBin(t), args...)
+	return HelmWith(t, HelmBin(t), args...)
+}
+
+// HelmWith is Helm with another helm binary (Helm3Bin).
+func HelmWith(t testing.TB, bin string, args ...string) ([]byte, error) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	home := t.TempDir()
 	cmd.Env = append(os.Environ(),
 		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),

@@ -5,7 +5,19 @@ default install's args are those of dist/install.yaml plus --config.
 {{- define "runner-guard.args" -}}
 {{- $authType := include "runner-guard.authType" . }}
 {{- $dir := include "runner-guard.githubDir" . }}
+{{- if eq .Values.certificates.mode "selfManaged" }}
+- --self-managed-cert-secret={{ include "runner-guard.tlsSecretName" . }}
+{{- with .Values.certificates.selfManaged }}
+{{- if ne .validity "2160h" }}
+- --self-managed-cert-validity={{ .validity }}
+{{- end }}
+{{- if ne .caValidity "17520h" }}
+- --self-managed-ca-validity={{ .caValidity }}
+{{- end }}
+{{- end }}
+{{- else }}
 - --cert-dir={{ include "runner-guard.certDir" . }}
+{{- end }}
 {{- if eq $authType "token" }}
 - --github-token-file={{ $dir }}/github_token
 {{- else if eq $authType "app" }}
@@ -18,7 +30,7 @@ default install's args are those of dist/install.yaml plus --config.
 {{- else }}
 - --metrics-bind-address=0
 {{- end }}
-- --health-probe-bind-address=:8081
+- --health-probe-bind-address=:{{ .Values.health.port }}
 {{- if ne (int .Values.webhook.port) 9443 }}
 - --webhook-port={{ .Values.webhook.port }}
 {{- end }}
@@ -57,4 +69,13 @@ default install's args are those of dist/install.yaml plus --config.
 {{- end }}
 - --webhook-configuration-name={{ include "runner-guard.fullname" . }}
 - --config={{ include "runner-guard.configDir" . }}/config.yaml
+{{- if and .Values.logLevel (ne .Values.logLevel "info") }}
+- --zap-log-level={{ .Values.logLevel }}
+{{- end }}
+{{- if eq .Values.logFormat "text" }}
+- --zap-encoder=console
+{{- end }}
+{{- range .Values.extraArgs }}
+- {{ . }}
+{{- end }}
 {{- end }}

@@ -7,14 +7,14 @@ proxies".
 
 {{/* The CA bundle's source: "configMap", "secret" or "" for none. */}}
 {{- define "runner-guard.caBundleSource" -}}
-{{- $ca := .Values.github.caBundle }}
-{{- if $ca.configMapRef.name }}configMap{{- else if $ca.secretRef.name }}secret{{- end }}
+{{- $cm := include "runner-guard.caConfigMapRef" . | fromJson }}
+{{- if $cm.name }}configMap{{- else if .Values.github.caBundle.secretRef.name }}secret{{- end }}
 {{- end }}
 
 {{/* The --github-ca-bundle flag's file, "" without a bundle. */}}
 {{- define "runner-guard.caBundleFile" -}}
 {{- $src := include "runner-guard.caBundleSource" . }}
-{{- if eq $src "configMap" }}{{ include "runner-guard.caBundleDir" . }}/{{ .Values.github.caBundle.configMapRef.key }}
+{{- if eq $src "configMap" }}{{ include "runner-guard.caBundleDir" . }}/{{ (include "runner-guard.caConfigMapRef" . | fromJson).key }}
 {{- else if eq $src "secret" }}{{ include "runner-guard.caBundleDir" . }}/{{ .Values.github.caBundle.secretRef.key }}
 {{- end }}
 {{- end }}
@@ -24,12 +24,13 @@ proxies".
 {{- $ca := .Values.github.caBundle }}
 {{- $src := include "runner-guard.caBundleSource" . }}
 {{- if eq $src "configMap" }}
+{{- $cm := include "runner-guard.caConfigMapRef" . | fromJson }}
 - name: github-ca
   configMap:
-    name: {{ $ca.configMapRef.name }}
+    name: {{ $cm.name }}
     items:
-      - key: {{ $ca.configMapRef.key }}
-        path: {{ $ca.configMapRef.key }}
+      - key: {{ $cm.key }}
+        path: {{ $cm.key }}
 {{- else if eq $src "secret" }}
 - name: github-ca
   secret:
@@ -41,13 +42,13 @@ proxies".
 {{- end }}
 {{- end }}
 
-{{/* A proxy URL with the credentials Secret's $(PROXY_USERNAME):$(PROXY_PASSWORD). */}}
+{{/* A proxy URL with $(PREFIX_USERNAME):$(PREFIX_PASSWORD) from its credentials Secret; prefix "" for none. */}}
 {{- define "runner-guard.proxyURL" -}}
 {{- $url := index . 0 }}
-{{- $withAuth := index . 1 }}
-{{- if and $url $withAuth }}
+{{- $prefix := index . 1 }}
+{{- if and $url $prefix }}
 {{- $u := urlParse $url }}
-{{- printf "%s://$(PROXY_USERNAME):$(PROXY_PASSWORD)@%s%s" $u.scheme $u.host $u.path }}
+{{- printf "%s://$(%s_USERNAME):$(%s_PASSWORD)@%s%s" $u.scheme $prefix $prefix $u.host $u.path }}
 {{- else }}
 {{- $url }}
 {{- end }}
@@ -55,43 +56,53 @@ proxies".
 
 {{/* The proxy's env entries (under the container's env). */}}
 {{- define "runner-guard.proxyEnv" -}}
-{{- $p := .Values.proxy }}
+{{- $p := include "runner-guard.proxy" . | fromJson }}
 {{- if or $p.https $p.http }}
-{{- $auth := ne $p.credentialsSecret "" }}
-{{- if $auth }}
+{{- /* One basic-auth Secret per proxy: PROXY_* for https's, HTTP_PROXY_*
+for http's when it names another. */}}
+{{- $vars := dict }}
+{{- range $i, $scheme := list "https" "http" }}
+{{- $cred := index $p (printf "%sCredentials" $scheme) }}
+{{- if $cred }}
+{{- $prefix := ternary "PROXY" "HTTP_PROXY" (or (eq $scheme "https") (eq $cred $p.httpsCredentials)) }}
+{{- if not (hasKey $vars $prefix) }}
+{{- $_ := set $vars $prefix $cred }}
 # Expanded into the proxy URLs below (Kubernetes' $(VAR) syntax).
-- name: PROXY_USERNAME
+- name: {{ $prefix }}_USERNAME
   valueFrom:
     secretKeyRef:
-      name: {{ $p.credentialsSecret }}
+      name: {{ $cred }}
       key: username
-- name: PROXY_PASSWORD
+- name: {{ $prefix }}_PASSWORD
   valueFrom:
     secretKeyRef:
-      name: {{ $p.credentialsSecret }}
+      name: {{ $cred }}
       key: password
+{{- end }}
+{{- end }}
 {{- end }}
 {{- with $p.https }}
 - name: HTTPS_PROXY
-  value: {{ include "runner-guard.proxyURL" (list . $auth) | quote }}
+  value: {{ include "runner-guard.proxyURL" (list . (ternary "PROXY" "" (ne $p.httpsCredentials ""))) | quote }}
 {{- end }}
 {{- with $p.http }}
 - name: HTTP_PROXY
-  value: {{ include "runner-guard.proxyURL" (list . $auth) | quote }}
+  value: {{ include "runner-guard.proxyURL" (list . (ternary (ternary "PROXY" "HTTP_PROXY" (eq $p.httpCredentials $p.httpsCredentials)) "" (ne $p.httpCredentials ""))) | quote }}
 {{- end }}
 {{- /* The Kubernetes API is always reached directly: client-go honours the
 same variables, and an egress proxy rarely reaches the cluster's own API. */}}
 - name: NO_PROXY
-  value: {{ join "," (concat (list "$(KUBERNETES_SERVICE_HOST)" "kubernetes.default.svc" ".svc" ".cluster.local") ($p.noProxy | default list)) | quote }}
+  value: {{ join "," (concat (list "$(KUBERNETES_SERVICE_HOST)" "kubernetes.default.svc" ".svc" ".cluster.local") $p.noProxy) | quote }}
 {{- end }}
 {{- end }}
 
 {{- define "runner-guard.validateNetwork" -}}
 {{- $ca := .Values.github.caBundle }}
-{{- if and $ca.configMapRef.name $ca.secretRef.name }}
-{{- fail "github.caBundle: set either configMapRef.name or secretRef.name, not both" }}
+{{- if and (include "runner-guard.caConfigMapRef" . | fromJson).name $ca.secretRef.name }}
+{{- fail "github.caBundle: set either a ConfigMap (githubServerTLS.certificateFrom.configMapKeyRef, or the deprecated github.caBundle.configMapRef) or secretRef.name, not both" }}
 {{- end }}
-{{- $p := .Values.proxy }}
+{{- $p := include "runner-guard.proxy" . | fromJson }}
+{{- $p = merge $p (dict "credentialsSecret" .Values.proxy.credentialsSecret) }}
 {{- if and $p.credentialsSecret (not (or $p.https $p.http)) }}
 {{- fail "proxy.credentialsSecret: set proxy.https (or proxy.http) too: the credentials belong to a proxy" }}
 {{- end }}
@@ -100,7 +111,7 @@ same variables, and an egress proxy rarely reaches the cluster's own API. */}}
 {{- end }}
 {{- range (list $p.https $p.http) }}
 {{- if and . (contains "@" .) }}
-{{- fail "proxy: put the proxy's username and password in proxy.credentialsSecret, not in the URL (it would be visible in the Deployment)" }}
+{{- fail "proxy: put the proxy's username and password in a Secret (proxy.https.credentialSecretRef, or the deprecated proxy.credentialsSecret), not in the URL (it would be visible in the Deployment)" }}
 {{- end }}
 {{- end }}
 {{- end }}

@@ -98,10 +98,29 @@ admissionReviewVersions: ["v1"]
 sideEffects: NoneOnDryRun
 {{- /* Ignore until a replica serves a certificate this entry's caBundle
 verifies; it then sets the configuration's runner-guard.io/*-failure-policy
-annotation (webhook.yaml, package webhook/activation). */}}
-failurePolicy: Ignore
+annotation (webhook.yaml, package webhook/activation). An upgrade keeps the
+live value (runner-guard.installedFailurePolicy). */}}
+failurePolicy: {{ include "runner-guard.installedFailurePolicy" . }}
 matchPolicy: Equivalent
 timeoutSeconds: {{ $p.timeoutSeconds }}
+{{- end }}
+
+{{/*
+The failurePolicy an entry is rendered with: Ignore on a fresh install (and
+under helm template, where lookup finds nothing); on an upgrade, the entry's
+live value (.live: the configuration as lookup returns it, .name: the entry).
+After activation the activation's field manager owns failurePolicy: a
+server-side apply (Helm 4) that set another value would conflict with it, and
+a client-side one (Helm 3) would put the entry back to Ignore until a replica
+raised it again. Applying the live value is neither. See docs/DESIGN.md, "The
+install window".
+*/}}
+{{- define "runner-guard.installedFailurePolicy" -}}
+{{- $policy := "Ignore" }}
+{{- range (dig "webhooks" list (.live | default dict)) }}
+{{- if and (eq .name $.name) .failurePolicy }}{{ $policy = .failurePolicy }}{{ end }}
+{{- end }}
+{{- $policy }}
 {{- end }}
 
 {{/*
