@@ -239,7 +239,7 @@ func (r *drainReconciler) released(ctx context.Context, node *corev1.Node, why s
 		r.log.Error(err, "runner unregistered, but its pod could not be evicted; the drain evicts it", "node", node.Name, "pod", key)
 	}
 	if res.ARC != nil && res.ARC.Kind == arc.Kind && r.retirer != nil {
-		r.retirer.Add(*res.ARC)
+		r.retirer.Add(*res.ARC, pod.UID)
 	}
 	what := "unregistered"
 	if out == ghclient.NotFound {

@@ -117,7 +117,7 @@ func TestDrainReleasesIdleRunnersAndWaitsForBusyOnes(t *testing.T) {
 	now := time.Unix(1000, 0)
 	r := &drainReconciler{cached: c, live: c, guard: guard, github: gh, events: rec, said: newOnce(), log: logr.Discard(),
 		backoff: newBackoff(time.Second, 15*time.Second, func() time.Time { return now }), now: func() time.Time { return now },
-		retirer: NewRetirer(retired, nil, logr.Discard())}
+		retirer: NewRetirer(retired, nil, nil, logr.Discard())}
 
 	res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}})
 	if err != nil {

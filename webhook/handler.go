@@ -97,7 +97,7 @@ func NewHandler(o Options) (*Handler, error) {
 	}
 	d.resolver.runners, d.resolver.githubBase = o.Runners, o.GitHubBaseURL
 	if o.Runners != nil && o.Retirements != nil {
-		d.resolver.runners = retireLater{RunnerResolver: o.Runners, queue: o.Retirements}
+		d.retirements = o.Retirements
 	} else {
 		d.retire = false
 	}
@@ -376,3 +376,8 @@ func toResponse(d Decision) admission.Response {
 	}
 	return resp
 }
+
+// Budgets is the ledger of evictions this replica let through under each
+// PodDisruptionBudget; the drain controller reserves in it too, so the
+// webhook and the drain of one replica count the same evictions.
+func (h *Handler) Budgets() *BudgetLedger { return h.decider.budgets }

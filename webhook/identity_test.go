@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -262,13 +263,10 @@ func TestUnaskableRunnersCostNoRequest(t *testing.T) {
 	}
 }
 
-// retireCounter counts Retire calls of the resolver it wraps.
-type retireCounter struct {
-	RunnerResolver
-	retires int
-}
+// retireCounter counts the EphemeralRunners handed over for retiring.
+type retireCounter struct{ retires int }
 
-func (r *retireCounter) Retire(context.Context, *arc.Runner) error { r.retires++; return nil }
+func (r *retireCounter) Add(arc.Runner, types.UID) { r.retires++ }
 
 // Only EphemeralRunners are retired: a legacy Runner's controller replaces its pod itself.
 func TestUnregisteredLegacyRunnerIsNotRetired(t *testing.T) {
@@ -277,8 +275,8 @@ func TestUnregisteredLegacyRunnerIsNotRetired(t *testing.T) {
 	reader := fake.NewClientBuilder().WithObjects(pod.DeepCopy(), lr.Obj()).Build()
 	gh := &statusGitHub{}
 	d := newDecider(DefaultConfig(), gh, reader, time.Now)
-	rc := &retireCounter{RunnerResolver: arc.NewResolver(arc.Options{Reader: reader})}
-	d.resolver.runners = rc
+	rc := &retireCounter{}
+	d.resolver.runners, d.retirements = arc.NewResolver(arc.Options{Reader: reader}), rc
 	dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Namespace: "ci", Name: "legacy-1", Pod: pod})
 	if dec.Reason != ReasonUnregistered || rc.retires != 0 || strings.Contains(dec.Message, "retir") {
 		t.Errorf("%s, %d retires: %s; want unregistered and no retire", dec.Reason, rc.retires, dec.Message)

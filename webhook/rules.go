@@ -145,6 +145,12 @@ type review struct {
 	// PDBSeveral names the budgets selecting the pod when there are several:
 	// the API server refuses its eviction (evictions, stageRunner).
 	PDBSeveral []string
+	// PDBInFlight is how many evictions under PDBBlocks this replica let
+	// through that the API server has not accounted for yet.
+	PDBInFlight int
+	// budgetHold is the disruption reserved for this eviction: kept when it
+	// is let through, given back otherwise.
+	budgetHold BudgetHold
 	// GitHub is GitHub's answer (stageGitHub).
 	GitHub githubResult
 }
@@ -236,9 +242,14 @@ type decider struct {
 	statuses *statusMemory
 	// resolver answers which runner a pod runs.
 	resolver resolver
+	// budgets counts the evictions let through and not yet accounted for
+	// by their PodDisruptionBudget (rule 5d).
+	budgets *BudgetLedger
 	// retire deletes the EphemeralRunner of a runner runner-guard unregistered.
 	retire  bool
-	metrics *Metrics
+	// retirements queues what retire deletes (disruption.Retirer).
+	retirements Retirements
+	metrics     *Metrics
 }
 
 func newDecider(cfg Config, gh GitHub, pods client.Reader, now func() time.Time) *decider {
@@ -255,6 +266,9 @@ func newDecider(cfg Config, gh GitHub, pods client.Reader, now func() time.Time)
 		webhookTimeout: cfg.WebhookTimeout.Duration,
 		pods:           pods,
 		memory:         newAdmittedMemory(cfg.RecentlyAdmittedTTL.Duration, now),
+		// An admitted eviction reaches the budget within the API server's
+		// deadline; one it never made stops counting a little after.
+		budgets: NewBudgetLedger(cfg.WebhookTimeout.Duration+budgetHoldSlack, now),
 		busy:           newBusyMemory(pol.BusyRetryAfter, pol.BusyRetryMax, now),
 	}
 }
@@ -292,8 +306,13 @@ func (d *decider) decide(ctx context.Context, r review) (Decision, Target) {
 				d.memory.remember(r.Pod.UID, r.Target)
 				d.busy.forget(r.Target)
 			}
-			if dec.Reason == ReasonUnregistered && r.ARC != nil && r.ARC.Kind == arc.Kind && d.retire {
-				dec = d.retireEphemeralRunner(ctx, r.ARC, dec)
+			if dec.Allowed {
+				r.budgetHold.Admitted()
+			} else {
+				r.budgetHold.Cancel()
+			}
+			if dec.Reason == ReasonUnregistered && r.ARC != nil && r.ARC.Kind == arc.Kind && d.retire && d.retirements != nil {
+				dec = d.retireEphemeralRunner(r.ARC, r.Pod, dec)
 			}
 			return dec, r.Target
 		}
@@ -318,7 +337,7 @@ func (d *decider) resolve(ctx context.Context, r *review, s stage) {
 			r.Busy = d.busy.recall(r.Target)
 		}
 		if r.Operation == OperationEvict && !r.DryRun {
-			r.PDBBlocks, r.PDBSeveral = d.blockingPDB(ctx, r.Pod)
+			r.PDBBlocks, r.PDBSeveral, r.PDBInFlight, r.budgetHold = d.blockingPDB(ctx, r.Pod)
 		}
 	case stageGitHub:
 		if !r.askable() {
@@ -838,9 +857,13 @@ func rulePDBBlocks(r *review, p *policy) (Decision, bool) {
 	if r.PDBBlocks == "" {
 		return Decision{}, false
 	}
+	inFlight := ""
+	if r.PDBInFlight > 0 {
+		inFlight = fmt.Sprintf(" once the %d eviction(s) runner-guard let through under it, not yet accounted for by the API server, are counted", r.PDBInFlight)
+	}
 	d := Decision{Reason: ReasonPDBBlocks, Code: http.StatusTooManyRequests, RetryAfter: p.BusyRetryAfter,
-		Message: fmt.Sprintf("PodDisruptionBudget %s allows no disruption of pod %s now; runner not unregistered, retry in %s",
-			r.PDBBlocks, r.podRef(), roundUp(p.BusyRetryAfter))}
+		Message: fmt.Sprintf("PodDisruptionBudget %s allows no disruption of pod %s now%s; runner not unregistered, retry in %s",
+			r.PDBBlocks, r.podRef(), inFlight, roundUp(p.BusyRetryAfter))}
 	return d, true
 }
 

@@ -194,7 +194,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	// Retiring happens after the admission call, on the replica that
 	// admitted the deletion.
 	var retirements webhook.Retirements
-	retirer := disruption.NewRetirer(runners, hMetrics, logger.WithName("retire"))
+	retirer := disruption.NewRetirer(runners, live, hMetrics, logger.WithName("retire"))
 	if *hcfg.RetireEphemeralRunners {
 		if err := mgr.Add(retirer); err != nil {
 			return fmt.Errorf("retirer: %w", err)
