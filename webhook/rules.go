@@ -246,7 +246,7 @@ type decider struct {
 	// by their PodDisruptionBudget (rule 5d).
 	budgets *BudgetLedger
 	// retire deletes the EphemeralRunner of a runner runner-guard unregistered.
-	retire  bool
+	retire bool
 	// retirements queues what retire deletes (disruption.Retirer).
 	retirements Retirements
 	metrics     *Metrics
@@ -269,7 +269,7 @@ func newDecider(cfg Config, gh GitHub, pods client.Reader, now func() time.Time)
 		// An admitted eviction reaches the budget within the API server's
 		// deadline; one it never made stops counting a little after.
 		budgets: NewBudgetLedger(cfg.WebhookTimeout.Duration+budgetHoldSlack, now),
-		busy:           newBusyMemory(pol.BusyRetryAfter, pol.BusyRetryMax, now),
+		busy:    newBusyMemory(pol.BusyRetryAfter, pol.BusyRetryMax, now),
 	}
 }
 
