@@ -103,7 +103,11 @@ type BudgetHold struct {
 // reports false, reserving nothing, when the budget refuses the eviction
 // once the evictions in flight under it are counted; inFlight is their number.
 // A pod that already holds a reservation keeps it and is not counted twice.
+// A nil ledger counts nothing.
 func (l *BudgetLedger) Reserve(pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod) (hold BudgetHold, inFlight int, ok bool) {
+	if l == nil {
+		return BudgetHold{}, 0, !budgetRefuses(pdb, 0)
+	}
 	key := types.NamespacedName{Namespace: pdb.Namespace, Name: pdb.Name}
 	l.mu.Lock()
 	defer l.mu.Unlock()
