@@ -378,3 +378,24 @@ func TestLegacyRunnerOfAnotherGitHubIsNotAskedThere(t *testing.T) {
 		})
 	}
 }
+
+// A webhook configuration whose timeoutSeconds is shorter than
+// --webhook-timeout (FitTimeout, from the activation controller) shortens
+// the deadline: a review that would still have time under --webhook-timeout
+// starts no unregister once the API server has given up on it.
+func TestFitTimeoutShortensTheDeadline(t *testing.T) {
+	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
+	gh := &statusGitHub{}
+	d := newDecider(DefaultConfig(), gh, fake.NewClientBuilder().WithObjects(pod.DeepCopy()).Build(), time.Now)
+	h := &Handler{decider: d}
+	h.FitTimeout(3 * time.Second)
+	arrived := time.Now().Add(-2500 * time.Millisecond) // 7.5 s left of 10, none of 3
+	dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Namespace: "ci", Name: "runner-1", Pod: pod.DeepCopy(), Arrived: arrived})
+	if dec.Reason != ReasonDeadline || gh.unregisters != 0 {
+		t.Errorf("%s after %d unregisters; want %s and none sent", dec.Reason, gh.unregisters, ReasonDeadline)
+	}
+	h.FitTimeout(DefaultConfig().WebhookTimeout.Duration)
+	if dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Namespace: "ci", Name: "runner-1", Pod: pod.DeepCopy(), Arrived: arrived}); dec.Reason != ReasonUnregistered {
+		t.Errorf("timeouts alike again: %s", dec.Reason)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -231,8 +232,11 @@ type decider struct {
 	table         []rule
 	github        GitHub
 	githubTimeout time.Duration
-	// webhookTimeout is the API server's deadline for a review.
+	// webhookTimeout is the API server's deadline for a review
+	// (--webhook-timeout); apiTimeout, when shorter and set, is the one the
+	// webhook configuration really gives (see fitTimeout).
 	webhookTimeout time.Duration
+	apiTimeout     atomic.Int64
 	// pods reads live pods and PodDisruptionBudgets through the API server.
 	pods   client.Reader
 	memory *admittedMemory
@@ -273,6 +277,14 @@ func newDecider(cfg Config, gh GitHub, pods client.Reader, now func() time.Time)
 	}
 }
 
+// timeout is the deadline a review is decided within.
+func (d *decider) timeout() time.Duration {
+	if t := time.Duration(d.apiTimeout.Load()); t > 0 && t < d.webhookTimeout {
+		return t
+	}
+	return d.webhookTimeout
+}
+
 // decide returns the decision for one review and the runner it concerns (zero
 // when the decision was made before the runner was resolved).
 func (d *decider) decide(ctx context.Context, r review) (Decision, Target) {
@@ -289,7 +301,7 @@ func (d *decider) decide(ctx context.Context, r review) (Decision, Target) {
 				// deadline, inside the API server's, bounds it instead.
 				// Request-stage decisions skip the timer.
 				var cancel context.CancelFunc
-				ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), r.deadline(d.webhookTimeout))
+				ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), r.deadline(d.timeout()))
 				defer cancel()
 			}
 			reached++
@@ -343,7 +355,7 @@ func (d *decider) resolve(ctx context.Context, r *review, s stage) {
 		if !r.askable() {
 			return // only bypass users and disrupted pods get here: nothing to ask
 		}
-		if left := time.Until(r.deadline(d.webhookTimeout)); !r.readOnly(&d.policy) && left < minUnregisterTime {
+		if left := time.Until(r.deadline(d.timeout())); !r.readOnly(&d.policy) && left < minUnregisterTime {
 			// An unregister that may not finish before the API server gives
 			// up must not start: GitHub could remove the runner while the
 			// API server tells the deleter the webhook failed.

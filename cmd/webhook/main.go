@@ -32,6 +32,7 @@ import (
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/metricsauth"
 	"github.com/runner-guard/runner-guard/webhook"
+	"github.com/runner-guard/runner-guard/webhook/activation"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
@@ -238,7 +239,12 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		}
 	}
 
-	if err := opts.activation.setup(mgr, restCfg, logger.WithName("activation")); err != nil {
+	timeoutShort := activation.NewShortTimeoutGauge()
+	if err := metrics.Registry.Register(timeoutShort); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	timeoutCheck := activation.TimeoutCheck{Want: hcfg.WebhookTimeout.Duration, Fit: handler.FitTimeout, Short: timeoutShort}
+	if err := opts.activation.setup(mgr, restCfg, timeoutCheck, logger.WithName("activation")); err != nil {
 		return err
 	}
 
