@@ -38,6 +38,7 @@ const (
 	podNodeNameIndex        = "spec.nodeName"
 	provenBusyRecheck       = time.Minute
 	unresolvedRecheck       = 30 * time.Second
+	budgetRecheck           = time.Second
 	drainUnregisterDeadline = 10 * time.Second
 	// legacyRegistrationGrace is how long a legacy runner's container may
 	// run before GitHub knowing nothing of it counts as "not found": its
@@ -170,7 +171,9 @@ func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why st
 			r.events.Eventf(pod, node, corev1.EventTypeNormal, EventDrainWaitsForPDB, "Drain",
 				"node %s is %s; %s allows no disruption of pod %s now, so runner-guard leaves runner %q registered and asks again", node.Name, why, budget, key, res.Runner.Name)
 		}
-		return r.backoff.retry(pod.UID)
+		// No GitHub request was made: look again soon, not on the busy
+		// backoff, so the node empties as fast as the budget lets it.
+		return budgetRecheck
 	}
 	// The disruption is given back unless the pod was evicted.
 	evicted := false
