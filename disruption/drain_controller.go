@@ -29,16 +29,20 @@ import (
 // the related object): a Node's Events are read in another namespace, and
 // must not name other teams' pods or jobs.
 const (
-	EventEvictionRefused    = "DrainEvictionRefused"
-	EventDrainWaitsForJob   = "DrainWaitsForJob"
-	EventJobOutlivesGrace   = "JobOutlivesGracePeriod"
-	EventRunnerReleased     = "RunnerReleasedForDrain"
-	EventRunnerNotReleased  = "RunnerNotReleased"
-	EventDrainWaitsForPDB   = "DrainWaitsForDisruptionBudget"
-	podNodeNameIndex        = "spec.nodeName"
-	provenBusyRecheck       = time.Minute
-	unresolvedRecheck       = 30 * time.Second
-	budgetRecheck           = time.Second
+	EventEvictionRefused   = "DrainEvictionRefused"
+	EventDrainWaitsForJob  = "DrainWaitsForJob"
+	EventJobOutlivesGrace  = "JobOutlivesGracePeriod"
+	EventRunnerReleased    = "RunnerReleasedForDrain"
+	EventRunnerNotReleased = "RunnerNotReleased"
+	EventDrainWaitsForPDB  = "DrainWaitsForDisruptionBudget"
+	podNodeNameIndex       = "spec.nodeName"
+	provenBusyRecheck      = time.Minute
+	unresolvedRecheck      = 30 * time.Second
+	budgetRecheck          = time.Second
+	refusedRecheck         = 10 * time.Second
+	// refusedHold is how long a refused eviction keeps the drain from
+	// unregistering more runners in its namespace, unless one is admitted.
+	refusedHold             = 2 * time.Minute
 	drainUnregisterDeadline = 10 * time.Second
 	// legacyRegistrationGrace is how long a legacy runner's container may
 	// run before GitHub knowing nothing of it counts as "not found": its
@@ -76,6 +80,9 @@ type drainReconciler struct {
 	budgetLocks *keyedLocks
 	// grants says where pods/eviction is granted.
 	grants *evictionGrants
+	// refused remembers, per namespace, when a policy last refused an
+	// eviction there: no further runner is unregistered there meanwhile.
+	refused refusals
 }
 
 var _ reconcile.Reconciler = &drainReconciler{}
@@ -161,6 +168,28 @@ func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why st
 	}
 	if wait := r.backoff.due(pod.UID); wait > 0 {
 		return wait
+	}
+	if !r.refused.proven(pod.Namespace, r.now()) {
+		// Until an eviction was admitted in the namespace, its releases go
+		// one at a time: a policy that refuses them then costs one runner
+		// unregistered, not the whole node's.
+		unlockNS := r.budgetLocks.lock(types.NamespacedName{Namespace: pod.Namespace})
+		if r.refused.proven(pod.Namespace, r.now()) {
+			unlockNS()
+		} else {
+			defer unlockNS()
+		}
+	}
+	if r.refused.recent(pod.Namespace, r.now()) && !r.said.has(string(pod.UID)+"/refused/"+node.Name) {
+		// A policy refuses evictions here: unregistering another runner
+		// would leave another pod with a dead runner. Only the pods whose
+		// runners are already gone are evicted again.
+		if r.said.first(string(pod.UID) + "/refusedhere/" + node.Name) {
+			r.events.Eventf(pod, node, corev1.EventTypeNormal, EventEvictionRefused, "Drain",
+				"node %s is %s; an eviction in namespace %s was refused by a policy a moment ago, so runner-guard leaves runner %q of pod %s registered until one is admitted",
+				node.Name, why, pod.Namespace, res.Runner.Name, key)
+		}
+		return refusedRecheck
 	}
 	hold, unlock, budget := r.reserveBudget(ctx, pod)
 	defer unlock()
@@ -258,6 +287,7 @@ func (r *drainReconciler) released(ctx context.Context, node *corev1.Node, why s
 		r.log.Info("runner unregistered, but a PodDisruptionBudget refused evicting its pod; evicting it again later", "node", node.Name, "pod", key, "error", err.Error())
 		return false
 	case apierrors.IsForbidden(err):
+		r.refused.mark(pod.Namespace, r.now())
 		// pods/eviction is granted here (evict checked), so an admission
 		// webhook or policy refused it: deleting the pod instead would
 		// bypass that policy and the budgets. The pod stays for the next look.
@@ -271,6 +301,7 @@ func (r *drainReconciler) released(ctx context.Context, node *corev1.Node, why s
 	default:
 		r.log.Error(err, "runner unregistered, but its pod could not be evicted; the drain evicts it", "node", node.Name, "pod", key)
 	}
+	r.refused.admitted(pod.Namespace, r.now())
 	if res.ARC != nil && res.ARC.Kind == arc.Kind && r.retirer != nil {
 		r.retirer.Add(*res.ARC, pod.UID)
 	}
@@ -448,4 +479,50 @@ func nodeRequest(nodeName string) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: nodeName}}}
+}
+
+// refusals is, per namespace, when a policy last refused an eviction and
+// when one was last admitted.
+type refusals struct {
+	mu sync.Mutex
+	at map[string]evictionSeen
+}
+
+type evictionSeen struct{ refused, admitted time.Time }
+
+func (f *refusals) update(ns string, edit func(*evictionSeen)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.at == nil {
+		f.at = map[string]evictionSeen{}
+	}
+	e := f.at[ns]
+	edit(&e)
+	f.at[ns] = e
+}
+
+func (f *refusals) mark(ns string, now time.Time) {
+	f.update(ns, func(e *evictionSeen) { e.refused = now })
+}
+
+func (f *refusals) admitted(ns string, now time.Time) {
+	f.update(ns, func(e *evictionSeen) { e.admitted = now })
+}
+
+func (f *refusals) seen(ns string) evictionSeen {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.at[ns]
+}
+
+// recent reports a refusal in ns within refusedHold, none admitted since.
+func (f *refusals) recent(ns string, now time.Time) bool {
+	e := f.seen(ns)
+	return !e.refused.IsZero() && e.refused.After(e.admitted) && now.Sub(e.refused) < refusedHold
+}
+
+// proven reports an eviction admitted in ns within refusedHold, none refused since.
+func (f *refusals) proven(ns string, now time.Time) bool {
+	e := f.seen(ns)
+	return !e.admitted.IsZero() && !e.refused.After(e.admitted) && now.Sub(e.admitted) < refusedHold
 }

@@ -449,3 +449,50 @@ func TestDrainCountsItsReleasesUnderABudget(t *testing.T) {
 		t.Errorf("%d runners unregistered under a budget allowing one disruption (the fake API server does not charge it), want 1: %v", asked, gh.deletes)
 	}
 }
+
+// Another webhook refuses evictions in the namespace: the drain keeps the
+// refused pod (never deleting it past that policy), and unregisters no
+// other runner there until an eviction is admitted again.
+func TestDrainStopsUnregisteringWhereEvictionsAreRefused(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Unschedulable: true}}
+	objs := []client.Object{node}
+	for _, name := range []string{"idle-1", "idle-2", "idle-3"} {
+		objs = append(objs, runnerPod(name, "n1"))
+	}
+	refuse := true
+	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(objs...).
+		WithIndex(&corev1.Pod{}, podNodeNameIndex, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		WithInterceptorFuncs(interceptor.Funcs{SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj, subObj client.Object, opts ...client.SubResourceCreateOption) error {
+			if sub == "eviction" && refuse {
+				return apierrors.NewForbidden(schema.GroupResource{Resource: "pods/eviction"}, obj.GetName(), errors.New(`admission webhook "deny.example.com" denied the request`))
+			}
+			return c.SubResource(sub).Create(ctx, obj, subObj, opts...)
+		}, Create: accessReviews(true)}).Build()
+	gh := &githubStub{deletes: map[string]int{}, unknown: map[string]bool{}}
+	now := time.Unix(1000, 0)
+	r := &drainReconciler{cached: c, live: c, guard: &guardStub{}, github: gh, events: events.NewFakeRecorder(100), said: newOnce(), log: logr.Discard(),
+		backoff: newBackoff(time.Second, 15*time.Second, func() time.Time { return now }), now: func() time.Time { return now },
+		grants: newEvictionGrants(func() time.Time { return now }), budgetLocks: newKeyedLocks()}
+	reconcileNode := func() {
+		t.Helper()
+		if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		reconcileNode()
+		now = now.Add(time.Minute)
+	}
+	unregistered := 0
+	for name, n := range gh.deletes {
+		if n > 0 {
+			unregistered++
+		}
+		if err := c.Get(context.Background(), types.NamespacedName{Namespace: "ci", Name: name}, &corev1.Pod{}); err != nil {
+			t.Errorf("pod %s: %v; want it kept while evictions are refused", name, err)
+		}
+	}
+	if unregistered != 1 {
+		t.Errorf("%d runners unregistered while evictions are refused, want 1: %v", unregistered, gh.deletes)
+	}
+}
