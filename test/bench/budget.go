@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/test/e2e/framework"
@@ -33,26 +31,14 @@ const (
 // unlike in the e2e suite): evictions sent all at once, as kubectl drain
 // sends them, and runner-guard's own drain of the same node.
 func (e *env) budgetRun() error {
-	opts, err := framework.FromEnvironment()
-	if err != nil {
-		return fmt.Errorf("needs the control plane (`make bench` sets it up): %w", err)
-	}
-	opts.Controllers = append(framework.DefaultControllers(), "disruption-controller")
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	fenv, err := framework.Start(ctx, opts)
+	d, stop, err := startDisruptionBench(ctx, append(framework.DefaultControllers(), "disruption-controller"))
 	if err != nil {
 		return err
 	}
-	defer func() {
-		fenv.Stop()
-		_ = os.RemoveAll(fenv.Dir)
-	}()
-	dyn, err := dynamic.NewForConfig(fenv.Config)
-	if err != nil {
-		return err
-	}
-	b := &budgetBench{disruptionBench: disruptionBench{fenv: fenv, dyn: dyn}}
+	defer stop()
+	b := &budgetBench{disruptionBench: *d}
 	turnaround, err := b.evictAll(ctx, e)
 	if err != nil {
 		return fmt.Errorf("evictions at once: %w", err)
