@@ -360,6 +360,7 @@ func (r *drainReconciler) reserveBudget(ctx context.Context, pod *corev1.Pod) (h
 	}
 	unlock = r.budgetLocks.lock(types.NamespacedName{Namespace: charged.Namespace, Name: charged.Name})
 	// Read again under the lock: the release before this one has evicted.
+	r.budgets.SeePods(ctx, r.live, pod.Namespace)
 	if charged, _ = r.chargedBudget(ctx, pod); charged == nil {
 		return hold, unlock, ""
 	}

@@ -431,13 +431,33 @@ func TestDrainCountsItsReleasesUnderABudget(t *testing.T) {
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 		objs = append(objs, pod)
 	}
-	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(objs...).
-		WithIndex(&corev1.Pod{}, podNodeNameIndex, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
+	// The eviction subresource as the API server runs it: a 429 when the
+	// budget allows no disruption, else the budget charged, then the pod deleted.
+	var evictMu sync.Mutex
+	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(objs...).WithStatusSubresource(&policyv1.PodDisruptionBudget{}).
+		WithIndex(&corev1.Pod{}, podNodeNameIndex, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		WithInterceptorFuncs(interceptor.Funcs{SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj, subObj client.Object, opts ...client.SubResourceCreateOption) error {
+			evictMu.Lock()
+			defer evictMu.Unlock()
+			budget := &policyv1.PodDisruptionBudget{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(pdb), budget); err != nil {
+				return err
+			}
+			if budget.Status.DisruptionsAllowed < 1 {
+				return apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
+			}
+			budget.Status.DisruptionsAllowed--
+			budget.Status.DisruptedPods = map[string]metav1.Time{obj.GetName(): metav1.Now()}
+			if err := c.Status().Update(ctx, budget); err != nil {
+				return err
+			}
+			return c.SubResource(sub).Create(ctx, obj, subObj, opts...)
+		}}).Build()
 	gh := &githubStub{deletes: map[string]int{}}
 	now := time.Unix(1000, 0)
 	r := &drainReconciler{cached: c, live: c, guard: &guardStub{}, github: gh, events: events.NewFakeRecorder(50), said: newOnce(), log: logr.Discard(),
 		backoff: newBackoff(time.Second, 15*time.Second, func() time.Time { return now }), now: func() time.Time { return now },
-		budgets: webhook.NewBudgetLedger(time.Minute, func() time.Time { return now }), budgetLocks: newKeyedLocks()}
+		budgets: webhook.NewBudgetLedger(webhook.DefaultWebhookTimeout, func() time.Time { return now }), budgetLocks: newKeyedLocks()}
 	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +466,7 @@ func TestDrainCountsItsReleasesUnderABudget(t *testing.T) {
 		asked += n
 	}
 	if asked != 1 {
-		t.Errorf("%d runners unregistered under a budget allowing one disruption (the fake API server does not charge it), want 1: %v", asked, gh.deletes)
+		t.Errorf("%d runners unregistered under a budget allowing one disruption, want 1: %v", asked, gh.deletes)
 	}
 }
 

@@ -222,5 +222,5 @@ func budgetLedgerOf(g Guard, now func() time.Time) *webhook.BudgetLedger {
 	if h, ok := g.(interface{ Budgets() *webhook.BudgetLedger }); ok {
 		return h.Budgets()
 	}
-	return webhook.NewBudgetLedger(time.Minute, now)
+	return webhook.NewBudgetLedger(webhook.DefaultWebhookTimeout, now)
 }

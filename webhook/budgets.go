@@ -1,12 +1,15 @@
 package webhook
 
 import (
+	"context"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // budgetHoldSlack is how long past the API server's deadline an admitted
@@ -62,13 +65,21 @@ func budgetRefuses(pdb *policyv1.PodDisruptionBudget, inFlight int) bool {
 // get their runner unregistered; the ledger takes those in flight off it.
 //
 // An eviction counts from Reserve until the budget shows it: its pod in
-// status.disruptedPods, or, once the decision was answered, a resourceVersion
-// other than the one read at Reserve (the eviction writes the budget's
-// status). One the API server never made (another webhook refused it) stops
-// counting after hold. Other replicas' evictions are not counted.
+// status.disruptedPods (the eviction's own write), its pod seen going before
+// the budget was read (SeePods: the disruption controller clears
+// disruptedPods once the pod is deleted), or a resourceVersion
+// other than the one read at Reserve once the answer is older than the API
+// server's deadline (by then the eviction's write is done, and the
+// disruption controller may have cleared disruptedPods since). A new
+// version alone is not enough sooner: another eviction's write makes one
+// while this eviction is still on its way. One the API server never made
+// (another webhook refused it) stops counting after hold. Other replicas'
+// evictions are not counted.
 type BudgetLedger struct {
-	hold time.Duration
-	now  func() time.Time
+	// settle is the API server's deadline for a review; hold, settle and
+	// budgetHoldSlack.
+	settle, hold time.Duration
+	now          func() time.Time
 
 	mu       sync.Mutex
 	byBudget map[types.NamespacedName]map[types.UID]*inFlightEviction
@@ -79,15 +90,20 @@ type inFlightEviction struct {
 	pod      string
 	version  string // the budget's resourceVersion at Reserve
 	since    time.Time
-	answered bool
+	answered time.Time // zero until Admitted
+	// going: its pod was seen terminating or gone, so the eviction's budget
+	// write (made before the pod's deletion) is in any budget read since.
+	going bool
 }
 
-// NewBudgetLedger returns a ledger whose unaccounted evictions count for hold.
-func NewBudgetLedger(hold time.Duration, now func() time.Time) *BudgetLedger {
+// NewBudgetLedger returns a ledger for reviews the API server gives deadline
+// (--webhook-timeout).
+func NewBudgetLedger(deadline time.Duration, now func() time.Time) *BudgetLedger {
 	if now == nil {
 		now = time.Now
 	}
-	return &BudgetLedger{hold: hold, now: now, byBudget: map[types.NamespacedName]map[types.UID]*inFlightEviction{}}
+	return &BudgetLedger{settle: deadline, hold: deadline + budgetHoldSlack, now: now,
+		byBudget: map[types.NamespacedName]map[types.UID]*inFlightEviction{}}
 }
 
 // BudgetHold is one reserved eviction; the zero value holds nothing.
@@ -147,7 +163,8 @@ func (l *BudgetLedger) prune(key types.NamespacedName, pdb *policyv1.PodDisrupti
 	now := l.now()
 	for uid, e := range entries {
 		_, shown := pdb.Status.DisruptedPods[e.pod]
-		if shown || (e.answered && pdb.ResourceVersion != e.version) || now.Sub(e.since) > l.hold {
+		settled := !e.answered.IsZero() && now.Sub(e.answered) > l.settle
+		if shown || e.going || (settled && pdb.ResourceVersion != e.version) || now.Sub(e.since) > l.hold {
 			delete(entries, uid)
 		}
 	}
@@ -158,16 +175,16 @@ func (l *BudgetLedger) prune(key types.NamespacedName, pdb *policyv1.PodDisrupti
 	return entries
 }
 
-// Admitted says the eviction was let through: from now a new version of
-// the budget accounts for it.
+// Admitted says the eviction was let through: once the API server's
+// deadline has passed, a new version of the budget accounts for it.
 func (h BudgetHold) Admitted() {
 	if h.ledger == nil {
 		return
 	}
 	h.ledger.mu.Lock()
 	defer h.ledger.mu.Unlock()
-	if e := h.ledger.byBudget[h.budget][h.pod]; e != nil {
-		e.answered = true
+	if e := h.ledger.byBudget[h.budget][h.pod]; e != nil && e.answered.IsZero() {
+		e.answered = h.ledger.now()
 	}
 }
 
@@ -190,3 +207,49 @@ func (h BudgetHold) Cancel() {
 
 // Budget names the reserved budget ("" for the zero hold).
 func (h BudgetHold) Budget() string { return h.budget.Name }
+
+// SeePods reads the pods of the evictions in flight in namespace and notes
+// those terminating or gone. Call it before reading the namespace's budgets:
+// the API server writes an eviction into its budget before it deletes the
+// pod, so a budget read after the pod was seen going shows the eviction even
+// when the disruption controller has already cleared disruptedPods. A failed
+// read notes nothing (the eviction keeps counting).
+func (l *BudgetLedger) SeePods(ctx context.Context, pods client.Reader, namespace string) {
+	if l == nil {
+		return
+	}
+	type pending struct {
+		name string
+		uid  types.UID
+	}
+	var want []pending
+	l.mu.Lock()
+	for key, entries := range l.byBudget {
+		if key.Namespace != namespace {
+			continue
+		}
+		for uid, e := range entries {
+			if !e.going {
+				want = append(want, pending{e.pod, uid})
+			}
+		}
+	}
+	l.mu.Unlock()
+	for _, p := range want {
+		pod := &corev1.Pod{}
+		err := pods.Get(ctx, types.NamespacedName{Namespace: namespace, Name: p.name}, pod)
+		if err != nil && !apierrors.IsNotFound(err) {
+			continue
+		}
+		if err == nil && pod.UID == p.uid && pod.DeletionTimestamp == nil {
+			continue
+		}
+		l.mu.Lock()
+		for key, entries := range l.byBudget {
+			if e := entries[p.uid]; key.Namespace == namespace && e != nil {
+				e.going = true
+			}
+		}
+		l.mu.Unlock()
+	}
+}

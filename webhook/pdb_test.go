@@ -234,33 +234,34 @@ func TestConcurrentEvictionsUnderOneBudget(t *testing.T) {
 // The ledger counts an eviction until the budget shows it; a refused one is
 // given back at once, and one the API server never made after the hold.
 func TestBudgetLedger(t *testing.T) {
-	const hold = time.Minute
+	const deadline = 10 * time.Second
 	start := time.Unix(1000, 0)
+	rewrite := func(p *policyv1.PodDisruptionBudget) { p.ResourceVersion = "11" }
 	tests := map[string]struct {
-		// after changes the budget (and the clock) once "runner-1" was let through.
-		after        func(p *policyv1.PodDisruptionBudget, clock *time.Time)
-		answered     bool
-		cancelled    bool
+		answered, cancelled bool
+		// edit changes the budget once "runner-1" was let through; later is
+		// how long after.
+		edit         func(p *policyv1.PodDisruptionBudget)
+		later        time.Duration
 		wantInFlight int
 	}{
-		"let through, budget unchanged": {after: func(*policyv1.PodDisruptionBudget, *time.Time) {}, answered: true, wantInFlight: 1},
-		"shown in disruptedPods": {after: func(p *policyv1.PodDisruptionBudget, _ *time.Time) {
+		"let through, budget unchanged": {answered: true, later: time.Second, wantInFlight: 1},
+		"shown in disruptedPods": {answered: true, edit: func(p *policyv1.PodDisruptionBudget) {
 			p.Status.DisruptedPods = map[string]metav1.Time{"runner-1": metav1.NewTime(start)}
 		}, wantInFlight: 0},
-		"answered, budget written since": {after: func(p *policyv1.PodDisruptionBudget, _ *time.Time) { p.ResourceVersion = "11" },
-			answered: true, wantInFlight: 0},
-		// Still asking GitHub: a status write of the disruption controller is
-		// not the eviction's.
-		"not answered yet, budget written since": {after: func(p *policyv1.PodDisruptionBudget, _ *time.Time) { p.ResourceVersion = "11" },
-			wantInFlight: 1},
-		"refused: given back": {after: func(*policyv1.PodDisruptionBudget, *time.Time) {}, cancelled: true, wantInFlight: 0},
-		"never made, past the hold": {after: func(_ *policyv1.PodDisruptionBudget, clock *time.Time) { *clock = clock.Add(hold + time.Second) },
-			answered: true, wantInFlight: 0},
+		// Another eviction's write makes a new version while this one is on
+		// its way to the API server.
+		"answered, budget written since, within the deadline": {answered: true, edit: rewrite, later: time.Second, wantInFlight: 1},
+		"answered, budget written since, past the deadline":   {answered: true, edit: rewrite, later: deadline + time.Second, wantInFlight: 0},
+		// Still asking GitHub: a status write is not this eviction's.
+		"not answered yet, budget written since": {edit: rewrite, later: deadline + time.Second, wantInFlight: 1},
+		"refused: given back":                    {cancelled: true, wantInFlight: 0},
+		"never made, past the hold":              {answered: true, later: deadline + budgetHoldSlack + time.Second, wantInFlight: 0},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			clock := start
-			l := NewBudgetLedger(hold, func() time.Time { return clock })
+			l := NewBudgetLedger(deadline, func() time.Time { return clock })
 			pdb := budget("pdb", func(p *policyv1.PodDisruptionBudget) { p.ResourceVersion = "10" })
 			h, _, ok := l.Reserve(&pdb, runnerPodFor(true, named("runner-1")))
 			if !ok {
@@ -272,7 +273,10 @@ func TestBudgetLedger(t *testing.T) {
 			if tc.cancelled {
 				h.Cancel()
 			}
-			tc.after(&pdb, &clock)
+			if tc.edit != nil {
+				tc.edit(&pdb)
+			}
+			clock = clock.Add(tc.later)
 			if got := l.InFlight(&pdb); got != tc.wantInFlight {
 				t.Errorf("in flight %d, want %d", got, tc.wantInFlight)
 			}
@@ -286,6 +290,41 @@ func TestBudgetLedger(t *testing.T) {
 				if _, _, ok := l.Reserve(&pdb, runnerPodFor(true, named("runner-1"))); !ok {
 					t.Error("the pod holding the reservation was refused its own eviction")
 				}
+			}
+		})
+	}
+}
+
+// An eviction whose pod is seen going before the budget is read is
+// accounted for, even once the disruption controller has cleared it from
+// status.disruptedPods; one whose pod stays keeps counting.
+func TestBudgetLedgerSeesPodsGo(t *testing.T) {
+	now := metav1.Now()
+	tests := map[string]struct {
+		pod          *corev1.Pod // the live pod runner-1; nil: gone
+		wantInFlight int
+	}{
+		"pod gone":                {nil, 0},
+		"pod terminating":         {runnerPodFor(true, named("runner-1"), func(p *corev1.Pod) { p.DeletionTimestamp, p.Finalizers = &now, []string{"example.com/hold"} }), 0},
+		"another pod of the name": {runnerPodFor(true, named("runner-1"), func(p *corev1.Pod) { p.UID = "newer" }), 0},
+		"pod stays":               {runnerPodFor(true, named("runner-1")), 1},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			b := fake.NewClientBuilder()
+			if tc.pod != nil {
+				b = b.WithObjects(tc.pod)
+			}
+			l := NewBudgetLedger(10*time.Second, time.Now)
+			pdb := budget("pdb", func(p *policyv1.PodDisruptionBudget) { p.ResourceVersion = "10" })
+			h, _, ok := l.Reserve(&pdb, runnerPodFor(true, named("runner-1")))
+			if !ok {
+				t.Fatal("the first eviction under a budget allowing one was refused")
+			}
+			h.Admitted()
+			l.SeePods(context.Background(), b.Build(), "ci")
+			if got := l.InFlight(&pdb); got != tc.wantInFlight {
+				t.Errorf("in flight %d, want %d", got, tc.wantInFlight)
 			}
 		})
 	}

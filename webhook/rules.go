@@ -272,7 +272,7 @@ func newDecider(cfg Config, gh GitHub, pods client.Reader, now func() time.Time)
 		memory:         newAdmittedMemory(cfg.RecentlyAdmittedTTL.Duration, now),
 		// An admitted eviction reaches the budget within the API server's
 		// deadline; one it never made stops counting a little after.
-		budgets: NewBudgetLedger(cfg.WebhookTimeout.Duration+budgetHoldSlack, now),
+		budgets: NewBudgetLedger(cfg.WebhookTimeout.Duration, now),
 		busy:    newBusyMemory(pol.BusyRetryAfter, pol.BusyRetryMax, now),
 	}
 }
