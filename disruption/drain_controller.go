@@ -25,16 +25,24 @@ import (
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
-// Events the drain records on the Node (and, for released runners, the pod).
+// Events the drain records on a runner's pod, in its namespace (the Node is
+// the related object): a Node's Events are read in another namespace, and
+// must not name other teams' pods or jobs.
 const (
-	EventDrainWaitsForJob   = "DrainWaitsForJob"
-	EventJobOutlivesGrace   = "JobOutlivesGracePeriod"
-	EventRunnerReleased     = "RunnerReleasedForDrain"
-	EventRunnerNotReleased  = "RunnerNotReleased"
-	EventDrainWaitsForPDB   = "DrainWaitsForDisruptionBudget"
-	podNodeNameIndex        = "spec.nodeName"
-	provenBusyRecheck       = time.Minute
-	unresolvedRecheck       = 30 * time.Second
+	EventEvictionRefused   = "DrainEvictionRefused"
+	EventDrainWaitsForJob  = "DrainWaitsForJob"
+	EventJobOutlivesGrace  = "JobOutlivesGracePeriod"
+	EventRunnerReleased    = "RunnerReleasedForDrain"
+	EventRunnerNotReleased = "RunnerNotReleased"
+	EventDrainWaitsForPDB  = "DrainWaitsForDisruptionBudget"
+	podNodeNameIndex       = "spec.nodeName"
+	provenBusyRecheck      = time.Minute
+	unresolvedRecheck      = 30 * time.Second
+	budgetRecheck          = time.Second
+	refusedRecheck         = 10 * time.Second
+	// refusedHold is how long a refused eviction keeps the drain from
+	// unregistering more runners in its namespace, unless one is admitted.
+	refusedHold             = 2 * time.Minute
 	drainUnregisterDeadline = 10 * time.Second
 	// legacyRegistrationGrace is how long a legacy runner's container may
 	// run before GitHub knowing nothing of it counts as "not found": its
@@ -65,6 +73,16 @@ type drainReconciler struct {
 	noNodeClaims sync.Once
 	// noEviction says once that pods/eviction is not granted.
 	noEviction sync.Once
+	// budgets counts the evictions in flight under each budget (shared
+	// with this replica's webhook); budgetLocks serialises the releases
+	// under one budget.
+	budgets     *webhook.BudgetLedger
+	budgetLocks *keyedLocks
+	// grants says where pods/eviction is granted.
+	grants *evictionGrants
+	// refused remembers, per namespace, when a policy last refused an
+	// eviction there: no further runner is unregistered there meanwhile.
+	refused refusals
 }
 
 var _ reconcile.Reconciler = &drainReconciler{}
@@ -93,14 +111,12 @@ func (r *drainReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		sem  = make(chan struct{}, releaseConcurrency)
 		// The node's NodeClaim, listed once for all its pods.
 		claim = &nodeClaimOnce{}
-		// Each namespace's PodDisruptionBudgets, listed once for its pods.
-		budgets = &budgetsOnce{byNS: map[string][]policyv1.PodDisruptionBudget{}}
 	)
 	for i := range pods.Items {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			d := r.release(ctx, node, why, &pods.Items[i], claim, budgets)
+			d := r.release(ctx, node, why, &pods.Items[i], claim)
 			mu.Lock()
 			defer mu.Unlock()
 			if d > 0 && (next == 0 || d < next) {
@@ -119,7 +135,7 @@ const releaseConcurrency = 8
 
 // release handles one pod of a draining node and returns when to look again
 // (0: nothing more to do for it).
-func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why string, pod *corev1.Pod, claim *nodeClaimOnce, budgets *budgetsOnce) time.Duration {
+func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why string, pod *corev1.Pod, claim *nodeClaimOnce) time.Duration {
 	key := client.ObjectKeyFromObject(pod)
 	if _, ok := r.guard.RunnerContainer(pod); !ok {
 		return 0
@@ -136,7 +152,7 @@ func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why st
 		}
 		if r.said.first(string(pod.UID) + "/unresolved") {
 			log.Info("cannot tell which runner the pod runs; it is left to the drain and the webhook", "error", err.Error())
-			r.events.Eventf(node, pod, corev1.EventTypeWarning, EventRunnerNotReleased, "Drain",
+			r.events.Eventf(pod, node, corev1.EventTypeWarning, EventRunnerNotReleased, "Drain",
 				"node %s is %s; runner-guard cannot release the runner of pod %s: %v", node.Name, why, key, err)
 		}
 		return unresolvedRecheck
@@ -153,15 +169,50 @@ func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why st
 	if wait := r.backoff.due(pod.UID); wait > 0 {
 		return wait
 	}
-	if budget := r.blockingBudget(ctx, pod, budgets); budget != "" {
+	if !r.refused.proven(pod.Namespace, r.now()) {
+		// Until an eviction was admitted in the namespace, its releases go
+		// one at a time: a policy that refuses them then costs one runner
+		// unregistered, not the whole node's.
+		unlockNS := r.budgetLocks.lock(types.NamespacedName{Namespace: pod.Namespace})
+		if r.refused.proven(pod.Namespace, r.now()) {
+			unlockNS()
+		} else {
+			defer unlockNS()
+		}
+	}
+	if r.refused.recent(pod.Namespace, r.now()) && !r.said.has(string(pod.UID)+"/refused/"+node.Name) {
+		// A policy refuses evictions here: unregistering another runner
+		// would leave another pod with a dead runner. Only the pods whose
+		// runners are already gone are evicted again.
+		if r.said.first(string(pod.UID) + "/refusedhere/" + node.Name) {
+			r.events.Eventf(pod, node, corev1.EventTypeNormal, EventEvictionRefused, "Drain",
+				"node %s is %s; an eviction in namespace %s was refused by a policy a moment ago, so runner-guard leaves runner %q of pod %s registered until one is admitted",
+				node.Name, why, pod.Namespace, res.Runner.Name, key)
+		}
+		return refusedRecheck
+	}
+	hold, unlock, budget := r.reserveBudget(ctx, pod)
+	defer unlock()
+	if budget != "" {
 		// The pod's eviction would be refused: unregistering its runner
 		// first would leave a pod with a dead runner the budget keeps.
 		if r.said.first(string(pod.UID) + "/pdb/" + node.Name) {
-			r.events.Eventf(node, pod, corev1.EventTypeNormal, EventDrainWaitsForPDB, "Drain",
+			r.events.Eventf(pod, node, corev1.EventTypeNormal, EventDrainWaitsForPDB, "Drain",
 				"node %s is %s; %s allows no disruption of pod %s now, so runner-guard leaves runner %q registered and asks again", node.Name, why, budget, key, res.Runner.Name)
 		}
-		return r.backoff.retry(pod.UID)
+		// No GitHub request was made: look again soon, not on the busy
+		// backoff, so the node empties as fast as the budget lets it.
+		return budgetRecheck
 	}
+	// The disruption is given back unless the pod was evicted.
+	evicted := false
+	defer func() {
+		if evicted {
+			hold.Admitted()
+		} else {
+			hold.Cancel()
+		}
+	}()
 	if r.listing != nil && r.listing.Pressed(res.Runner) {
 		// The budget is pressed: a listing that shows the runner busy
 		// (shared by its scope, a point per 100 runners) saves a DELETE.
@@ -195,7 +246,7 @@ func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why st
 		// cancel it. Asked again until it registers or the grace ends.
 		return r.backoff.retry(pod.UID)
 	case out == ghclient.Removed, out == ghclient.NotFound:
-		if !r.released(ctx, node, why, pod, res, out) {
+		if evicted = r.released(ctx, node, why, pod, res, out); !evicted {
 			return r.backoff.retry(pod.UID)
 		}
 		return 0
@@ -221,9 +272,9 @@ func (r *drainReconciler) mayStillRegister(pod *corev1.Pod, res webhook.Resolved
 }
 
 // released evicts the pod of a runner GitHub no longer has (and retires its
-// EphemeralRunner), so nothing restarts it with a dead registration. It
-// reports false when a PodDisruptionBudget refused the eviction: the pod is
-// evicted again at the next look.
+// EphemeralRunner once the pod goes), so nothing restarts it with a dead
+// registration. It reports false when a PodDisruptionBudget or an admission
+// webhook refused the eviction: the pod is evicted again at the next look.
 func (r *drainReconciler) released(ctx context.Context, node *corev1.Node, why string, pod *corev1.Pod, res webhook.Resolved, out ghclient.Outcome) bool {
 	key := client.ObjectKeyFromObject(pod)
 	// This replica's webhook answers the pod's eviction without asking GitHub again.
@@ -235,74 +286,126 @@ func (r *drainReconciler) released(ctx context.Context, node *corev1.Node, why s
 		// A budget that allowed it a moment ago no longer does.
 		r.log.Info("runner unregistered, but a PodDisruptionBudget refused evicting its pod; evicting it again later", "node", node.Name, "pod", key, "error", err.Error())
 		return false
+	case apierrors.IsForbidden(err):
+		r.refused.mark(pod.Namespace, r.now())
+		// pods/eviction is granted here (evict checked), so an admission
+		// webhook or policy refused it: deleting the pod instead would
+		// bypass that policy and the budgets. The pod stays for the next look.
+		r.log.Info("runner unregistered, but the eviction of its pod was refused; the pod is kept and evicted again later", "node", node.Name, "pod", key, "error", err.Error())
+		if r.said.first(string(pod.UID) + "/refused/" + node.Name) {
+			r.events.Eventf(pod, node, corev1.EventTypeWarning, EventEvictionRefused, "Drain",
+				"node %s is %s; runner %q of pod %s is %s on GitHub, but the eviction of the pod was refused (%v); runner-guard does not delete it instead, so that policy holds, and evicts it again later",
+				node.Name, why, res.Runner.Name, key, outcomeWord(out), err)
+		}
+		return false
 	default:
 		r.log.Error(err, "runner unregistered, but its pod could not be evicted; the drain evicts it", "node", node.Name, "pod", key)
 	}
+	r.refused.admitted(pod.Namespace, r.now())
 	if res.ARC != nil && res.ARC.Kind == arc.Kind && r.retirer != nil {
-		r.retirer.Add(*res.ARC)
+		r.retirer.Add(*res.ARC, pod.UID)
 	}
-	what := "unregistered"
-	if out == ghclient.NotFound {
-		what = "not registered"
-	}
+	what := outcomeWord(out)
 	r.log.Info("released the runner of a draining node", "node", node.Name, "pod", key, "runner", res.Runner.Name, "github", what)
-	r.events.Eventf(node, pod, corev1.EventTypeNormal, EventRunnerReleased, "Drain",
+	r.events.Eventf(pod, node, corev1.EventTypeNormal, EventRunnerReleased, "Drain",
 		"node %s is %s: runner %q of pod %s was idle and is %s on GitHub; its pod is evicted so it takes no job here", node.Name, why, res.Runner.Name, key, what)
 	r.forget(pod)
 	return true
 }
 
+// outcomeWord says what GitHub answered, for messages.
+func outcomeWord(out ghclient.Outcome) string {
+	if out == ghclient.NotFound {
+		return "not registered"
+	}
+	return "unregistered"
+}
+
 // evict evicts pod through the eviction subresource, so PodDisruptionBudgets
-// hold as they do for a drain. Without pods/eviction granted (RBAC from
-// before it was needed) it deletes the pod, as runner-guard used to.
+// and other admission policies hold as they do for a drain. Only where
+// pods/eviction is not granted (RBAC from before it was needed) does it
+// delete the pod, as runner-guard used to; a 403 from an eviction that is
+// granted is a refusal, returned as it is.
 func (r *drainReconciler) evict(ctx context.Context, pod *corev1.Pod) error {
 	uid := pod.UID
 	background := metav1.DeletePropagationBackground
+	if !r.grants.mayEvict(ctx, r.cached, pod.Namespace) {
+		r.noEviction.Do(func() {
+			r.log.Info("may not evict pods (grant create on pods/eviction); deleting the pods of released runners instead, which PodDisruptionBudgets do not hold", "namespace", pod.Namespace)
+		})
+		return r.cached.Delete(ctx, pod, client.Preconditions{UID: &uid}, client.PropagationPolicy(background))
+	}
 	eviction := &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &background},
 	}
-	err := r.cached.SubResource("eviction").Create(ctx, pod, eviction)
-	if !apierrors.IsForbidden(err) {
-		return err
+	return r.cached.SubResource("eviction").Create(ctx, pod, eviction)
+}
+
+// reserveBudget takes one disruption of the PodDisruptionBudget the pod's
+// eviction is charged to, counting the releases in flight under it, and
+// holds the budget's lock until unlock: releases under one budget go one
+// at a time, each reading the budget after the previous eviction. blocked
+// names what refuses the eviction now ("" when nothing does); hold is zero
+// then, and when no budget selects the pod. A failed list blocks nothing:
+// the eviction checks the budgets itself.
+func (r *drainReconciler) reserveBudget(ctx context.Context, pod *corev1.Pod) (hold webhook.BudgetHold, unlock func(), blocked string) {
+	unlock = func() {}
+	charged, several := r.chargedBudget(ctx, pod)
+	if len(several) > 0 {
+		return hold, unlock, fmt.Sprintf("more than one PodDisruptionBudget (%s)", strings.Join(several, ", "))
 	}
-	r.noEviction.Do(func() {
-		r.log.Info("cannot evict pods (grant create on pods/eviction); deleting the pods of released runners instead, which PodDisruptionBudgets do not hold", "error", err.Error())
-	})
-	return r.cached.Delete(ctx, pod, client.Preconditions{UID: &uid}, client.PropagationPolicy(background))
-}
-
-// budgetsOnce is one reconcile's PodDisruptionBudgets, listed at most once
-// per namespace.
-type budgetsOnce struct {
-	mu   sync.Mutex
-	byNS map[string][]policyv1.PodDisruptionBudget
-}
-
-// blockingBudget names what keeps the eviction subresource from evicting pod
-// now: a PodDisruptionBudget that allows no disruption, or several selecting
-// it; "" when nothing does. A failed list blocks nothing: the eviction
-// checks the budgets itself.
-func (r *drainReconciler) blockingBudget(ctx context.Context, pod *corev1.Pod, budgets *budgetsOnce) string {
-	budgets.mu.Lock()
-	defer budgets.mu.Unlock()
-	pdbs, ok := budgets.byNS[pod.Namespace]
+	if charged == nil {
+		return hold, unlock, ""
+	}
+	unlock = r.budgetLocks.lock(types.NamespacedName{Namespace: charged.Namespace, Name: charged.Name})
+	// Read again under the lock: the release before this one has evicted.
+	r.budgets.SeePods(ctx, r.live, pod.Namespace)
+	if charged, _ = r.chargedBudget(ctx, pod); charged == nil {
+		return hold, unlock, ""
+	}
+	hold, inFlight, ok := r.budgets.Reserve(charged, pod)
 	if !ok {
-		var list policyv1.PodDisruptionBudgetList
-		if err := r.live.List(ctx, &list, client.InNamespace(pod.Namespace)); err != nil {
-			r.log.V(1).Info("cannot list PodDisruptionBudgets; the eviction checks them", "namespace", pod.Namespace, "error", err.Error())
+		if inFlight > 0 {
+			return hold, unlock, fmt.Sprintf("PodDisruptionBudget %s (with %d eviction(s) in flight under it)", charged.Name, inFlight)
 		}
-		pdbs = list.Items
-		budgets.byNS[pod.Namespace] = pdbs
+		return hold, unlock, "PodDisruptionBudget " + charged.Name
 	}
-	blocking, several := webhook.BlockingBudgets(pod, pdbs)
-	switch {
-	case len(several) > 0:
-		return fmt.Sprintf("more than one PodDisruptionBudget (%s)", strings.Join(several, ", "))
-	case blocking != "":
-		return "PodDisruptionBudget " + blocking
+	return hold, unlock, ""
+}
+
+// chargedBudget reads the pod's namespace's budgets live (webhook.ChargedBudget).
+func (r *drainReconciler) chargedBudget(ctx context.Context, pod *corev1.Pod) (*policyv1.PodDisruptionBudget, []string) {
+	var list policyv1.PodDisruptionBudgetList
+	if err := r.live.List(ctx, &list, client.InNamespace(pod.Namespace)); err != nil {
+		r.log.V(1).Info("cannot list PodDisruptionBudgets; the eviction checks them", "namespace", pod.Namespace, "error", err.Error())
+		return nil, nil
 	}
-	return ""
+	return webhook.ChargedBudget(pod, webhook.BudgetsThatCount(list.Items))
+}
+
+// keyedLocks is a mutex per key, made on first use.
+type keyedLocks struct {
+	mu    sync.Mutex
+	locks map[types.NamespacedName]*sync.Mutex
+}
+
+func newKeyedLocks() *keyedLocks { return &keyedLocks{locks: map[types.NamespacedName]*sync.Mutex{}} }
+
+// lock locks key's mutex and returns its unlock; a nil keyedLocks locks nothing.
+func (k *keyedLocks) lock(key types.NamespacedName) func() {
+	if k == nil {
+		return func() {}
+	}
+	k.mu.Lock()
+	m := k.locks[key]
+	if m == nil {
+		m = &sync.Mutex{}
+		k.locks[key] = m
+	}
+	k.mu.Unlock()
+	m.Lock()
+	return m.Unlock
 }
 
 // waiting says, once per pod, what the drain waits for, and warns ahead of
@@ -314,7 +417,7 @@ func (r *drainReconciler) waiting(ctx context.Context, node *corev1.Node, why st
 		job = "a job"
 	}
 	if r.said.first(string(pod.UID) + "/waits/" + node.Name) {
-		r.events.Eventf(node, pod, corev1.EventTypeWarning, EventDrainWaitsForJob, "Drain",
+		r.events.Eventf(pod, node, corev1.EventTypeWarning, EventDrainWaitsForJob, "Drain",
 			"node %s is %s; runner %q of pod %s is running %s; runner-guard releases it as soon as the job ends", node.Name, why, res.Runner.Name, key, job)
 	}
 	graceSaid := string(pod.UID) + "/grace/" + node.Name
@@ -329,7 +432,7 @@ func (r *drainReconciler) waiting(ctx context.Context, node *corev1.Node, why st
 	if !ok || !r.said.first(graceSaid) {
 		return
 	}
-	r.events.Eventf(node, pod, corev1.EventTypeWarning, EventJobOutlivesGrace, "Drain", "%s",
+	r.events.Eventf(pod, node, corev1.EventTypeWarning, EventJobOutlivesGrace, "Drain", "%s",
 		graceWarning(nc.GetName(), deadline, tgp, key, job, r.now()))
 }
 
@@ -377,4 +480,50 @@ func nodeRequest(nodeName string) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: nodeName}}}
+}
+
+// refusals is, per namespace, when a policy last refused an eviction and
+// when one was last admitted.
+type refusals struct {
+	mu sync.Mutex
+	at map[string]evictionSeen
+}
+
+type evictionSeen struct{ refused, admitted time.Time }
+
+func (f *refusals) update(ns string, edit func(*evictionSeen)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.at == nil {
+		f.at = map[string]evictionSeen{}
+	}
+	e := f.at[ns]
+	edit(&e)
+	f.at[ns] = e
+}
+
+func (f *refusals) mark(ns string, now time.Time) {
+	f.update(ns, func(e *evictionSeen) { e.refused = now })
+}
+
+func (f *refusals) admitted(ns string, now time.Time) {
+	f.update(ns, func(e *evictionSeen) { e.admitted = now })
+}
+
+func (f *refusals) seen(ns string) evictionSeen {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.at[ns]
+}
+
+// recent reports a refusal in ns within refusedHold, none admitted since.
+func (f *refusals) recent(ns string, now time.Time) bool {
+	e := f.seen(ns)
+	return !e.refused.IsZero() && e.refused.After(e.admitted) && now.Sub(e.refused) < refusedHold
+}
+
+// proven reports an eviction admitted in ns within refusedHold, none refused since.
+func (f *refusals) proven(ns string, now time.Time) bool {
+	e := f.seen(ns)
+	return !e.admitted.IsZero() && !e.refused.After(e.admitted) && now.Sub(e.admitted) < refusedHold
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -117,7 +118,7 @@ func TestDrainReleasesIdleRunnersAndWaitsForBusyOnes(t *testing.T) {
 	now := time.Unix(1000, 0)
 	r := &drainReconciler{cached: c, live: c, guard: guard, github: gh, events: rec, said: newOnce(), log: logr.Discard(),
 		backoff: newBackoff(time.Second, 15*time.Second, func() time.Time { return now }), now: func() time.Time { return now },
-		retirer: NewRetirer(retired, nil, logr.Discard())}
+		retirer: NewRetirer(retired, nil, nil, logr.Discard())}
 
 	res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}})
 	if err != nil {
@@ -324,6 +325,8 @@ func TestDrainHoldsToPodDisruptionBudgets(t *testing.T) {
 		wantKept    bool  // the pod is still there
 		wantRequeue bool
 		wantEvent   string
+		// notGranted: SelfSubjectAccessReviews deny pods/eviction.
+		notGranted bool
 	}{
 		"no budget: released through the eviction subresource": {wantAsked: 1},
 		"a budget that allows a disruption: released":          {budget: budget(1), wantAsked: 1},
@@ -334,8 +337,12 @@ func TestDrainHoldsToPodDisruptionBudgets(t *testing.T) {
 			budget: budget(1), evictionErr: apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10),
 			wantAsked: 1, wantKept: true, wantRequeue: true,
 		},
-		"pods/eviction not granted: the pod is deleted": {
-			evictionErr: apierrors.NewForbidden(schema.GroupResource{Resource: "pods/eviction"}, "idle", errors.New("RBAC")), wantAsked: 1,
+		"pods/eviction not granted: the pod is deleted": {notGranted: true, wantAsked: 1},
+		// Granted, so the 403 is a policy's (another webhook's) refusal: a
+		// DELETE would bypass it and the budgets.
+		"the eviction is refused (403): the pod is kept and an Event on it says why": {
+			evictionErr: apierrors.NewForbidden(schema.GroupResource{Resource: "pods/eviction"}, "idle", errors.New(`admission webhook "deny.example.com" denied the request`)),
+			wantAsked:   1, wantKept: true, wantRequeue: true, wantEvent: EventEvictionRefused + " node n1 is cordoned; runner \"idle\" of pod ci/idle is unregistered on GitHub, but the eviction of the pod was refused",
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -357,12 +364,13 @@ func TestDrainHoldsToPodDisruptionBudgets(t *testing.T) {
 						}
 					}
 					return c.SubResource(sub).Create(ctx, obj, subObj, opts...)
-				}}).Build()
+				}, Create: accessReviews(!tc.notGranted)}).Build()
 			gh := &githubStub{deletes: map[string]int{}}
 			rec := events.NewFakeRecorder(20)
 			now := time.Unix(1000, 0)
 			r := &drainReconciler{cached: c, live: c, guard: &guardStub{}, github: gh, events: rec, said: newOnce(), log: logr.Discard(),
-				backoff: newBackoff(time.Second, 15*time.Second, func() time.Time { return now }), now: func() time.Time { return now }}
+				backoff: newBackoff(time.Second, 15*time.Second, func() time.Time { return now }), now: func() time.Time { return now },
+				grants: newEvictionGrants(func() time.Time { return now })}
 
 			res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}})
 
@@ -376,7 +384,7 @@ func TestDrainHoldsToPodDisruptionBudgets(t *testing.T) {
 			if kept := err == nil; kept != tc.wantKept {
 				t.Errorf("pod kept = %v (%v), want %v", kept, err, tc.wantKept)
 			}
-			if tc.wantAsked > 0 && evictions != 1 {
+			if tc.wantAsked > 0 && !tc.notGranted && evictions != 1 {
 				t.Errorf("%d evictions, want the pod's removal to go through the eviction subresource once", evictions)
 			}
 			if (res.RequeueAfter > 0) != tc.wantRequeue {
@@ -390,5 +398,121 @@ func TestDrainHoldsToPodDisruptionBudgets(t *testing.T) {
 				t.Errorf("events lack %q:\n%s", tc.wantEvent, all)
 			}
 		})
+	}
+}
+
+// accessReviews answers SelfSubjectAccessReviews with allowed, and creates
+// every other object.
+func accessReviews(allowed bool) func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+	return func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		if review, ok := obj.(*authorizationv1.SelfSubjectAccessReview); ok {
+			review.Status.Allowed = allowed
+			return nil
+		}
+		return c.Create(ctx, obj, opts...)
+	}
+}
+
+// Idle runners on a draining node under one budget that allows a single
+// disruption: the drain releases them one at a time, counting its own
+// evictions, and leaves the rest registered until the budget allows more
+// (the API server would refuse their evictions after the unregister).
+func TestDrainCountsItsReleasesUnderABudget(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Unschedulable: true}}
+	one := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "runners", Generation: 1},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"runner": "true"}}},
+		Status:     policyv1.PodDisruptionBudgetStatus{ObservedGeneration: 1, DisruptionsAllowed: 1, CurrentHealthy: 3, DesiredHealthy: 2, ExpectedPods: 3},
+	}
+	objs := []client.Object{node, pdb}
+	for _, name := range []string{"idle-1", "idle-2", "idle-3"} {
+		pod := runnerPod(name, "n1")
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		objs = append(objs, pod)
+	}
+	// The eviction subresource as the API server runs it: a 429 when the
+	// budget allows no disruption, else the budget charged, then the pod deleted.
+	var evictMu sync.Mutex
+	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(objs...).WithStatusSubresource(&policyv1.PodDisruptionBudget{}).
+		WithIndex(&corev1.Pod{}, podNodeNameIndex, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		WithInterceptorFuncs(interceptor.Funcs{SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj, subObj client.Object, opts ...client.SubResourceCreateOption) error {
+			evictMu.Lock()
+			defer evictMu.Unlock()
+			budget := &policyv1.PodDisruptionBudget{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(pdb), budget); err != nil {
+				return err
+			}
+			if budget.Status.DisruptionsAllowed < 1 {
+				return apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10)
+			}
+			budget.Status.DisruptionsAllowed--
+			budget.Status.DisruptedPods = map[string]metav1.Time{obj.GetName(): metav1.Now()}
+			if err := c.Status().Update(ctx, budget); err != nil {
+				return err
+			}
+			return c.SubResource(sub).Create(ctx, obj, subObj, opts...)
+		}}).Build()
+	gh := &githubStub{deletes: map[string]int{}}
+	now := time.Unix(1000, 0)
+	r := &drainReconciler{cached: c, live: c, guard: &guardStub{}, github: gh, events: events.NewFakeRecorder(50), said: newOnce(), log: logr.Discard(),
+		backoff: newBackoff(time.Second, 15*time.Second, func() time.Time { return now }), now: func() time.Time { return now },
+		budgets: webhook.NewBudgetLedger(webhook.DefaultWebhookTimeout, func() time.Time { return now }), budgetLocks: newKeyedLocks()}
+	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	asked := 0
+	for _, n := range gh.deletes {
+		asked += n
+	}
+	if asked != 1 {
+		t.Errorf("%d runners unregistered under a budget allowing one disruption, want 1: %v", asked, gh.deletes)
+	}
+}
+
+// Another webhook refuses evictions in the namespace: the drain keeps the
+// refused pod (never deleting it past that policy), and unregisters no
+// other runner there until an eviction is admitted again.
+func TestDrainStopsUnregisteringWhereEvictionsAreRefused(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Unschedulable: true}}
+	objs := []client.Object{node}
+	for _, name := range []string{"idle-1", "idle-2", "idle-3"} {
+		objs = append(objs, runnerPod(name, "n1"))
+	}
+	refuse := true
+	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(objs...).
+		WithIndex(&corev1.Pod{}, podNodeNameIndex, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
+		WithInterceptorFuncs(interceptor.Funcs{SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj, subObj client.Object, opts ...client.SubResourceCreateOption) error {
+			if sub == "eviction" && refuse {
+				return apierrors.NewForbidden(schema.GroupResource{Resource: "pods/eviction"}, obj.GetName(), errors.New(`admission webhook "deny.example.com" denied the request`))
+			}
+			return c.SubResource(sub).Create(ctx, obj, subObj, opts...)
+		}, Create: accessReviews(true)}).Build()
+	gh := &githubStub{deletes: map[string]int{}, unknown: map[string]bool{}}
+	now := time.Unix(1000, 0)
+	r := &drainReconciler{cached: c, live: c, guard: &guardStub{}, github: gh, events: events.NewFakeRecorder(100), said: newOnce(), log: logr.Discard(),
+		backoff: newBackoff(time.Second, 15*time.Second, func() time.Time { return now }), now: func() time.Time { return now },
+		grants: newEvictionGrants(func() time.Time { return now }), budgetLocks: newKeyedLocks()}
+	reconcileNode := func() {
+		t.Helper()
+		if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		reconcileNode()
+		now = now.Add(time.Minute)
+	}
+	unregistered := 0
+	for name, n := range gh.deletes {
+		if n > 0 {
+			unregistered++
+		}
+		if err := c.Get(context.Background(), types.NamespacedName{Namespace: "ci", Name: name}, &corev1.Pod{}); err != nil {
+			t.Errorf("pod %s: %v; want it kept while evictions are refused", name, err)
+		}
+	}
+	if unregistered != 1 {
+		t.Errorf("%d runners unregistered while evictions are refused, want 1: %v", unregistered, gh.deletes)
 	}
 }

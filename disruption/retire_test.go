@@ -9,7 +9,10 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/runner-guard/runner-guard/webhook"
 	"github.com/runner-guard/runner-guard/webhook/arc"
@@ -42,13 +45,13 @@ func (f *flakyRetirer) calls() []arc.Runner {
 func TestRetirerRetriesAndCounts(t *testing.T) {
 	runners := &flakyRetirer{failures: 1}
 	m := webhook.NewMetrics()
-	r := NewRetirer(runners, m, logr.Discard())
+	r := NewRetirer(runners, nil, m, logr.Discard())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Start(ctx) }()
 	key := types.NamespacedName{Namespace: "ci", Name: "r-1"}
-	r.Add(arc.Runner{Kind: arc.Kind, EphemeralRunner: key, UID: "uid-1"})
-	r.Add(arc.Runner{Kind: arc.LegacyKind, EphemeralRunner: types.NamespacedName{Namespace: "ci", Name: "legacy"}})
+	r.Add(arc.Runner{Kind: arc.Kind, EphemeralRunner: key, UID: "uid-1"}, "pod-uid-1")
+	r.Add(arc.Runner{Kind: arc.LegacyKind, EphemeralRunner: types.NamespacedName{Namespace: "ci", Name: "legacy"}}, "pod-uid-2")
 	deadline := time.Now().Add(10 * time.Second)
 	for len(runners.calls()) < 2 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -71,5 +74,55 @@ func TestRetirerRetriesAndCounts(t *testing.T) {
 	}
 	if r.NeedLeaderElection() {
 		t.Error("the Retirer must run on every replica")
+	}
+}
+
+// An EphemeralRunner is retired only once the decision's pod is seen going:
+// terminating, gone, or replaced by a pod of another UID. A pod that stays
+// (its eviction refused after the unregister, or a forged review) keeps it.
+func TestRetirerWaitsForThePod(t *testing.T) {
+	now := metav1.Now()
+	pod := func(uid types.UID, terminating bool) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "r-1", UID: uid}}
+		if terminating {
+			p.DeletionTimestamp, p.Finalizers = &now, []string{"example.com/hold"}
+		}
+		return p
+	}
+	tests := map[string]struct {
+		pod        *corev1.Pod
+		wantRetire bool
+	}{
+		"pod gone":               {nil, true},
+		"pod terminating":        {pod("pod-uid", true), true},
+		"another pod, same name": {pod("newer-uid", false), true},
+		"pod stays":              {pod("pod-uid", false), false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			b := fake.NewClientBuilder()
+			if tc.pod != nil {
+				b = b.WithObjects(tc.pod)
+			}
+			runners := &flakyRetirer{}
+			r := NewRetirer(runners, b.Build(), nil, logr.Discard())
+			r.look, r.watch = 5*time.Millisecond, 100*time.Millisecond
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- r.Start(ctx) }()
+			r.Add(arc.Runner{Kind: arc.Kind, EphemeralRunner: types.NamespacedName{Namespace: "ci", Name: "r-1"}, UID: "er-uid"}, "pod-uid")
+			// Done when it retired, or when it forgot the item after the watch.
+			deadline := time.Now().Add(5 * time.Second)
+			for len(runners.calls()) == 0 && r.Len() > 0 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if got := len(runners.calls()) == 1; got != tc.wantRetire {
+				t.Errorf("retired %v, want %v", got, tc.wantRetire)
+			}
+		})
 	}
 }

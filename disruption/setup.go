@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/webhook"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
@@ -165,7 +166,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	d := &drainReconciler{
 		cached: cl, live: mgr.GetAPIReader(), guard: o.Guard, github: o.GitHub, listing: o.Listing, retirer: o.Retirer,
 		events: o.Events, backoff: newBackoff(o.BusyRetryFirst, o.BusyRetryMax, o.Now), said: newOnce(), now: o.Now,
-		log: o.Log.WithName("drain"),
+		log: o.Log.WithName("drain"), budgets: budgetLedgerOf(o.Guard, o.Now), budgetLocks: newKeyedLocks(), grants: newEvictionGrants(o.Now),
 	}
 	draining := predicate.NewTypedPredicateFuncs(func(node *corev1.Node) bool { return drainReason(node) != "" })
 	b := ctrl.NewControllerManagedBy(mgr).Named("runner-drain").
@@ -212,4 +213,14 @@ func ephemeralRunnersServed(m meta.RESTMapper) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("discovery of %s: %w", gvk, err)
+}
+
+// budgetLedgerOf is the webhook's ledger of evictions in flight when the
+// Guard is this replica's webhook, so both count the same evictions; else
+// one of the drain's own.
+func budgetLedgerOf(g Guard, now func() time.Time) *webhook.BudgetLedger {
+	if h, ok := g.(interface{ Budgets() *webhook.BudgetLedger }); ok {
+		return h.Budgets()
+	}
+	return webhook.NewBudgetLedger(webhook.DefaultWebhookTimeout, now)
 }

@@ -97,7 +97,7 @@ func NewHandler(o Options) (*Handler, error) {
 	}
 	d.resolver.runners, d.resolver.githubBase = o.Runners, o.GitHubBaseURL
 	if o.Runners != nil && o.Retirements != nil {
-		d.resolver.runners = retireLater{RunnerResolver: o.Runners, queue: o.Retirements}
+		d.retirements = o.Retirements
 	} else {
 		d.retire = false
 	}
@@ -146,7 +146,7 @@ func (h *Handler) Handle(ctx context.Context, req admission.Request) admission.R
 	// told to stop (a rollout's SIGTERM), and a review in flight then must
 	// still be answered on its facts, not refused as a failed read.
 	arrived := time.Now()
-	readCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), decisionDeadline(arrived, h.decider.webhookTimeout))
+	readCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), decisionDeadline(arrived, h.decider.timeout()))
 	defer cancel()
 	r, err := h.facts(readCtx, op, req)
 	if err != nil {
@@ -376,3 +376,14 @@ func toResponse(d Decision) admission.Response {
 	}
 	return resp
 }
+
+// Budgets is the ledger of evictions this replica let through under each
+// PodDisruptionBudget; the drain controller reserves in it too, so the
+// webhook and the drain of one replica count the same evictions.
+func (h *Handler) Budgets() *BudgetLedger { return h.decider.budgets }
+
+// FitTimeout tells the handler the API server's deadline for a review as
+// the webhook configuration gives it (its shortest timeoutSeconds): when
+// that is shorter than --webhook-timeout, reviews are decided within it, so
+// no unregister starts after the API server has given up.
+func (h *Handler) FitTimeout(t time.Duration) { h.decider.apiTimeout.Store(int64(t)) }

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -262,13 +263,10 @@ func TestUnaskableRunnersCostNoRequest(t *testing.T) {
 	}
 }
 
-// retireCounter counts Retire calls of the resolver it wraps.
-type retireCounter struct {
-	RunnerResolver
-	retires int
-}
+// retireCounter counts the EphemeralRunners handed over for retiring.
+type retireCounter struct{ retires int }
 
-func (r *retireCounter) Retire(context.Context, *arc.Runner) error { r.retires++; return nil }
+func (r *retireCounter) Add(arc.Runner, types.UID) { r.retires++ }
 
 // Only EphemeralRunners are retired: a legacy Runner's controller replaces its pod itself.
 func TestUnregisteredLegacyRunnerIsNotRetired(t *testing.T) {
@@ -277,8 +275,8 @@ func TestUnregisteredLegacyRunnerIsNotRetired(t *testing.T) {
 	reader := fake.NewClientBuilder().WithObjects(pod.DeepCopy(), lr.Obj()).Build()
 	gh := &statusGitHub{}
 	d := newDecider(DefaultConfig(), gh, reader, time.Now)
-	rc := &retireCounter{RunnerResolver: arc.NewResolver(arc.Options{Reader: reader})}
-	d.resolver.runners = rc
+	rc := &retireCounter{}
+	d.resolver.runners, d.retirements = arc.NewResolver(arc.Options{Reader: reader}), rc
 	dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Namespace: "ci", Name: "legacy-1", Pod: pod})
 	if dec.Reason != ReasonUnregistered || rc.retires != 0 || strings.Contains(dec.Message, "retir") {
 		t.Errorf("%s, %d retires: %s; want unregistered and no retire", dec.Reason, rc.retires, dec.Message)
@@ -378,5 +376,26 @@ func TestLegacyRunnerOfAnotherGitHubIsNotAskedThere(t *testing.T) {
 				t.Errorf("message does not name the pod's GitHub: %s", dec.Message)
 			}
 		})
+	}
+}
+
+// A webhook configuration whose timeoutSeconds is shorter than
+// --webhook-timeout (FitTimeout, from the activation controller) shortens
+// the deadline: a review that would still have time under --webhook-timeout
+// starts no unregister once the API server has given up on it.
+func TestFitTimeoutShortensTheDeadline(t *testing.T) {
+	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
+	gh := &statusGitHub{}
+	d := newDecider(DefaultConfig(), gh, fake.NewClientBuilder().WithObjects(pod.DeepCopy()).Build(), time.Now)
+	h := &Handler{decider: d}
+	h.FitTimeout(3 * time.Second)
+	arrived := time.Now().Add(-2500 * time.Millisecond) // 7.5 s left of 10, none of 3
+	dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Namespace: "ci", Name: "runner-1", Pod: pod.DeepCopy(), Arrived: arrived})
+	if dec.Reason != ReasonDeadline || gh.unregisters != 0 {
+		t.Errorf("%s after %d unregisters; want %s and none sent", dec.Reason, gh.unregisters, ReasonDeadline)
+	}
+	h.FitTimeout(DefaultConfig().WebhookTimeout.Duration)
+	if dec, _ := d.decide(context.Background(), review{Operation: OperationDelete, Namespace: "ci", Name: "runner-1", Pod: pod.DeepCopy(), Arrived: arrived}); dec.Reason != ReasonUnregistered {
+		t.Errorf("timeouts alike again: %s", dec.Reason)
 	}
 }

@@ -3,15 +3,20 @@ package webhook
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
@@ -175,6 +180,151 @@ func TestEvictionDecidedOnBudgets(t *testing.T) {
 			}
 			if dec.Reason != tc.reason || gh.unregisters != tc.asked {
 				t.Errorf("decided %s (%s) after %d unregisters, want %s after %d", dec.Reason, dec.Message, gh.unregisters, tc.reason, tc.asked)
+			}
+		})
+	}
+}
+
+// named renames a runner pod and gives it its own UID.
+func named(name string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) { p.Name, p.UID = name, types.UID("uid-"+name) }
+}
+
+// concurrentGitHub counts unregisters from concurrent decisions.
+type concurrentGitHub struct {
+	statusGitHub
+	n atomic.Int32
+}
+
+func (c *concurrentGitHub) Unregister(context.Context, ghclient.Runner) (ghclient.Outcome, error) {
+	c.n.Add(1)
+	return ghclient.Removed, nil
+}
+
+// Three evictions sent at once under a budget allowing one, as kubectl drain
+// sends them: each reads disruptionsAllowed 1 before the API server charges
+// any, so only the ledger keeps two runners registered.
+func TestConcurrentEvictionsUnderOneBudget(t *testing.T) {
+	pdb := budget("pdb", func(p *policyv1.PodDisruptionBudget) { p.ResourceVersion = "10" })
+	b := fake.NewClientBuilder().WithObjects(&pdb)
+	var pods []*corev1.Pod
+	for _, name := range []string{"runner-1", "runner-2", "runner-3"} {
+		pod := runnerPodFor(true, named(name))
+		pods = append(pods, pod)
+		b = b.WithObjects(pod.DeepCopy())
+	}
+	gh := &concurrentGitHub{}
+	d := newDecider(DefaultConfig(), gh, b.Build(), time.Now)
+	reasons := make([]Reason, len(pods))
+	var wg sync.WaitGroup
+	for i, pod := range pods {
+		wg.Go(func() {
+			dec, _ := d.decide(context.Background(), review{Operation: OperationEvict, Namespace: "ci", Name: pod.Name, Pod: pod.DeepCopy()})
+			reasons[i] = dec.Reason
+		})
+	}
+	wg.Wait()
+	slices.Sort(reasons)
+	want := []Reason{ReasonPDBBlocks, ReasonPDBBlocks, ReasonUnregistered}
+	if !slices.Equal(reasons, want) || gh.n.Load() != 1 {
+		t.Errorf("decided %v after %d unregisters, want %v after 1", reasons, gh.n.Load(), want)
+	}
+}
+
+// The ledger counts an eviction until the budget shows it; a refused one is
+// given back at once, and one the API server never made after the hold.
+func TestBudgetLedger(t *testing.T) {
+	const deadline = 10 * time.Second
+	start := time.Unix(1000, 0)
+	rewrite := func(p *policyv1.PodDisruptionBudget) { p.ResourceVersion = "11" }
+	tests := map[string]struct {
+		answered, cancelled bool
+		// edit changes the budget once "runner-1" was let through; later is
+		// how long after.
+		edit         func(p *policyv1.PodDisruptionBudget)
+		later        time.Duration
+		wantInFlight int
+	}{
+		"let through, budget unchanged": {answered: true, later: time.Second, wantInFlight: 1},
+		"shown in disruptedPods": {answered: true, edit: func(p *policyv1.PodDisruptionBudget) {
+			p.Status.DisruptedPods = map[string]metav1.Time{"runner-1": metav1.NewTime(start)}
+		}, wantInFlight: 0},
+		// Another eviction's write makes a new version while this one is on
+		// its way to the API server.
+		"answered, budget written since, within the deadline": {answered: true, edit: rewrite, later: time.Second, wantInFlight: 1},
+		"answered, budget written since, past the deadline":   {answered: true, edit: rewrite, later: deadline + time.Second, wantInFlight: 0},
+		// Still asking GitHub: a status write is not this eviction's.
+		"not answered yet, budget written since": {edit: rewrite, later: deadline + time.Second, wantInFlight: 1},
+		"refused: given back":                    {cancelled: true, wantInFlight: 0},
+		"never made, past the hold":              {answered: true, later: deadline + budgetHoldSlack + time.Second, wantInFlight: 0},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			clock := start
+			l := NewBudgetLedger(deadline, func() time.Time { return clock })
+			pdb := budget("pdb", func(p *policyv1.PodDisruptionBudget) { p.ResourceVersion = "10" })
+			h, _, ok := l.Reserve(&pdb, runnerPodFor(true, named("runner-1")))
+			if !ok {
+				t.Fatal("the first eviction under a budget allowing one was refused")
+			}
+			if tc.answered {
+				h.Admitted()
+			}
+			if tc.cancelled {
+				h.Cancel()
+			}
+			if tc.edit != nil {
+				tc.edit(&pdb)
+			}
+			clock = clock.Add(tc.later)
+			if got := l.InFlight(&pdb); got != tc.wantInFlight {
+				t.Errorf("in flight %d, want %d", got, tc.wantInFlight)
+			}
+			_, _, ok = l.Reserve(&pdb, runnerPodFor(true, named("runner-2")))
+			if ok != (tc.wantInFlight == 0) {
+				t.Errorf("second eviction reserved %v with %d in flight under a budget allowing one", ok, tc.wantInFlight)
+			}
+			// The pod holding the disruption is not counted against itself
+			// (the drain reserves, then its eviction reaches the webhook).
+			if tc.wantInFlight == 1 {
+				if _, _, ok := l.Reserve(&pdb, runnerPodFor(true, named("runner-1"))); !ok {
+					t.Error("the pod holding the reservation was refused its own eviction")
+				}
+			}
+		})
+	}
+}
+
+// An eviction whose pod is seen going before the budget is read is
+// accounted for, even once the disruption controller has cleared it from
+// status.disruptedPods; one whose pod stays keeps counting.
+func TestBudgetLedgerSeesPodsGo(t *testing.T) {
+	now := metav1.Now()
+	tests := map[string]struct {
+		pod          *corev1.Pod // the live pod runner-1; nil: gone
+		wantInFlight int
+	}{
+		"pod gone":                {nil, 0},
+		"pod terminating":         {runnerPodFor(true, named("runner-1"), func(p *corev1.Pod) { p.DeletionTimestamp, p.Finalizers = &now, []string{"example.com/hold"} }), 0},
+		"another pod of the name": {runnerPodFor(true, named("runner-1"), func(p *corev1.Pod) { p.UID = "newer" }), 0},
+		"pod stays":               {runnerPodFor(true, named("runner-1")), 1},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			b := fake.NewClientBuilder()
+			if tc.pod != nil {
+				b = b.WithObjects(tc.pod)
+			}
+			l := NewBudgetLedger(10*time.Second, time.Now)
+			pdb := budget("pdb", func(p *policyv1.PodDisruptionBudget) { p.ResourceVersion = "10" })
+			h, _, ok := l.Reserve(&pdb, runnerPodFor(true, named("runner-1")))
+			if !ok {
+				t.Fatal("the first eviction under a budget allowing one was refused")
+			}
+			h.Admitted()
+			l.SeePods(context.Background(), b.Build(), "ci")
+			if got := l.InFlight(&pdb); got != tc.wantInFlight {
+				t.Errorf("in flight %d, want %d", got, tc.wantInFlight)
 			}
 		})
 	}

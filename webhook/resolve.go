@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/webhook/arc"
@@ -20,11 +21,13 @@ import (
 // recently-admitted memory, and the hand-off of EphemeralRunners to retire
 // after an unregister, so that no Kubernetes write happens inside admission.
 
-// Retirements takes the EphemeralRunners of runners a decision unregistered;
-// it must not block. disruption.Retirer implements it: it deletes them on
-// the replica that admitted the deletion, outside the admission call.
+// Retirements takes the EphemeralRunners of runners a decision unregistered,
+// with the UID of the pod the decision let go; it must not block.
+// disruption.Retirer implements it: on the replica that admitted the
+// deletion, outside the admission call, it deletes each once that pod is
+// seen terminating or gone.
 type Retirements interface {
-	Add(run arc.Runner)
+	Add(run arc.Runner, pod types.UID)
 }
 
 // Resolved is the runner behind a guarded runner pod.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -146,6 +147,12 @@ type review struct {
 	// PDBSeveral names the budgets selecting the pod when there are several:
 	// the API server refuses its eviction (evictions, stageRunner).
 	PDBSeveral []string
+	// PDBInFlight is how many evictions under PDBBlocks this replica let
+	// through that the API server has not accounted for yet.
+	PDBInFlight int
+	// budgetHold is the disruption reserved for this eviction: kept when it
+	// is let through, given back otherwise.
+	budgetHold BudgetHold
 	// GitHub is GitHub's answer (stageGitHub).
 	GitHub githubResult
 }
@@ -226,8 +233,11 @@ type decider struct {
 	table         []rule
 	github        GitHub
 	githubTimeout time.Duration
-	// webhookTimeout is the API server's deadline for a review.
+	// webhookTimeout is the API server's deadline for a review
+	// (--webhook-timeout); apiTimeout, when shorter and set, is the one the
+	// webhook configuration really gives (see fitTimeout).
 	webhookTimeout time.Duration
+	apiTimeout     atomic.Int64
 	// pods reads live pods and PodDisruptionBudgets through the API server.
 	pods   client.Reader
 	memory *admittedMemory
@@ -239,9 +249,14 @@ type decider struct {
 	statuses *statusMemory
 	// resolver answers which runner a pod runs.
 	resolver resolver
+	// budgets counts the evictions let through and not yet accounted for
+	// by their PodDisruptionBudget (rule 5d).
+	budgets *BudgetLedger
 	// retire deletes the EphemeralRunner of a runner runner-guard unregistered.
-	retire  bool
-	metrics *Metrics
+	retire bool
+	// retirements queues what retire deletes (disruption.Retirer).
+	retirements Retirements
+	metrics     *Metrics
 }
 
 func newDecider(cfg Config, gh GitHub, pods client.Reader, now func() time.Time) *decider {
@@ -260,7 +275,18 @@ func newDecider(cfg Config, gh GitHub, pods client.Reader, now func() time.Time)
 		memory:         newAdmittedMemory(cfg.RecentlyAdmittedTTL.Duration, now),
 		busy:           newBusyMemory(pol.BusyRetryAfter, pol.BusyRetryMax, now),
 		failures:       newFailureMemory(now),
+		// An admitted eviction reaches the budget within the API server's
+		// deadline; one it never made stops counting a little after.
+		budgets: NewBudgetLedger(cfg.WebhookTimeout.Duration, now),
 	}
+}
+
+// timeout is the deadline a review is decided within.
+func (d *decider) timeout() time.Duration {
+	if t := time.Duration(d.apiTimeout.Load()); t > 0 && t < d.webhookTimeout {
+		return t
+	}
+	return d.webhookTimeout
 }
 
 // decide returns the decision for one review and the runner it concerns (zero
@@ -279,7 +305,7 @@ func (d *decider) decide(ctx context.Context, r review) (Decision, Target) {
 				// deadline, inside the API server's, bounds it instead.
 				// Request-stage decisions skip the timer.
 				var cancel context.CancelFunc
-				ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), r.deadline(d.webhookTimeout))
+				ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), r.deadline(d.timeout()))
 				defer cancel()
 			}
 			reached++
@@ -296,8 +322,13 @@ func (d *decider) decide(ctx context.Context, r review) (Decision, Target) {
 				d.memory.remember(r.Pod.UID, r.Target)
 				d.busy.forget(r.Target)
 			}
-			if dec.Reason == ReasonUnregistered && r.ARC != nil && r.ARC.Kind == arc.Kind && d.retire {
-				dec = d.retireEphemeralRunner(ctx, r.ARC, dec)
+			if dec.Allowed {
+				r.budgetHold.Admitted()
+			} else {
+				r.budgetHold.Cancel()
+			}
+			if dec.Reason == ReasonUnregistered && r.ARC != nil && r.ARC.Kind == arc.Kind && d.retire && d.retirements != nil {
+				dec = d.retireEphemeralRunner(r.ARC, r.Pod, dec)
 			}
 			return dec, r.Target
 		}
@@ -322,13 +353,13 @@ func (d *decider) resolve(ctx context.Context, r *review, s stage) {
 			r.Busy = d.busy.recall(r.Target)
 		}
 		if r.Operation == OperationEvict && !r.DryRun {
-			r.PDBBlocks, r.PDBSeveral = d.blockingPDB(ctx, r.Pod)
+			r.PDBBlocks, r.PDBSeveral, r.PDBInFlight, r.budgetHold = d.blockingPDB(ctx, r.Pod)
 		}
 	case stageGitHub:
 		if !r.askable() {
 			return // only bypass users and disrupted pods get here: nothing to ask
 		}
-		if left := time.Until(r.deadline(d.webhookTimeout)); !r.readOnly(&d.policy) && left < minUnregisterTime {
+		if left := time.Until(r.deadline(d.timeout())); !r.readOnly(&d.policy) && left < minUnregisterTime {
 			// An unregister that may not finish before the API server gives
 			// up must not start: GitHub could remove the runner while the
 			// API server tells the deleter the webhook failed.
@@ -886,9 +917,13 @@ func rulePDBBlocks(r *review, p *policy) (Decision, bool) {
 	if r.PDBBlocks == "" {
 		return Decision{}, false
 	}
+	inFlight := ""
+	if r.PDBInFlight > 0 {
+		inFlight = fmt.Sprintf(" once the %d eviction(s) runner-guard let through under it, not yet accounted for by the API server, are counted", r.PDBInFlight)
+	}
 	d := Decision{Reason: ReasonPDBBlocks, Code: http.StatusTooManyRequests, RetryAfter: p.BusyRetryAfter,
-		Message: fmt.Sprintf("PodDisruptionBudget %s allows no disruption of pod %s now; runner not unregistered, retry in %s",
-			r.PDBBlocks, r.podRef(), roundUp(p.BusyRetryAfter))}
+		Message: fmt.Sprintf("PodDisruptionBudget %s allows no disruption of pod %s now%s; runner not unregistered, retry in %s",
+			r.PDBBlocks, r.podRef(), inFlight, roundUp(p.BusyRetryAfter))}
 	return d, true
 }
 

@@ -70,25 +70,10 @@ func runnerContainerRunning(pod *corev1.Pod, container string) bool {
 // outside the admission call so ARC's EphemeralRunnerSet creates a fresh
 // runner instead of restarting the pod with a dead registration. Nothing is
 // written to the API server here: the runner is already gone from GitHub.
-func (d *decider) retireEphemeralRunner(ctx context.Context, run *arc.Runner, dec Decision) Decision {
-	if err := d.resolver.runners.Retire(ctx, run); err != nil {
-		logr.FromContextOrDiscard(ctx).Error(err, "cannot hand the EphemeralRunner over for retiring; ARC replaces it after its runner fails to start", "ephemeralRunner", run.EphemeralRunner.String())
-		return dec
-	}
-	dec.Message += fmt.Sprintf("; EphemeralRunner %s is retired next, so ARC creates a fresh runner", run.EphemeralRunner)
+func (d *decider) retireEphemeralRunner(run *arc.Runner, pod *corev1.Pod, dec Decision) Decision {
+	d.retirements.Add(*run, pod.UID)
+	dec.Message += fmt.Sprintf("; EphemeralRunner %s is retired once the pod is gone, so ARC creates a fresh runner", run.EphemeralRunner)
 	return dec
-}
-
-// retireLater is the RunnerResolver of a decider whose retiring is queued:
-// Retire hands the runner to the queue and returns at once.
-type retireLater struct {
-	RunnerResolver
-	queue Retirements
-}
-
-func (r retireLater) Retire(_ context.Context, run *arc.Runner) error {
-	r.queue.Add(*run)
-	return nil
 }
 
 // readLive replaces the DELETE review's pod with the live pod of the same
@@ -127,16 +112,27 @@ func namespaceDeleting(ctx context.Context, pods client.Reader, name string) boo
 }
 
 // blockingPDB names the PodDisruptionBudget for which the API server's
-// eviction subresource would refuse evicting the pod now (pdbBlocks), or "".
-// A failed read blocks nothing: the API server checks the budgets itself
-// after the webhooks.
-func (d *decider) blockingPDB(ctx context.Context, pod *corev1.Pod) (blocking string, several []string) {
+// eviction subresource would refuse evicting the pod now (pdbBlocks), once
+// the evictions this replica let through under it and the API server has not
+// yet accounted for are counted; else it reserves one of the budget's
+// disruptions for this eviction (hold). A failed read blocks nothing: the API
+// server checks the budgets itself after the webhooks.
+func (d *decider) blockingPDB(ctx context.Context, pod *corev1.Pod) (blocking string, several []string, inFlight int, hold BudgetHold) {
+	d.budgets.SeePods(ctx, d.pods, pod.Namespace)
 	var pdbs policyv1.PodDisruptionBudgetList
 	if err := d.pods.List(ctx, &pdbs, client.InNamespace(pod.Namespace)); err != nil {
 		logr.FromContextOrDiscard(ctx).V(1).Info("cannot list PodDisruptionBudgets; the API server will check them", "error", err.Error())
-		return "", nil
+		return "", nil, 0, BudgetHold{}
 	}
-	return BlockingBudgets(pod, pdbs.Items)
+	charged, several := ChargedBudget(pod, BudgetsThatCount(pdbs.Items))
+	if charged == nil {
+		return "", several, 0, BudgetHold{}
+	}
+	hold, inFlight, ok := d.budgets.Reserve(charged, pod)
+	if !ok {
+		return charged.Name, nil, inFlight, BudgetHold{}
+	}
+	return "", nil, 0, hold
 }
 
 // BlockingBudgets is what the eviction subresource would say of evicting pod
@@ -211,24 +207,10 @@ const maxDisruptedPods = 2000
 //     (status.disruptionsAllowed >= 1, else a 429) and hold fewer than
 //     maxDisruptedPods unconfirmed evictions.
 func pdbBlocks(pod *corev1.Pod, pdbs []policyv1.PodDisruptionBudget) string {
-	selecting := budgetsSelecting(pod, pdbs)
-	if len(selecting) != 1 {
-		// None: the pod goes. Several: severalBudgets refuses as the API server does.
-		return ""
+	if charged, _ := ChargedBudget(pod, pdbs); charged != nil && budgetRefuses(charged, 0) {
+		return charged.Name
 	}
-	pdb := selecting[0]
-	if !podReady(pod) {
-		if p := pdb.Spec.UnhealthyPodEvictionPolicy; p != nil && *p == policyv1.AlwaysAllow {
-			return ""
-		}
-		if pdb.Status.DesiredHealthy > 0 && pdb.Status.CurrentHealthy >= pdb.Status.DesiredHealthy {
-			return ""
-		}
-	}
-	if pdb.Status.ObservedGeneration < pdb.Generation || pdb.Status.DisruptionsAllowed < 1 ||
-		len(pdb.Status.DisruptedPods) > maxDisruptedPods {
-		return pdb.Name
-	}
+	// None: the pod goes. Several: severalBudgets refuses as the API server does.
 	return ""
 }
 

@@ -23,7 +23,7 @@ func (f *activationFlags) bind(fs *flag.FlagSet) {
 }
 
 // setupActivation adds the Activator to mgr when --webhook-configuration-name is set.
-func (f *activationFlags) setup(mgr manager.Manager, cfg *rest.Config, log logr.Logger) error {
+func (f *activationFlags) setup(mgr manager.Manager, cfg *rest.Config, timeout activation.TimeoutCheck, log logr.Logger) error {
 	if f.configurationName == "" {
 		return nil
 	}
@@ -32,10 +32,11 @@ func (f *activationFlags) setup(mgr manager.Manager, cfg *rest.Config, log logr.
 		return fmt.Errorf("--webhook-configuration-name: API client: %w", err)
 	}
 	a, err := activation.New(activation.Options{
-		Name:   f.configurationName,
-		Client: cs.AdmissionregistrationV1(),
-		Served: activation.DialViaClusterIP(cs.CoreV1()),
-		Log:    log,
+		Name:    f.configurationName,
+		Client:  cs.AdmissionregistrationV1(),
+		Served:  activation.DialViaClusterIP(cs.CoreV1()),
+		Log:     log,
+		Timeout: timeout,
 	})
 	if err != nil {
 		return fmt.Errorf("--webhook-configuration-name: %w", err)

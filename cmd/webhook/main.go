@@ -33,6 +33,7 @@ import (
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/metricsauth"
 	"github.com/runner-guard/runner-guard/webhook"
+	"github.com/runner-guard/runner-guard/webhook/activation"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
@@ -206,7 +207,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	// Retiring happens after the admission call, on the replica that
 	// admitted the deletion.
 	var retirements webhook.Retirements
-	retirer := disruption.NewRetirer(runners, hMetrics, logger.WithName("retire"))
+	retirer := disruption.NewRetirer(runners, live, hMetrics, logger.WithName("retire"))
 	if *hcfg.RetireEphemeralRunners {
 		if err := mgr.Add(retirer); err != nil {
 			return fmt.Errorf("retirer: %w", err)
@@ -250,7 +251,12 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		}
 	}
 
-	if err := opts.activation.setup(mgr, restCfg, logger.WithName("activation")); err != nil {
+	timeoutShort := activation.NewShortTimeoutGauge()
+	if err := metrics.Registry.Register(timeoutShort); err != nil {
+		return fmt.Errorf("register metrics: %w", err)
+	}
+	timeoutCheck := activation.TimeoutCheck{Want: hcfg.WebhookTimeout.Duration, Fit: handler.FitTimeout, Short: timeoutShort}
+	if err := opts.activation.setup(mgr, restCfg, timeoutCheck, logger.WithName("activation")); err != nil {
 		return err
 	}
 	if rotator != nil {

@@ -33,25 +33,13 @@ const (
 // hints on its pod, and from `kubectl cordon` to the last idle runner's pod
 // deleted.
 func (e *env) disruptionRun() error {
-	opts, err := framework.FromEnvironment()
-	if err != nil {
-		return fmt.Errorf("needs the control plane (`make bench` sets it up): %w", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	fenv, err := framework.Start(ctx, opts)
+	d, stop, err := startDisruptionBench(ctx, nil)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		fenv.Stop()
-		_ = os.RemoveAll(fenv.Dir)
-	}()
-	dyn, err := dynamic.NewForConfig(fenv.Config)
-	if err != nil {
-		return err
-	}
-	d := &disruptionBench{fenv: fenv, dyn: dyn}
+	defer stop()
 	if err := d.hintLag(ctx, e); err != nil {
 		return fmt.Errorf("hint lag: %w", err)
 	}
@@ -59,6 +47,30 @@ func (e *env) disruptionRun() error {
 		return fmt.Errorf("drain: %w", err)
 	}
 	return nil
+}
+
+// startDisruptionBench starts the e2e harness with kube-controller-manager's
+// controllers (nil: the harness's default); stop ends it.
+func startDisruptionBench(ctx context.Context, controllers []string) (d *disruptionBench, stop func(), err error) {
+	opts, err := framework.FromEnvironment()
+	if err != nil {
+		return nil, nil, fmt.Errorf("needs the control plane (`make bench` sets it up): %w", err)
+	}
+	opts.Controllers = controllers
+	fenv, err := framework.Start(ctx, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	stop = func() {
+		fenv.Stop()
+		_ = os.RemoveAll(fenv.Dir)
+	}
+	dyn, err := dynamic.NewForConfig(fenv.Config)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return &disruptionBench{fenv: fenv, dyn: dyn}, stop, nil
 }
 
 type disruptionBench struct {

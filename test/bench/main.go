@@ -156,6 +156,7 @@ func run() ([]figure, error) {
 		{"RSS of the real binary under load", (*env).rss},
 		{"disruption controller on a real API server: hint lag, idle drain", (*env).disruptionRun},
 		{"certificate rotation during 64 clients' reviews on a real API server", (*env).rotationUnderLoad},
+		{"disruption budgets on a real API server: evictions at once, a drain", (*env).budgetRun},
 	}
 	for _, s := range steps {
 		if !strings.Contains(s.name, *only) {
@@ -621,7 +622,7 @@ func (e *env) arcHandler(arcs []arcRunner) (*webhook.Handler, client.Client, err
 	runners := arc.NewResolver(arc.Options{Reader: c, Writer: c})
 	// As in the binary, the EphemeralRunners of unregistered runners are
 	// retired after the admission call; the Retirer lives as long as the run.
-	retirer := disruption.NewRetirer(runners, nil, logr.Discard())
+	retirer := disruption.NewRetirer(runners, c, nil, logr.Discard())
 	go func() { _ = retirer.Start(context.Background()) }()
 	h, err := webhook.NewHandler(webhook.Options{
 		Config:      webhook.DefaultConfig(),
@@ -699,7 +700,13 @@ func (e *env) scaleSetBurst() error {
 			return fmt.Errorf("runner %s still registered", r.pod.Name)
 		}
 	}
-	// The Retirer deletes the EphemeralRunners right after the admission calls.
+	// The API server deletes the admitted pods; the Retirer deletes their
+	// EphemeralRunners once it sees them gone.
+	for _, r := range runners {
+		if err := c.Delete(context.Background(), r.pod.DeepCopy()); err != nil {
+			return fmt.Errorf("deleting pod %s as the API server would: %w", r.pod.Name, err)
+		}
+	}
 	retired := 0
 	for deadline := time.Now().Add(10 * time.Second); retired < deletes && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		retired = 0

@@ -285,6 +285,12 @@ func (e *installEnv) notesNetworkPolicy(t *testing.T) {
 		!strings.Contains(out, "networkPolicy.webhookSources") || !strings.Contains(out, "webhook.clientCAConfigMap") {
 		t.Errorf("NOTES without webhookSources do not warn of an open webhook port:\n%s", out)
 	}
+	if out := notes("--set", "networkPolicy.webhookSources=null"); !strings.Contains(out, "an eviction review carries no pod UID") {
+		t.Errorf("NOTES without webhookSources do not name the risk of forged eviction reviews:\n%s", out)
+	}
+	if out := notes(); strings.Contains(out, "an eviction review carries no pod UID") {
+		t.Errorf("NOTES with webhookSources still name the forged-review risk:\n%s", out)
+	}
 	if out := notes(); !strings.Contains(out, "admits only networkPolicy.webhookSources") {
 		t.Errorf("NOTES with webhookSources:\n%s", out)
 	}

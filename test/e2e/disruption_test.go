@@ -198,11 +198,11 @@ func TestCordonReleasesIdleRunners(t *testing.T) {
 	if reqs := requestsFor(s.github(), fmt.Sprintf("/runners/%d", job.id)); len(reqs) != 0 {
 		t.Errorf("a runner whose job fields prove a job was asked about:%s", describe(reqs))
 	}
-	s.eventually("the Node's Events say what the drain waits for", 10*time.Second, func() error {
-		evs := strings.Join(s.nodeEvents(s.node), "\n")
+	s.eventually("the pods' Events say what the drain waits for", 10*time.Second, func() error {
+		evs := s.drainEvents(busy.name, job.name)
 		for _, want := range []string{`job "deploy" of acme/app (workflow run 4242)`, busy.name, "cordoned"} {
 			if !strings.Contains(evs, want) {
-				return fmt.Errorf("Node events lack %q:\n%s", want, evs)
+				return fmt.Errorf("pod events lack %q:\n%s", want, evs)
 			}
 		}
 		return nil
@@ -231,10 +231,10 @@ func TestCordonHoldsToAPodDisruptionBudget(t *testing.T) {
 	if _, stderr, err := env.Kubectl(s.ctx, "cordon", s.node); err != nil {
 		t.Fatalf("kubectl cordon: %v: %s", err, stderr)
 	}
-	s.eventually("the Node's Events say the budget holds the runner", 15*time.Second, func() error {
-		evs := strings.Join(s.nodeEvents(s.node), "\n")
+	s.eventually("the pod's Events say the budget holds the runner", 15*time.Second, func() error {
+		evs := s.drainEvents(r.name)
 		if !strings.Contains(evs, disruption.EventDrainWaitsForPDB) || !strings.Contains(evs, "PodDisruptionBudget runners allows no disruption of pod "+s.ns+"/"+r.name) {
-			return fmt.Errorf("Node events lack the budget's wait:\n%s", evs)
+			return fmt.Errorf("pod events lack the budget's wait:\n%s", evs)
 		}
 		return nil
 	})
@@ -302,10 +302,10 @@ func TestGracePeriodWarning(t *testing.T) {
 		_, _ = env.Client.CoreV1().Nodes().Patch(context.Background(), "e2e-node-tgp", types.MergePatchType, []byte(`{"spec":{"taints":null}}`), metav1.PatchOptions{})
 	})
 	s.eventually("a Warning that the grace period ends the job", 20*time.Second, func() error {
-		evs := strings.Join(s.nodeEvents(s.node), "\n")
+		evs := s.drainEvents(job.name)
 		for _, want := range []string{"Warning " + disruption.EventJobOutlivesGrace, "tgp-claim", "(1h0m0s)", `job "release" of acme/app`, s.ns + "/" + job.name} {
 			if !strings.Contains(evs, want) {
-				return fmt.Errorf("Node events lack %q:\n%s", want, evs)
+				return fmt.Errorf("pod events lack %q:\n%s", want, evs)
 			}
 		}
 		return nil

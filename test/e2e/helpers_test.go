@@ -315,6 +315,23 @@ func (s *scenario) nodeEvents(node string) []string {
 	return s.eventsAbout(metav1.NamespaceDefault, "Node", node)
 }
 
+// drainEvents joins the drain's Events about pods, which it records in
+// their namespace; it fails the test when the Node's Events (read in
+// default, by anyone who may read Events there) name this namespace.
+func (s *scaleSet) drainEvents(pods ...string) string {
+	s.t.Helper()
+	for _, e := range s.nodeEvents(s.node) {
+		if strings.Contains(e, s.ns) {
+			s.t.Fatalf("a Node Event names namespace %s (its pods, UIDs or jobs): %s", s.ns, e)
+		}
+	}
+	var evs []string
+	for _, pod := range pods {
+		evs = append(evs, s.events(pod)...)
+	}
+	return strings.Join(evs, "\n")
+}
+
 // eventsAbout lists the events.k8s.io Events in namespace about the object
 // name of kind (any kind when empty), as "type reason action: note".
 func (s *scenario) eventsAbout(namespace, kind, name string) []string {

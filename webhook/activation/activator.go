@@ -46,6 +46,8 @@ type Options struct {
 	Log     logr.Logger
 	// Now is the clock certificates are verified at (time.Now).
 	Now func() time.Time
+	// Timeout compares the entries' timeoutSeconds with --webhook-timeout.
+	Timeout TimeoutCheck
 }
 
 // Activator runs on every replica and keeps the configuration's entries at
@@ -95,6 +97,7 @@ func (a *Activator) Start(ctx context.Context) error {
 		current     *admissionregistrationv1.ValidatingWebhookConfiguration
 		seen        bool
 		lastWaiting string
+		lastShort   string
 	)
 	for {
 		select {
@@ -109,6 +112,7 @@ func (a *Activator) Start(ctx context.Context) error {
 		case current == nil:
 			a.logWaiting(&lastWaiting, "ValidatingWebhookConfiguration "+a.opts.Name+" does not exist")
 		default:
+			lastShort = a.opts.Timeout.apply(current, lastShort, a.opts.Log.Info)
 			waiting, err := a.reconcile(ctx, current)
 			if err != nil {
 				a.opts.Log.Error(err, "activating the webhook configuration", "name", a.opts.Name)

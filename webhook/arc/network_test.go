@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -176,6 +177,61 @@ func TestResolveSecretGoneInDeletingNamespace(t *testing.T) {
 			}
 			if (run.CredentialsGone != "") != tc.wantGone || (run.NamespaceDeleting != "") != tc.wantDelete {
 				t.Errorf("CredentialsGone = %q, NamespaceDeleting = %q; want set %t, %t", run.CredentialsGone, run.NamespaceDeleting, tc.wantGone, tc.wantDelete)
+			}
+		})
+	}
+}
+
+// A namespace being deleted whose Roles (or ARC's object) went before its
+// pods follows the same ladder as a missing Secret: static credentials ask
+// GitHub from the pod's labels; without, the pod goes (docs/DESIGN.md, "A
+// namespace being deleted").
+func TestResolveObjectGoneInDeletingNamespace(t *testing.T) {
+	er := fixture.MakeEphemeralRunner(ns, "idle").ConfigSecret("creds")
+	live := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+	erForbidden := &interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if u, ok := obj.(*unstructured.Unstructured); ok && u.GetKind() == arc.Kind {
+			return apierrors.NewForbidden(schema.GroupResource{Group: arc.Group, Resource: "ephemeralrunners"}, key.Name, errors.New("RBAC"))
+		}
+		return c.Get(ctx, key, obj, opts...)
+	}}
+	cases := map[string]struct {
+		namespace  *corev1.Namespace
+		funcs      *interceptor.Funcs
+		keepER     bool
+		static     bool
+		wantDelete bool // NamespaceDeleting set; else the UnavailableError stands (fall back to the pod)
+	}{
+		"deleting, Role gone, no static credentials: pod goes":        {namespace: deletingNamespace(ns), funcs: erForbidden, keepER: true, wantDelete: true},
+		"deleting, EphemeralRunner gone, no static credentials: goes": {namespace: deletingNamespace(ns), wantDelete: true},
+		"deleting, Role gone, static credentials: they ask":           {namespace: deletingNamespace(ns), funcs: erForbidden, keepER: true, static: true},
+		"alive, Role missing: unavailable as before":                  {namespace: live, funcs: erForbidden, keepER: true},
+		"alive, EphemeralRunner gone: unavailable as before":          {namespace: live},
+		"namespace unreadable: counts as alive":                       {funcs: erForbidden, keepER: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var objs []client.Object
+			if tc.keepER {
+				objs = append(objs, er.Obj())
+			}
+			if tc.namespace != nil {
+				objs = append(objs, tc.namespace)
+			}
+			r := arc.NewResolver(arc.Options{Reader: newFakeClient(tc.funcs, objs...), CredentialsFromARC: true, StaticCredentials: tc.static})
+			run, err := r.Resolve(context.Background(), scaleSetPod(er))
+			if !tc.wantDelete {
+				var un *arc.UnavailableError
+				if !errors.As(err, &un) || run != nil {
+					t.Fatalf("Resolve = %+v, %v; want an UnavailableError", run, err)
+				}
+				return
+			}
+			if err != nil || run == nil || run.NamespaceDeleting == "" || run.Creds != nil {
+				t.Fatalf("Resolve = %+v, %v; want a runner whose NamespaceDeleting says why the pod goes", run, err)
+			}
+			if !strings.Contains(run.NamespaceDeleting, "being deleted") || run.EphemeralRunner.Name != "idle" {
+				t.Errorf("NamespaceDeleting = %q for %s", run.NamespaceDeleting, run.EphemeralRunner)
 			}
 		})
 	}

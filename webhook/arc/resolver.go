@@ -150,6 +150,9 @@ func (r *Resolver) Resolve(ctx context.Context, pod *corev1.Pod) (*Runner, error
 	}
 	u, err := r.get(ctx, want, key, owner.UID)
 	if err != nil {
+		if run := r.objectGone(ctx, pod, want.Kind, key, owner.UID, err); run != nil {
+			return run, nil
+		}
 		return nil, err
 	}
 	if want.Kind == LegacyKind {
@@ -232,6 +235,39 @@ func (r *Resolver) secretGone(ctx context.Context, run *Runner, gone *secretGone
 	}
 	run.NamespaceDeleting = why + ", runner-guard has no static credentials to ask GitHub with, and ARC records no job on the runner: no pod can be recreated there, so the pod goes unguarded; its registration stays on GitHub, offline, until removed"
 	return nil
+}
+
+// objectGone decides, as secretGone does, for a pod whose ARC object cannot
+// be read (Forbidden or NotFound) in ARC credentials mode: the namespace
+// controller may delete the namespace's Roles, and ARC's objects, before
+// its pods, and the credentials came from that object's Secret. With
+// static credentials the caller falls back to the pod's labels and asks
+// GitHub with those (nil: err stands). Without, in a namespace being
+// deleted, the pod goes (NamespaceDeleting): nothing can ask GitHub, and
+// refusing would keep the namespace Terminating forever.
+func (r *Resolver) objectGone(ctx context.Context, pod *corev1.Pod, kind string, key types.NamespacedName, uid types.UID, err error) *Runner {
+	var unavailable *UnavailableError
+	if !r.arcCreds || r.static || !errors.As(err, &unavailable) ||
+		(unavailable.Reason != UnavailableForbidden && unavailable.Reason != UnavailableNotFound) {
+		return nil
+	}
+	ns, deleting := NamespaceDeleting(ctx, r.reader, key.Namespace)
+	if !deleting {
+		return nil
+	}
+	state := "is gone"
+	if unavailable.Reason == UnavailableForbidden {
+		state = "may no longer be read (the namespace's Roles go with it)"
+	}
+	since := ""
+	if ts := ns.GetDeletionTimestamp(); ts != nil {
+		since = " (since " + ts.UTC().Format(time.RFC3339) + ")"
+	}
+	return &Runner{
+		Runner: ghclient.Runner{Name: pod.Name}, Kind: kind, EphemeralRunner: key, UID: uid,
+		NamespaceDeleting: fmt.Sprintf("namespace %q is being deleted%s and %s %s %s, runner-guard has no static credentials to ask GitHub with: no pod can be recreated there, so the pod goes unguarded; its registration stays on GitHub, offline, until removed",
+			ns.Name, since, kind, key, state),
+	}
 }
 
 // NamespaceDeleting reads the namespace; one that cannot be read counts as

@@ -102,6 +102,11 @@ type ControlPlaneOptions struct {
 	ControllerManagerArgs []string
 }
 
+// DefaultControllers is kube-controller-manager's --controllers by default.
+func DefaultControllers() []string {
+	return []string{"serviceaccount-controller", "namespace-controller", "replicaset-controller", "garbage-collector-controller"}
+}
+
 // certDir is where the API server's certificates, service-account key and
 // token file go (also its --cert-dir).
 func (o ControlPlaneOptions) certDir() string { return filepath.Join(o.Dir, "apiserver-certs") }
@@ -145,7 +150,7 @@ func (o ControlPlaneOptions) withDefaults() ControlPlaneOptions {
 		o.Authorization = "RBAC"
 	}
 	if o.Controllers == nil {
-		o.Controllers = []string{"serviceaccount-controller", "namespace-controller", "replicaset-controller", "garbage-collector-controller"}
+		o.Controllers = DefaultControllers()
 		o.ControllerManagerArgs = append([]string{"--concurrent-namespace-syncs=2", "--namespace-sync-period=10s"}, o.ControllerManagerArgs...)
 	}
 	return o

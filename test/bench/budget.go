@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/test/e2e/framework"
+	"github.com/runner-guard/runner-guard/test/fixture"
+)
+
+// Sizes of the budget runs: a node of budgetRunners idle runners under a
+// budget that allows budgetAllows disruptions.
+const (
+	budgetRunners = 20
+	budgetAllows  = 5
+	budgetLabel   = "bench-budget"
+)
+
+// budgetRun drives runner-guard under a PodDisruptionBudget that
+// kube-controller-manager's disruption controller keeps (it runs here,
+// unlike in the e2e suite): evictions sent all at once, as kubectl drain
+// sends them, and runner-guard's own drain of the same node.
+func (e *env) budgetRun() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	d, stop, err := startDisruptionBench(ctx, append(framework.DefaultControllers(), "disruption-controller"))
+	if err != nil {
+		return err
+	}
+	defer stop()
+	b := &budgetBench{disruptionBench: *d}
+	turnaround, err := b.evictAll(ctx, e)
+	if err != nil {
+		return fmt.Errorf("evictions at once: %w", err)
+	}
+	if err := b.drain(ctx, e, turnaround); err != nil {
+		return fmt.Errorf("drain: %w", err)
+	}
+	return nil
+}
+
+type budgetBench struct {
+	disruptionBench
+}
+
+// node makes a namespace with budgetRunners idle scale-set runners on node,
+// labelled for a budget (minAvailable budgetRunners-budgetAllows) it creates.
+func (b *budgetBench) node(ctx context.Context, ns, node string, scope ghclient.Scope) error {
+	if err := b.fenv.CreateNamespace(ctx, ns); err != nil {
+		return err
+	}
+	if err := b.fenv.EnsureNode(ctx, node); err != nil {
+		return err
+	}
+	for i := range budgetRunners {
+		name := fmt.Sprintf("idle-%03d", i)
+		id := b.fenv.GitHub.AddRunner(scope, name)
+		w := fixture.MakeEphemeralRunner(ns, name).ConfigURL("https://github.com/" + scope.Name).RunnerID(id).RunnerName(name)
+		want := w.Obj()
+		want.SetUID("")
+		created, err := framework.CreateEphemeralRunner(ctx, b.dyn, want)
+		if err != nil {
+			return err
+		}
+		pod := fixture.MakeScaleSetRunnerPod(ns, name).OwnedByEphemeralRunner(&fixture.EphemeralRunnerWrapper{Unstructured: *created}).Obj()
+		pod.Labels[budgetLabel] = "runners"
+		pod.Spec.NodeName = node
+		if _, err := b.fenv.CreateRunningPod(ctx, pod); err != nil {
+			return err
+		}
+	}
+	minAvailable := intstr.FromInt32(budgetRunners - budgetAllows)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "runners"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &minAvailable,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{budgetLabel: "runners"}}},
+	}
+	if _, err := b.fenv.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	_, err := b.allows(ctx, ns, time.Minute)
+	return err
+}
+
+// replace plays ARC and the scheduler: a Ready pod the budget selects, on
+// another node, for each runner pod gone from the drained one.
+func (b *budgetBench) replace(ctx context.Context, ns, name string) error {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "new-" + name, Labels: map[string]string{budgetLabel: "runners"}},
+		Spec:       corev1.PodSpec{NodeName: framework.NodeName, Containers: []corev1.Container{{Name: "runner", Image: "actions-runner:bench"}}},
+	}
+	_, err := b.fenv.CreateRunningPod(ctx, pod)
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// allows waits until kube-controller-manager says the budget allows a
+// disruption, and returns how many.
+func (b *budgetBench) allows(ctx context.Context, ns string, within time.Duration) (int32, error) {
+	deadline := time.Now().Add(within)
+	for {
+		pdb, err := b.fenv.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "runners", metav1.GetOptions{})
+		if err != nil {
+			return 0, err
+		}
+		if pdb.Status.ObservedGeneration >= pdb.Generation && pdb.Status.DisruptionsAllowed > 0 {
+			return pdb.Status.DisruptionsAllowed, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("budget %s/runners allows no disruption %s on (status %+v)", ns, within, pdb.Status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// alive lists the pods on node that are not terminating.
+func (b *budgetBench) alive(ctx context.Context, ns, node string) ([]corev1.Pod, error) {
+	pods, err := b.fenv.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []corev1.Pod
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == node && p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// unregisteredStaying lists runners gone from GitHub whose pod on node is
+// not terminating: the figure the budget work is about.
+func (b *budgetBench) unregisteredStaying(ctx context.Context, ns, node string, scope ghclient.Scope) ([]string, error) {
+	pods, err := b.alive(ctx, ns, node)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range pods {
+		if _, ok := b.fenv.GitHub.Runner(scope, p.Name); !ok {
+			out = append(out, p.Name)
+		}
+	}
+	return out, nil
+}
+
+// evictAll: every idle runner pod of the node evicted at once, again and
+// again until the node is empty; each round's evicted pods are replaced
+// elsewhere so the budget opens again. It returns the budget's turnaround:
+// the longest wait from a round's evictions to kube-controller-manager
+// allowing a disruption again.
+func (b *budgetBench) evictAll(ctx context.Context, e *env) (time.Duration, error) {
+	const ns, node = "bench-budget-evict", "bench-budget-evict-node"
+	scope := org("bench-budget-evict")
+	if err := b.node(ctx, ns, node, scope); err != nil {
+		return 0, err
+	}
+	var (
+		beyond, rounds int
+		turnaround     time.Duration
+		start          = time.Now()
+	)
+	for {
+		pods, err := b.alive(ctx, ns, node)
+		if err != nil {
+			return 0, err
+		}
+		if len(pods) == 0 {
+			break
+		}
+		if rounds++; rounds > 4*budgetRunners {
+			return 0, fmt.Errorf("%d pods still on the node after %d rounds", len(pods), rounds)
+		}
+		evicted := make([]bool, len(pods))
+		var wg sync.WaitGroup
+		for i := range pods {
+			wg.Go(func() {
+				ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pods[i].Name}}
+				err := b.fenv.Client.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name(pods[i].Name).
+					SubResource("eviction").Body(ev).MaxRetries(0).Do(ctx).Error()
+				evicted[i] = err == nil
+			})
+		}
+		wg.Wait()
+		admitted := time.Now()
+		for i, ok := range evicted {
+			if ok {
+				if err := b.replace(ctx, ns, pods[i].Name); err != nil {
+					return 0, err
+				}
+			}
+		}
+		// Every eviction has been answered: an unregistered runner whose pod
+		// is not terminating now stays.
+		staying, err := b.unregisteredStaying(ctx, ns, node, scope)
+		if err != nil {
+			return 0, err
+		}
+		beyond = max(beyond, len(staying))
+		if left, err := b.alive(ctx, ns, node); err != nil || len(left) == 0 {
+			if err != nil {
+				return 0, err
+			}
+			break
+		}
+		if _, err := b.allows(ctx, ns, time.Minute); err != nil {
+			return 0, err
+		}
+		turnaround = max(turnaround, time.Since(admitted))
+	}
+	progress("budget: %d idle runners evicted at once under a budget allowing %d: node empty after %d rounds (%s), at most %d unregistered runners whose pod stayed; budget turnaround %s",
+		budgetRunners, budgetAllows, rounds, time.Since(start).Round(time.Millisecond), beyond, turnaround.Round(time.Millisecond))
+	e.record("unregistered_beyond_budget", float64(beyond), "runners", "0", beyond == 0,
+		fmt.Sprintf("%d idle Ready runner pods, a budget allowing %d, all evicted at once until the node is empty (%d rounds): runners unregistered whose pod then stayed", budgetRunners, budgetAllows, rounds))
+	e.record("budget_turnaround_s", turnaround.Seconds(), "s", "reported", true,
+		"from a round's admitted evictions to kube-controller-manager allowing a disruption again")
+	return turnaround, nil
+}
+
+// drain: the same node drained by runner-guard's drain controller (cordon),
+// the evicted pods replaced elsewhere as ARC would.
+func (b *budgetBench) drain(ctx context.Context, e *env, turnaround time.Duration) error {
+	const ns, node = "bench-budget-drain", "bench-budget-drain-node"
+	scope := org("bench-budget-drain")
+	if err := b.node(ctx, ns, node, scope); err != nil {
+		return err
+	}
+	start := time.Now()
+	if _, err := b.fenv.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
+		return err
+	}
+	// The drain evicts a pod a moment after it unregistered the runner: a
+	// pod counts once it stays for stayFor with its runner gone.
+	const stayFor = 2 * time.Second
+	seen := map[string]time.Time{}
+	counted := map[string]bool{}
+	for {
+		pods, err := b.fenv.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		alive := 0
+		for _, p := range pods.Items {
+			switch {
+			case p.Spec.NodeName != node:
+			case p.DeletionTimestamp == nil:
+				alive++
+			default:
+				if err := b.replace(ctx, ns, p.Name); err != nil {
+					return err
+				}
+			}
+		}
+		staying, err := b.unregisteredStaying(ctx, ns, node, scope)
+		if err != nil {
+			return err
+		}
+		for _, name := range staying {
+			if _, ok := seen[name]; !ok {
+				seen[name] = time.Now()
+			}
+			if time.Since(seen[name]) > stayFor {
+				counted[name] = true
+			}
+		}
+		if alive == 0 {
+			break
+		}
+		if time.Since(start) > 3*time.Minute {
+			return fmt.Errorf("%d of %d runner pods still on the node 3 minutes after the cordon", alive, budgetRunners)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	took := time.Since(start)
+	limit := 4 * turnaround
+	beyond := len(counted)
+	progress("budget drain: %d idle runners released %s after the cordon (budget turnaround %s); at most %d unregistered runners whose pod stayed",
+		budgetRunners, took.Round(time.Millisecond), turnaround.Round(time.Millisecond), beyond)
+	e.record("drain_budget_node_s", took.Seconds(), "s", fmt.Sprintf("<= 4 x turnaround (%.1f s)", limit.Seconds()), took <= limit && beyond == 0,
+		fmt.Sprintf("cordon -> the last of %d idle runners' pods gone under a budget allowing %d; turnaround %.2f s; %d unregistered whose pod stayed", budgetRunners, budgetAllows, turnaround.Seconds(), beyond))
+	return nil
+}

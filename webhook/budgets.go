@@ -1,0 +1,255 @@
+package webhook
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// budgetHoldSlack is how long past the API server's deadline an admitted
+// eviction the budget never showed still counts.
+const budgetHoldSlack = 10 * time.Second
+
+// BudgetsThatCount are the PodDisruptionBudgets rule 5d and the drain weigh
+// an eviction against: today all of a namespace's budgets. Budgets that
+// runner-guard makes itself to hold a job's pod are left out here, and only
+// here.
+func BudgetsThatCount(pdbs []policyv1.PodDisruptionBudget) []policyv1.PodDisruptionBudget {
+	return pdbs
+}
+
+// ChargedBudget is the budget the eviction subresource charges for evicting
+// pod now (pdbBlocks' rules): the one budget selecting it, unless the pod goes
+// without a look at budgets (not Running, terminating, unhealthy under a
+// policy that lets it go). several names the budgets selecting the pod when
+// there is more than one, which the API server refuses with a 500.
+func ChargedBudget(pod *corev1.Pod, pdbs []policyv1.PodDisruptionBudget) (charged *policyv1.PodDisruptionBudget, several []string) {
+	if several = severalBudgets(pod, pdbs); several != nil {
+		return nil, several
+	}
+	selecting := budgetsSelecting(pod, pdbs)
+	if len(selecting) != 1 {
+		return nil, nil
+	}
+	pdb := selecting[0]
+	if !podReady(pod) {
+		if p := pdb.Spec.UnhealthyPodEvictionPolicy; p != nil && *p == policyv1.AlwaysAllow {
+			return nil, nil
+		}
+		if pdb.Status.DesiredHealthy > 0 && pdb.Status.CurrentHealthy >= pdb.Status.DesiredHealthy {
+			return nil, nil
+		}
+	}
+	return pdb, nil
+}
+
+// budgetRefuses reports a budget the API server's checkAndDecrement refuses
+// an eviction with, once inFlight more evictions than it accounts for are
+// taken from its disruptionsAllowed.
+func budgetRefuses(pdb *policyv1.PodDisruptionBudget, inFlight int) bool {
+	return pdb.Status.ObservedGeneration < pdb.Generation ||
+		pdb.Status.DisruptionsAllowed-int32(inFlight) < 1 ||
+		len(pdb.Status.DisruptedPods) > maxDisruptedPods
+}
+
+// BudgetLedger counts, per PodDisruptionBudget, the evictions this replica
+// admitted (or its drain made) that the API server has not yet accounted for
+// in the budget. The API server checks budgets only after the webhooks, so
+// evictions sent at once would each see the same disruptionsAllowed and each
+// get their runner unregistered; the ledger takes those in flight off it.
+//
+// An eviction counts from Reserve until the budget shows it: its pod in
+// status.disruptedPods (the eviction's own write), its pod seen going before
+// the budget was read (SeePods: the disruption controller clears
+// disruptedPods once the pod is deleted), or a resourceVersion
+// other than the one read at Reserve once the answer is older than the API
+// server's deadline (by then the eviction's write is done, and the
+// disruption controller may have cleared disruptedPods since). A new
+// version alone is not enough sooner: another eviction's write makes one
+// while this eviction is still on its way. One the API server never made
+// (another webhook refused it) stops counting after hold. Other replicas'
+// evictions are not counted.
+type BudgetLedger struct {
+	// settle is the API server's deadline for a review; hold, settle and
+	// budgetHoldSlack.
+	settle, hold time.Duration
+	now          func() time.Time
+
+	mu       sync.Mutex
+	byBudget map[types.NamespacedName]map[types.UID]*inFlightEviction
+}
+
+// inFlightEviction is one eviction the budget does not show yet.
+type inFlightEviction struct {
+	pod      string
+	version  string // the budget's resourceVersion at Reserve
+	since    time.Time
+	answered time.Time // zero until Admitted
+	// going: its pod was seen terminating or gone, so the eviction's budget
+	// write (made before the pod's deletion) is in any budget read since.
+	going bool
+}
+
+// NewBudgetLedger returns a ledger for reviews the API server gives deadline
+// (--webhook-timeout).
+func NewBudgetLedger(deadline time.Duration, now func() time.Time) *BudgetLedger {
+	if now == nil {
+		now = time.Now
+	}
+	return &BudgetLedger{settle: deadline, hold: deadline + budgetHoldSlack, now: now,
+		byBudget: map[types.NamespacedName]map[types.UID]*inFlightEviction{}}
+}
+
+// BudgetHold is one reserved eviction; the zero value holds nothing.
+type BudgetHold struct {
+	ledger  *BudgetLedger
+	budget  types.NamespacedName
+	pod     types.UID
+	created bool
+}
+
+// Reserve takes one of pdb's disruptions for pod's eviction, pdb being the
+// budget just read that the eviction is charged to (ChargedBudget). It
+// reports false, reserving nothing, when the budget refuses the eviction
+// once the evictions in flight under it are counted; inFlight is their number.
+// A pod that already holds a reservation keeps it and is not counted twice.
+// A nil ledger counts nothing.
+func (l *BudgetLedger) Reserve(pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod) (hold BudgetHold, inFlight int, ok bool) {
+	if l == nil {
+		return BudgetHold{}, 0, !budgetRefuses(pdb, 0)
+	}
+	key := types.NamespacedName{Namespace: pdb.Namespace, Name: pdb.Name}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	entries := l.prune(key, pdb)
+	_, held := entries[pod.UID]
+	for uid := range entries {
+		if uid != pod.UID {
+			inFlight++
+		}
+	}
+	if budgetRefuses(pdb, inFlight) {
+		return BudgetHold{}, inFlight, false
+	}
+	hold = BudgetHold{ledger: l, budget: key, pod: pod.UID}
+	if !held {
+		if entries == nil {
+			entries = map[types.UID]*inFlightEviction{}
+			l.byBudget[key] = entries
+		}
+		entries[pod.UID] = &inFlightEviction{pod: pod.Name, version: pdb.ResourceVersion, since: l.now()}
+		hold.created = true
+	}
+	return hold, inFlight, true
+}
+
+// InFlight is how many evictions under pdb (just read) the ledger counts.
+func (l *BudgetLedger) InFlight(pdb *policyv1.PodDisruptionBudget) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.prune(types.NamespacedName{Namespace: pdb.Namespace, Name: pdb.Name}, pdb))
+}
+
+// prune drops the evictions pdb accounts for, or held too long, and returns
+// the rest. l.mu is held.
+func (l *BudgetLedger) prune(key types.NamespacedName, pdb *policyv1.PodDisruptionBudget) map[types.UID]*inFlightEviction {
+	entries := l.byBudget[key]
+	now := l.now()
+	for uid, e := range entries {
+		_, shown := pdb.Status.DisruptedPods[e.pod]
+		settled := !e.answered.IsZero() && now.Sub(e.answered) > l.settle
+		if shown || e.going || (settled && pdb.ResourceVersion != e.version) || now.Sub(e.since) > l.hold {
+			delete(entries, uid)
+		}
+	}
+	if len(entries) == 0 {
+		delete(l.byBudget, key)
+		return nil
+	}
+	return entries
+}
+
+// Admitted says the eviction was let through: once the API server's
+// deadline has passed, a new version of the budget accounts for it.
+func (h BudgetHold) Admitted() {
+	if h.ledger == nil {
+		return
+	}
+	h.ledger.mu.Lock()
+	defer h.ledger.mu.Unlock()
+	if e := h.ledger.byBudget[h.budget][h.pod]; e != nil && e.answered.IsZero() {
+		e.answered = h.ledger.now()
+	}
+}
+
+// Cancel gives the disruption back: the eviction will not happen (refused,
+// or the runner could not be released). A reservation the pod already held
+// before this one is left alone.
+func (h BudgetHold) Cancel() {
+	if h.ledger == nil || !h.created {
+		return
+	}
+	h.ledger.mu.Lock()
+	defer h.ledger.mu.Unlock()
+	if entries := h.ledger.byBudget[h.budget]; entries != nil {
+		delete(entries, h.pod)
+		if len(entries) == 0 {
+			delete(h.ledger.byBudget, h.budget)
+		}
+	}
+}
+
+// Budget names the reserved budget ("" for the zero hold).
+func (h BudgetHold) Budget() string { return h.budget.Name }
+
+// SeePods reads the pods of the evictions in flight in namespace and notes
+// those terminating or gone. Call it before reading the namespace's budgets:
+// the API server writes an eviction into its budget before it deletes the
+// pod, so a budget read after the pod was seen going shows the eviction even
+// when the disruption controller has already cleared disruptedPods. A failed
+// read notes nothing (the eviction keeps counting).
+func (l *BudgetLedger) SeePods(ctx context.Context, pods client.Reader, namespace string) {
+	if l == nil {
+		return
+	}
+	type pending struct {
+		name string
+		uid  types.UID
+	}
+	var want []pending
+	l.mu.Lock()
+	for key, entries := range l.byBudget {
+		if key.Namespace != namespace {
+			continue
+		}
+		for uid, e := range entries {
+			if !e.going {
+				want = append(want, pending{e.pod, uid})
+			}
+		}
+	}
+	l.mu.Unlock()
+	for _, p := range want {
+		pod := &corev1.Pod{}
+		err := pods.Get(ctx, types.NamespacedName{Namespace: namespace, Name: p.name}, pod)
+		if err != nil && !apierrors.IsNotFound(err) {
+			continue
+		}
+		if err == nil && pod.UID == p.uid && pod.DeletionTimestamp == nil {
+			continue
+		}
+		l.mu.Lock()
+		for key, entries := range l.byBudget {
+			if e := entries[p.uid]; key.Namespace == namespace && e != nil {
+				e.going = true
+			}
+		}
+		l.mu.Unlock()
+	}
+}
