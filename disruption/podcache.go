@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -285,7 +286,8 @@ func copyBool(b *bool) *bool {
 
 // cacheScheme is the scheme of the controllers' cache: pods decode into
 // cachedPod; Nodes are whole (few, and the drain reads their taints and
-// conditions); EphemeralRunners are unstructured and need no entry.
+// conditions); PodDisruptionBudgets are whole (the job budgets' view of
+// their namespace); EphemeralRunners are unstructured and need no entry.
 func cacheScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	gv := corev1.SchemeGroupVersion
@@ -293,6 +295,8 @@ func cacheScheme() (*runtime.Scheme, error) {
 	s.AddKnownTypeWithName(gv.WithKind("PodList"), &cachedPodList{})
 	s.AddKnownTypes(gv, &corev1.Node{}, &corev1.NodeList{})
 	metav1.AddToGroupVersion(s, gv)
+	s.AddKnownTypes(policyv1.SchemeGroupVersion, &policyv1.PodDisruptionBudget{}, &policyv1.PodDisruptionBudgetList{})
+	metav1.AddToGroupVersion(s, policyv1.SchemeGroupVersion)
 	if err := metav1.AddMetaToScheme(s); err != nil {
 		return nil, fmt.Errorf("cache scheme: %w", err)
 	}

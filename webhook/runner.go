@@ -136,7 +136,7 @@ func (d *decider) blockingPDB(ctx context.Context, pod *corev1.Pod) (blocking st
 		logr.FromContextOrDiscard(ctx).V(1).Info("cannot list PodDisruptionBudgets; the API server will check them", "error", err.Error())
 		return "", nil
 	}
-	return BlockingBudgets(pod, pdbs.Items)
+	return BlockingBudgets(pod, WithoutJobBudgets(pdbs.Items))
 }
 
 // BlockingBudgets is what the eviction subresource would say of evicting pod
