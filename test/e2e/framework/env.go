@@ -336,6 +336,14 @@ func (e *Env) RestartWebhookWith(ctx context.Context, proc WebhookProcess, extra
 	return e.StartWebhookWith(ctx, proc, extraArgs...)
 }
 
+// StopWebhook stops the local webhook process; StartWebhook starts it again.
+func (e *Env) StopWebhook() error {
+	if e.webhook == nil {
+		return errors.New("the webhook runs in the cluster; it cannot be stopped from here")
+	}
+	return e.webhook.Stop(15 * time.Second)
+}
+
 // Local reports whether this Env runs its own control plane, webhook and fake
 // GitHub (false for an existing cluster reached with Connect).
 func (e *Env) Local() bool { return e.fake != nil }
