@@ -37,7 +37,7 @@ func (e *env) disruptionRun() error {
 	if err != nil {
 		return fmt.Errorf("needs the control plane (`make bench` sets it up): %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	fenv, err := framework.Start(ctx, opts)
 	if err != nil {
@@ -57,6 +57,16 @@ func (e *env) disruptionRun() error {
 	}
 	if err := d.drainIdle(ctx, e); err != nil {
 		return fmt.Errorf("drain: %w", err)
+	}
+	if err := d.budgetLag(ctx, e); err != nil {
+		return fmt.Errorf("budget lag: %w", err)
+	}
+	if err := d.budgetsPerRunner(ctx, e); err != nil {
+		return fmt.Errorf("budgets per runner: %w", err)
+	}
+	// Last: it stops the webhook.
+	if err := d.webhookDownEvictions(ctx, e); err != nil {
+		return fmt.Errorf("evictions with runner-guard down: %w", err)
 	}
 	return nil
 }
