@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kjson "sigs.k8s.io/json"
+
+	"github.com/runner-guard/runner-guard/webhook"
 )
 
 // cachedPod is a pod as the controllers' cache holds it: the API server's
@@ -83,6 +85,12 @@ func (p *cachedPod) SetAnnotations(m map[string]string) { p.annotations = pairsO
 
 // annotation is one annotation's value, without building the map.
 func (p *cachedPod) annotation(key string) string { return p.annotations.Get(key) }
+
+// carriesOurs reports a pod carrying something runner-guard must follow up:
+// hints it owns, or its job budget's label.
+func (p *cachedPod) carriesOurs() bool {
+	return p.annotation(AnnotationOwned) != "" || p.labels.Get(webhook.LabelJobBudget) != ""
+}
 
 // pairs is a string map as key, value, key, value, ... sorted by key. It is
 // never written in place: a change replaces it.

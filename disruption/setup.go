@@ -134,7 +134,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("disruption client: %w", err)
 	}
 	isRunnerPod := func(cp *cachedPod) bool {
-		return o.Guard.Guards(cp.Namespace, cp.labels) || cp.annotation(AnnotationOwned) != ""
+		return o.Guard.Guards(cp.Namespace, cp.labels) || cp.carriesOurs()
 	}
 	runnerPods := predicate.NewTypedPredicateFuncs(isRunnerPod)
 	if !o.Budgets {
