@@ -119,11 +119,14 @@ func TestJobBudgetsHoldBusyRunnersWithRunnerGuardDown(t *testing.T) {
 	if err := env.StopWebhook(); err != nil {
 		t.Fatal(err)
 	}
+	stopped := true
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := env.StartWebhook(ctx); err != nil {
-			t.Errorf("start the webhook again: %v", err)
+		if stopped {
+			if err := env.StartWebhook(ctx); err != nil {
+				t.Errorf("start the webhook again: %v", err)
+			}
 		}
 		evictionsFailurePolicy(ctx, t, was)
 	})
@@ -146,6 +149,7 @@ func TestJobBudgetsHoldBusyRunnersWithRunnerGuardDown(t *testing.T) {
 	if err := env.StartWebhook(s.ctx); err != nil {
 		t.Fatal(err)
 	}
+	stopped = false
 	s.setJob(later.name, 303, "test")
 	s.eventually("a job budget once the job starts", 30*time.Second, func() error {
 		if n := len(s.jobBudgets(uid(later.name))); n != 1 {
