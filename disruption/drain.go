@@ -60,7 +60,7 @@ func maintenanceReasons(node *corev1.Node) []string {
 	var why []string
 	for _, c := range []corev1.NodeConditionType{ConditionDrainInProgress, ConditionMaintenanceInProgress, ConditionMaintenancePlanned} {
 		if nodeCondition(node, c) {
-			why = append(why, "condition "+string(c)+"=True")
+			why = append(why, "marked "+string(c)+"=True")
 		}
 	}
 	return why

@@ -1,14 +1,22 @@
 package disruption
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 func drainEvents(rec *events.FakeRecorder) []string {
@@ -120,4 +128,56 @@ func TestDrainReportQuietWithoutRunners(t *testing.T) {
 	}
 	var none *drainReports
 	none.finish("n1", false) // a reconciler without reports records nothing
+}
+
+// Through the drain reconciler: a node whose MaintenancePlanned condition is
+// True (not cordoned) has its idle runner released at once and its busy one
+// when the job ends; once the condition goes, the Node gets its report.
+func TestMaintenancePlannedDrainIsReported(t *testing.T) {
+	ctx := context.Background()
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: ConditionMaintenancePlanned, Status: corev1.ConditionTrue}}}}
+	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(node, runnerPod("idle", "n1"), runnerPod("busy", "n1")).
+		WithIndex(&corev1.Pod{}, podNodeNameIndex, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
+	gh := &githubStub{busy: map[string]bool{"busy": true}, deletes: map[string]int{}}
+	rec := events.NewFakeRecorder(50)
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	m := NewMetrics()
+	r := &drainReconciler{cached: c, live: c, guard: &guardStub{}, github: gh, events: rec, said: newOnce(), log: logr.Discard(),
+		backoff: newBackoff(time.Second, 15*time.Second, clock), now: clock, reports: newDrainReports(clock, rec, m)}
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}}
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: "ci", Name: "idle"}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Errorf("idle runner's pod on a node with maintenance planned: %v, want evicted", err)
+	}
+	now = now.Add(90 * time.Second)
+	gh.busy["busy"] = false
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, req.NamespacedName, node); err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Conditions[0].Status = corev1.ConditionFalse
+	if err := c.Status().Update(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(10 * time.Second)
+	if _, err := r.Reconcile(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	all := strings.Join(drainEvents(rec), "\n")
+	want := "node n1 is drained no more after a drain of 1m40s: runner jobs held it for 1m30s; 2 idle runners released; 1 jobs waited for; 0 jobs lost"
+	if !strings.Contains(all, EventDrainReport) || !strings.Contains(all, want) {
+		t.Errorf("events lack the report %q:\n%s", want, all)
+	}
+	if !strings.Contains(all, EventDrainHeldByJob) || !strings.Contains(all, "held node n1 for 1m30s, until it ended") {
+		t.Errorf("events lack the held job's:\n%s", all)
+	}
+	if r.reports.tracking("n1") {
+		t.Error("the drain is still tracked after its report")
+	}
 }
