@@ -105,25 +105,8 @@ func (r *hintReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		}
 	}
 	patch, labels := hintPatch(pod.Annotations, busy, idle, r.enabled), plan.labelPatch(pod)
-	if len(patch) > 0 || len(labels) > 0 {
-		body, err := json.Marshal(patch.mergePatch(pod.ResourceVersion, labels))
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		// Only metadata.annotations and the job budget's label change; the
-		// resourceVersion makes a patch decided on a stale pod fail with a
-		// conflict, and the next event retries.
-		if err := r.pods.Patch(ctx, pod, client.RawPatch(types.MergePatchType, body)); err != nil {
-			switch {
-			case apierrors.IsNotFound(err):
-				return reconcile.Result{}, nil
-			case apierrors.IsConflict(err):
-				// The pod changed since the cache read it: decide again on the new one.
-				return reconcile.Result{RequeueAfter: conflictRetry}, nil
-			}
-			return reconcile.Result{}, fmt.Errorf("patching the hints of pod %s: %w", req.NamespacedName, err)
-		}
-		log.V(1).Info("hints updated", "pod", req.NamespacedName, "job", state.String(), "patch", string(body))
+	if stop, err := r.patchPod(ctx, pod, patch, labels, state); stop != nil {
+		return *stop, err
 	}
 	if plan.Want {
 		// The label is on the pod now: the budget selects it from the start.
@@ -143,6 +126,32 @@ func (r *hintReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 			req.NamespacedName, strings.Join(plan.Others, ", "))
 	}
 	return reconcile.Result{RequeueAfter: recheck}, nil
+}
+
+// patchPod merge-patches the pod's annotations and the job budget's label,
+// with its resourceVersion as precondition. stop, when set, ends the
+// reconcile with it: the pod is gone (nothing to do), or it changed since
+// the cache read it (decide again on the new one, soon).
+func (r *hintReconciler) patchPod(ctx context.Context, pod *corev1.Pod, patch, labels HintPatch, state JobState) (stop *reconcile.Result, err error) {
+	if len(patch) == 0 && len(labels) == 0 {
+		return nil, nil
+	}
+	body, err := json.Marshal(patch.mergePatch(pod.ResourceVersion, labels))
+	if err != nil {
+		return &reconcile.Result{}, err
+	}
+	key := client.ObjectKeyFromObject(pod)
+	if err := r.pods.Patch(ctx, pod, client.RawPatch(types.MergePatchType, body)); err != nil {
+		switch {
+		case apierrors.IsNotFound(err):
+			return &reconcile.Result{}, nil
+		case apierrors.IsConflict(err):
+			return &reconcile.Result{RequeueAfter: conflictRetry}, nil
+		}
+		return &reconcile.Result{}, fmt.Errorf("patching the hints of pod %s: %w", key, err)
+	}
+	logr.FromContextOrDiscard(ctx).V(1).Info("hints updated", "pod", key, "job", state.String(), "patch", string(body))
+	return nil, nil
 }
 
 // planBudget reads the budgets of the pod's namespace (only while budgets
