@@ -12,8 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/runner-guard/runner-guard/test/fixture"
@@ -222,3 +224,93 @@ func TestRemoveJobBudgetsLeavesOthers(t *testing.T) {
 		t.Errorf("%d budgets left, want the user's two", len(left.Items))
 	}
 }
+
+// A budget's events reach the runner pods they concern: a job budget its
+// own pod; another budget, created or deleted or with a new selector, the
+// runner pods of its namespace it selects; a status update nothing.
+func TestBudgetEventsReachTheirPods(t *testing.T) {
+	scheme, err := cacheScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner := func(name string, labels map[string]string) *cachedPod {
+		p := runnerPod(name, "n1")
+		for k, v := range labels {
+			p.Labels[k] = v
+		}
+		return decodeCached(t, p)
+	}
+	other := runner("other-ns", map[string]string{"app": "x"})
+	other.Namespace = "elsewhere"
+	web := decodeCached(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "web", Labels: map[string]string{"app": "x"}}})
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(runner("a", map[string]string{"app": "x"}), runner("b", nil), other, web).Build()
+	h := budgetPods(c, func(cp *cachedPod) bool { return cp.labels.Get("runner") == "true" })
+	names := func(q *queueStub) []string {
+		var out []string
+		for _, r := range q.added {
+			out = append(out, r.Namespace+"/"+r.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	ctx := context.Background()
+	user := userBudget("team", "app", "x")
+	job := jobBudget(runnerPod("b", "n1"))
+
+	cases := map[string]struct {
+		send func(q *queueStub)
+		want []string
+	}{
+		"a user's budget created: the runner pods it selects": {
+			send: func(q *queueStub) {
+				h.Create(ctx, event.TypedCreateEvent[*policyv1.PodDisruptionBudget]{Object: user}, q)
+			},
+			want: []string{"ci/a"},
+		},
+		"a user's budget deleted: the same": {
+			send: func(q *queueStub) {
+				h.Delete(ctx, event.TypedDeleteEvent[*policyv1.PodDisruptionBudget]{Object: user}, q)
+			},
+			want: []string{"ci/a"},
+		},
+		"a job budget: its pod": {
+			send: func(q *queueStub) {
+				h.Delete(ctx, event.TypedDeleteEvent[*policyv1.PodDisruptionBudget]{Object: job}, q)
+			},
+			want: []string{"ci/b"},
+		},
+		"a status update: nothing": {
+			send: func(q *queueStub) {
+				after := user.DeepCopy()
+				after.Status.DisruptionsAllowed = 3
+				h.Update(ctx, event.TypedUpdateEvent[*policyv1.PodDisruptionBudget]{ObjectOld: user, ObjectNew: after}, q)
+			},
+		},
+		"a new selector: the pods of both": {
+			send: func(q *queueStub) {
+				after := user.DeepCopy()
+				after.Generation++
+				after.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"runner": "true"}}
+				h.Update(ctx, event.TypedUpdateEvent[*policyv1.PodDisruptionBudget]{ObjectOld: user, ObjectNew: after}, q)
+			},
+			want: []string{"ci/a", "ci/a", "ci/b"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			q := &queueStub{}
+			tc.send(q)
+			if got := names(q); !slices.Equal(got, tc.want) {
+				t.Errorf("enqueued %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// queueStub records what a handler adds.
+type queueStub struct {
+	workqueue.TypedRateLimitingInterface[reconcile.Request]
+	added []reconcile.Request
+}
+
+func (q *queueStub) Add(r reconcile.Request) { q.added = append(q.added, r) }
