@@ -37,6 +37,8 @@ func (e *env) disruptionRun() error {
 	if err != nil {
 		return fmt.Errorf("needs the control plane (`make bench` sets it up): %w", err)
 	}
+	// The job budgets' figures need the budgets' status computed, as in a cluster.
+	opts.ExtraControllers = []string{"disruption-controller"}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	fenv, err := framework.Start(ctx, opts)

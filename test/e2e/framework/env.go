@@ -61,7 +61,10 @@ type Options struct {
 	// when it calls the webhook (see clientcert.go). Start's registration
 	// probe goes through the API server, so Start fails unless mutual TLS works.
 	ClientCertAuth bool
-	Logf           func(format string, args ...any)
+	// ExtraControllers are kube-controller-manager controllers run besides
+	// the defaults (ControlPlaneOptions.ExtraControllers).
+	ExtraControllers []string
+	Logf             func(format string, args ...any)
 }
 
 // Env is a running control plane with runner-guard registered in it.
@@ -152,7 +155,7 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 		}
 		apiserverArgs = e.clientAuth.apiserverArgs()
 	}
-	cp := ControlPlaneOptions{Dir: o.Dir, Assets: o.Assets, Logf: o.Logf, APIServerArgs: apiserverArgs}
+	cp := ControlPlaneOptions{Dir: o.Dir, Assets: o.Assets, Logf: o.Logf, APIServerArgs: apiserverArgs, ExtraControllers: o.ExtraControllers}
 	if e.ControlPlane, err = startControlPlane(ctx, cp, ports); err != nil {
 		return e, err
 	}
