@@ -21,7 +21,8 @@ const (
 )
 
 // drainReason says why a node is being drained ("" when it is not): it is
-// cordoned, or a planner tainted it for removal.
+// cordoned, a planner tainted it for removal, or a maintenance condition
+// says so (maintenanceReasons).
 func drainReason(node *corev1.Node) string {
 	var why []string
 	if node.Spec.Unschedulable {
@@ -35,7 +36,44 @@ func drainReason(node *corev1.Node) string {
 			why = append(why, "tainted "+TaintClusterAutoscaler+" by the cluster autoscaler")
 		}
 	}
+	why = append(why, maintenanceReasons(node)...)
 	return strings.Join(why, ", ")
+}
+
+// The node-maintenance conditions of Kubernetes 1.37 (KEP-5683, alpha, gate
+// NodeLifecycleConditions), set by whoever runs the maintenance. They are
+// read as plain strings, so a cluster without the gate, where no node
+// carries them, sees nothing change.
+const (
+	ConditionDrainInProgress       corev1.NodeConditionType = "DrainInProgress"
+	ConditionMaintenanceInProgress corev1.NodeConditionType = "MaintenanceInProgress"
+	ConditionMaintenancePlanned    corev1.NodeConditionType = "MaintenancePlanned"
+)
+
+// maintenanceReasons are the node's maintenance conditions that are True,
+// in words. DrainInProgress and MaintenanceInProgress are a drain like a
+// cordon. MaintenancePlanned is the moment to stop idle runners from taking
+// new jobs on the node: they are released as on a cordoned node, and busy
+// ones when their job ends. runner-guard never cordons or taints the node
+// itself: the operator, or the maintenance tool, does.
+func maintenanceReasons(node *corev1.Node) []string {
+	var why []string
+	for _, c := range []corev1.NodeConditionType{ConditionDrainInProgress, ConditionMaintenanceInProgress, ConditionMaintenancePlanned} {
+		if nodeCondition(node, c) {
+			why = append(why, "marked "+string(c)+"=True")
+		}
+	}
+	return why
+}
+
+// nodeCondition reports whether the node's condition t is True.
+func nodeCondition(node *corev1.Node, t corev1.NodeConditionType) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == t {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // karpenterDisrupted reports the taint Karpenter puts on a node it disrupts.

@@ -67,6 +67,7 @@ type drainReconciler struct {
 	events  events.EventRecorder
 	backoff *backoff
 	said    *once
+	reports *drainReports
 	now     func() time.Time
 	log     logr.Logger
 	// noNodeClaims says once that the API server serves no NodeClaims.
@@ -92,12 +93,17 @@ var _ reconcile.Reconciler = &drainReconciler{}
 func (r *drainReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	node := &corev1.Node{}
 	if err := r.cached.Get(ctx, req.NamespacedName, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.reports.finish(req.Name, true)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	why := drainReason(node)
 	if why == "" {
+		r.reports.finish(node.Name, false)
 		return reconcile.Result{}, nil
 	}
+	r.reports.draining(node)
 	var pods corev1.PodList
 	if err := r.cached.List(ctx, &pods, client.MatchingFields{podNodeNameIndex: node.Name}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing the pods of node %s: %w", node.Name, err)
@@ -125,6 +131,7 @@ func (r *drainReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		})
 	}
 	wg.Wait()
+	r.reports.observe(node, pods.Items, r.guard)
 	return reconcile.Result{RequeueAfter: next}, nil
 }
 
@@ -307,6 +314,7 @@ func (r *drainReconciler) released(ctx context.Context, node *corev1.Node, why s
 	}
 	what := outcomeWord(out)
 	r.log.Info("released the runner of a draining node", "node", node.Name, "pod", key, "runner", res.Runner.Name, "github", what)
+	r.reports.releasedIdle(node, pod)
 	r.events.Eventf(pod, node, corev1.EventTypeNormal, EventRunnerReleased, "Drain",
 		"node %s is %s: runner %q of pod %s was idle and is %s on GitHub; its pod is evicted so it takes no job here", node.Name, why, res.Runner.Name, key, what)
 	r.forget(pod)
@@ -416,6 +424,7 @@ func (r *drainReconciler) waiting(ctx context.Context, node *corev1.Node, why st
 	if job == "" {
 		job = "a job"
 	}
+	r.reports.waitsFor(node, pod, job)
 	if r.said.first(string(pod.UID) + "/waits/" + node.Name) {
 		r.events.Eventf(pod, node, corev1.EventTypeWarning, EventDrainWaitsForJob, "Drain",
 			"node %s is %s; runner %q of pod %s is running %s; runner-guard releases it as soon as the job ends", node.Name, why, res.Runner.Name, key, job)

@@ -156,3 +156,28 @@ func TestBackoffIsBounded(t *testing.T) {
 		t.Errorf("forgotten pod due in %s, want now", d)
 	}
 }
+
+// The maintenance conditions drain a node like a cordon when True, and only then.
+func TestDrainReasonFromMaintenanceConditions(t *testing.T) {
+	cases := map[string]struct {
+		conds []corev1.NodeCondition
+		want  string // substring; "" means not draining
+	}{
+		"none":                         {nil, ""},
+		"Ready only":                   {[]corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}, ""},
+		"DrainInProgress":              {[]corev1.NodeCondition{{Type: "DrainInProgress", Status: corev1.ConditionTrue}}, "DrainInProgress=True"},
+		"MaintenanceInProgress":        {[]corev1.NodeCondition{{Type: "MaintenanceInProgress", Status: corev1.ConditionTrue}}, "MaintenanceInProgress=True"},
+		"MaintenancePlanned":           {[]corev1.NodeCondition{{Type: "MaintenancePlanned", Status: corev1.ConditionTrue}}, "MaintenancePlanned=True"},
+		"MaintenancePlanned False":     {[]corev1.NodeCondition{{Type: "MaintenancePlanned", Status: corev1.ConditionFalse}}, ""},
+		"DrainInProgress Unknown":      {[]corev1.NodeCondition{{Type: "DrainInProgress", Status: corev1.ConditionUnknown}}, ""},
+		"Drained is not a drain to do": {[]corev1.NodeCondition{{Type: "Drained", Status: corev1.ConditionTrue}}, ""},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := drainReason(&corev1.Node{Status: corev1.NodeStatus{Conditions: c.conds}})
+			if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+				t.Errorf("drainReason = %q, want %q", got, c.want)
+			}
+		})
+	}
+}

@@ -4,16 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/runner-guard/runner-guard/webhook"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
@@ -47,6 +51,11 @@ type hintReconciler struct {
 	// listingRecheck; nil: requeue them.
 	watch   *listingWatch
 	enabled []Hint
+	// budgets keeps a job budget for each busy runner's pod.
+	budgets bool
+	// events records on pods; said keeps each Event to once per pod.
+	events events.EventRecorder
+	said   *once
 	// now is the clock; nil is time.Now.
 	now func() time.Time
 
@@ -57,7 +66,8 @@ type hintReconciler struct {
 
 var _ reconcile.Reconciler = &hintReconciler{}
 
-// Reconcile reads the pod's job state and patches its hints when they differ.
+// Reconcile reads the pod's job state and brings its hints and its job
+// budget in step with it.
 func (r *hintReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	log := logr.FromContextOrDiscard(ctx)
 	pod := &corev1.Pod{}
@@ -72,39 +82,102 @@ func (r *hintReconciler) Reconcile(ctx context.Context, req reconcile.Request) (
 		r.forget(req.NamespacedName)
 	}
 	if state == JobUnknown {
-		hinted := len(owned(pod.Annotations)) > 0
+		hinted := len(owned(pod.Annotations)) > 0 || pod.Labels[webhook.LabelJobBudget] != ""
 		if left := r.unknownFor(req.NamespacedName, hinted); !hinted || left > 0 {
 			if left > 0 && (recheck == 0 || left < recheck) {
 				recheck = left
 			}
 			return reconcile.Result{RequeueAfter: recheck}, nil
 		}
-		log.V(1).Info("job state unknown for too long: removing runner-guard's hints", "pod", req.NamespacedName, "after", staleHintsAfter)
+		log.V(1).Info("job state unknown for too long: removing runner-guard's hints and job budget", "pod", req.NamespacedName, "after", staleHintsAfter)
 	} else {
 		r.known(req.NamespacedName)
 	}
-	patch := hintPatch(pod.Annotations, state == JobRunning, r.enabled)
-	if len(patch) == 0 {
-		return reconcile.Result{RequeueAfter: recheck}, nil
-	}
-	body, err := json.Marshal(patch.mergePatch(pod.ResourceVersion))
+	busy, idle := state == JobRunning, state == JobNotProven
+	plan, err := r.planBudget(ctx, pod, busy)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	// Only metadata.annotations changes; the resourceVersion makes a patch
-	// decided on a stale pod fail with a conflict, and the next event retries.
+	if !plan.Want {
+		// The budget goes before the label, so no budget ever selects nothing.
+		if err := deleteJobBudgets(ctx, r.pods, pod, plan.Delete); err != nil {
+			return r.budgetFailed(ctx, err)
+		}
+	}
+	patch, labels := hintPatch(pod.Annotations, busy, idle, r.enabled), plan.labelPatch(pod)
+	if stop, err := r.patchPod(ctx, pod, patch, labels, state); stop != nil {
+		return *stop, err
+	}
+	if plan.Want {
+		// The label is on the pod now: the budget selects it from the start.
+		if err := deleteJobBudgets(ctx, r.pods, pod, plan.Delete); err != nil {
+			return r.budgetFailed(ctx, err)
+		}
+		if plan.Create {
+			if err := createJobBudget(ctx, r.pods, pod); err != nil {
+				return r.budgetFailed(ctx, err)
+			}
+			log.V(1).Info("job budget created", "pod", req.NamespacedName, "budget", jobBudgetName(pod))
+		}
+	}
+	if len(plan.Others) > 0 && r.said != nil && r.said.first(fmt.Sprintf("%s/%s/%s", req.Namespace, req.Name, strings.Join(plan.Others, ","))) {
+		r.events.Eventf(pod, nil, corev1.EventTypeNormal, EventJobBudgetSkipped, "JobBudget",
+			"the runner of pod %s holds a job, but PodDisruptionBudget %s already selects the pod, and two budgets would make every eviction of it fail: runner-guard keeps no budget of its own on it, so while runner-guard is down only that budget and the webhook's failurePolicy hold the job",
+			req.NamespacedName, strings.Join(plan.Others, ", "))
+	}
+	return reconcile.Result{RequeueAfter: recheck}, nil
+}
+
+// patchPod merge-patches the pod's annotations and the job budget's label,
+// with its resourceVersion as precondition. stop, when set, ends the
+// reconcile with it: the pod is gone (nothing to do), or it changed since
+// the cache read it (decide again on the new one, soon).
+func (r *hintReconciler) patchPod(ctx context.Context, pod *corev1.Pod, patch, labels HintPatch, state JobState) (stop *reconcile.Result, err error) {
+	if len(patch) == 0 && len(labels) == 0 {
+		return nil, nil
+	}
+	body, err := json.Marshal(patch.mergePatch(pod.ResourceVersion, labels))
+	if err != nil {
+		return &reconcile.Result{}, err
+	}
+	key := client.ObjectKeyFromObject(pod)
 	if err := r.pods.Patch(ctx, pod, client.RawPatch(types.MergePatchType, body)); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
-			return reconcile.Result{}, nil
+			return &reconcile.Result{}, nil
 		case apierrors.IsConflict(err):
-			// The pod changed since the cache read it: decide again on the new one.
-			return reconcile.Result{RequeueAfter: conflictRetry}, nil
+			return &reconcile.Result{RequeueAfter: conflictRetry}, nil
 		}
-		return reconcile.Result{}, fmt.Errorf("patching the hints of pod %s: %w", req.NamespacedName, err)
+		return &reconcile.Result{}, fmt.Errorf("patching the hints of pod %s: %w", key, err)
 	}
-	log.V(1).Info("hints updated", "pod", req.NamespacedName, "job", state.String(), "patch", string(body))
-	return reconcile.Result{RequeueAfter: recheck}, nil
+	logr.FromContextOrDiscard(ctx).V(1).Info("hints updated", "pod", key, "job", state.String(), "patch", string(body))
+	return nil, nil
+}
+
+// planBudget reads the budgets of the pod's namespace (only while budgets
+// are on: off, the label goes and the start-up clean-up removed the
+// budgets) and plans the pod's job budget.
+func (r *hintReconciler) planBudget(ctx context.Context, pod *corev1.Pod, busy bool) (budgetPlan, error) {
+	if !r.budgets {
+		return planBudget(pod, busy, false, nil), nil
+	}
+	var pdbs policyv1.PodDisruptionBudgetList
+	if err := r.pods.List(ctx, &pdbs, client.InNamespace(pod.Namespace)); err != nil {
+		return budgetPlan{}, fmt.Errorf("listing the PodDisruptionBudgets of namespace %s: %w", pod.Namespace, err)
+	}
+	return planBudget(pod, busy, true, pdbs.Items), nil
+}
+
+// budgetFailed logs a budget write that failed. Forbidden (an install whose
+// RBAC predates job budgets) is said once and retried slowly.
+func (r *hintReconciler) budgetFailed(ctx context.Context, err error) (reconcile.Result, error) {
+	if apierrors.IsForbidden(err) {
+		if r.said == nil || r.said.first("/forbidden") {
+			logr.FromContextOrDiscard(ctx).Error(err, "runner-guard may not write PodDisruptionBudgets: grant create and delete on poddisruptionbudgets (the chart and manifests do), or turn --disruption-budgets off")
+		}
+		return reconcile.Result{RequeueAfter: time.Minute}, nil
+	}
+	return reconcile.Result{}, err
 }
 
 // state gathers the pod's job facts and how soon to look again.
@@ -157,6 +230,9 @@ func (r *hintReconciler) state(ctx context.Context, pod *corev1.Pod) (JobState, 
 }
 
 func (r *hintReconciler) forget(key types.NamespacedName) {
+	if r.said != nil {
+		r.said.forget(key.Namespace + "/" + key.Name + "/")
+	}
 	if r.watch != nil {
 		r.watch.forget(key)
 	}

@@ -56,7 +56,7 @@ func TestHintReconcilerFollowsEphemeralRunner(t *testing.T) {
 			pod := pw.Obj()
 			pod.Annotations = maps.Clone(c.annotations)
 			cl := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(w.Obj(), pod).Build()
-			r := &hintReconciler{pods: cl, guard: &guardStub{}, ephemeral: arc.NewResolver(arc.Options{Reader: cl}), enabled: AllHints()}
+			r := &hintReconciler{pods: cl, guard: &guardStub{}, ephemeral: arc.NewResolver(arc.Options{Reader: cl}), enabled: []Hint{DoNotDisrupt, SafeToEvict}}
 			pod.Labels["runner"] = "true" // the guard stub's runner pods
 			if err := cl.Update(context.Background(), pod); err != nil {
 				t.Fatal(err)

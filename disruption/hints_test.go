@@ -22,11 +22,14 @@ func apply(annotations map[string]string, p HintPatch) map[string]string {
 }
 
 func TestHintPatch(t *testing.T) {
-	both := AllHints()
+	both := []Hint{DoNotDisrupt, SafeToEvict}
+	all := AllHints()
+	busyCost := map[string]string{AnnotationDeletionCost: DeletionCost.Value, AnnotationOwned: "deletion-cost"}
+	idleCost := map[string]string{AnnotationDeletionCost: DeletionCost.Idle, AnnotationOwned: "deletion-cost"}
 	ours := map[string]string{AnnotationDoNotDisrupt: "true", AnnotationSafeToEvict: "false", AnnotationOwned: "do-not-disrupt,safe-to-evict"}
 	cases := map[string]struct {
 		annotations map[string]string
-		busy        bool
+		busy, idle  bool
 		enabled     []Hint
 		want        map[string]string // annotations after the patch
 		noPatch     bool
@@ -80,6 +83,33 @@ func TestHintPatch(t *testing.T) {
 			annotations: map[string]string{AnnotationOwned: "future-hint"}, busy: false, enabled: both,
 			want: map[string]string{AnnotationOwned: "future-hint"}, noPatch: true,
 		},
+		"deletion cost, idle: the low one": {
+			idle: true, enabled: []Hint{DeletionCost}, want: idleCost,
+		},
+		"deletion cost, idle turns busy: the high one, still owned": {
+			annotations: idleCost, busy: true, enabled: []Hint{DeletionCost}, want: busyCost,
+		},
+		"deletion cost, busy turns idle: the low one": {
+			annotations: busyCost, idle: true, enabled: []Hint{DeletionCost}, want: idleCost,
+		},
+		"deletion cost, job ended: ours removed": {
+			annotations: busyCost, enabled: []Hint{DeletionCost}, want: map[string]string{},
+		},
+		"deletion cost, the user's value: never touched, busy or idle": {
+			annotations: map[string]string{AnnotationDeletionCost: "5"}, busy: true, enabled: all,
+			want: map[string]string{AnnotationDeletionCost: "5", AnnotationDoNotDisrupt: "true", AnnotationSafeToEvict: "false", AnnotationOwned: "do-not-disrupt,safe-to-evict"},
+		},
+		"deletion cost, the user changed ours: kept, disowned": {
+			annotations: map[string]string{AnnotationDeletionCost: "7", AnnotationOwned: "deletion-cost"}, idle: true, enabled: all,
+			want: map[string]string{AnnotationDeletionCost: "7"},
+		},
+		"deletion cost turned off: ours removed": {
+			annotations: idleCost, idle: true, enabled: both, want: map[string]string{},
+		},
+		"idle: the busy-only hints go, the deletion cost stays low": {
+			annotations: map[string]string{AnnotationDoNotDisrupt: "true", AnnotationSafeToEvict: "false", AnnotationDeletionCost: DeletionCost.Value, AnnotationOwned: "do-not-disrupt,safe-to-evict,deletion-cost"},
+			idle:        true, enabled: all, want: idleCost,
+		},
 		"other annotations are never touched": {
 			annotations: map[string]string{"team": "ci"}, busy: true, enabled: both,
 			want: map[string]string{"team": "ci", AnnotationDoNotDisrupt: "true", AnnotationSafeToEvict: "false", AnnotationOwned: "do-not-disrupt,safe-to-evict"},
@@ -87,7 +117,7 @@ func TestHintPatch(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			p := hintPatch(c.annotations, c.busy, c.enabled)
+			p := hintPatch(c.annotations, c.busy, c.idle, c.enabled)
 			if c.noPatch != (len(p) == 0) {
 				t.Errorf("patch %v, want empty: %v", p, c.noPatch)
 			}
@@ -95,7 +125,7 @@ func TestHintPatch(t *testing.T) {
 				t.Errorf("annotations after the patch %v, want %v", got, c.want)
 			}
 			// A second pass on the result changes nothing: the controller settles.
-			if again := hintPatch(apply(c.annotations, p), c.busy, c.enabled); len(again) != 0 {
+			if again := hintPatch(apply(c.annotations, p), c.busy, c.idle, c.enabled); len(again) != 0 {
 				t.Errorf("second patch %v, want none", again)
 			}
 		})
@@ -103,7 +133,7 @@ func TestHintPatch(t *testing.T) {
 }
 
 func TestMergePatchNamesOnlyAnnotations(t *testing.T) {
-	body := HintPatch{AnnotationDoNotDisrupt: ptr("true"), AnnotationOwned: nil}.mergePatch("42")
+	body := HintPatch{AnnotationDoNotDisrupt: ptr("true"), AnnotationOwned: nil}.mergePatch("42", nil)
 	meta := body["metadata"].(map[string]any)
 	if len(body) != 1 || len(meta) != 2 || meta["resourceVersion"] != "42" {
 		t.Fatalf("patch %v, want metadata.annotations and metadata.resourceVersion only", body)

@@ -65,7 +65,7 @@ func scopeKey(r ghclient.Runner) string {
 // listing has existed, when the pod is remembered, or when it carries hints
 // runner-guard set.
 func (w *listingWatch) admits(cp *cachedPod) bool {
-	if cp.annotation(AnnotationOwned) != "" {
+	if cp.carriesOurs() {
 		return true
 	}
 	w.mu.Lock()

@@ -7,12 +7,15 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kjson "sigs.k8s.io/json"
+
+	"github.com/runner-guard/runner-guard/webhook"
 )
 
 // cachedPod is a pod as the controllers' cache holds it: the API server's
@@ -82,6 +85,12 @@ func (p *cachedPod) SetAnnotations(m map[string]string) { p.annotations = pairsO
 
 // annotation is one annotation's value, without building the map.
 func (p *cachedPod) annotation(key string) string { return p.annotations.Get(key) }
+
+// carriesOurs reports a pod carrying something runner-guard must follow up:
+// hints it owns, or its job budget's label.
+func (p *cachedPod) carriesOurs() bool {
+	return p.annotation(AnnotationOwned) != "" || p.labels.Get(webhook.LabelJobBudget) != ""
+}
 
 // pairs is a string map as key, value, key, value, ... sorted by key. It is
 // never written in place: a change replaces it.
@@ -285,7 +294,8 @@ func copyBool(b *bool) *bool {
 
 // cacheScheme is the scheme of the controllers' cache: pods decode into
 // cachedPod; Nodes are whole (few, and the drain reads their taints and
-// conditions); EphemeralRunners are unstructured and need no entry.
+// conditions); PodDisruptionBudgets are whole (the job budgets' view of
+// their namespace); EphemeralRunners are unstructured and need no entry.
 func cacheScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	gv := corev1.SchemeGroupVersion
@@ -293,6 +303,8 @@ func cacheScheme() (*runtime.Scheme, error) {
 	s.AddKnownTypeWithName(gv.WithKind("PodList"), &cachedPodList{})
 	s.AddKnownTypes(gv, &corev1.Node{}, &corev1.NodeList{})
 	metav1.AddToGroupVersion(s, gv)
+	s.AddKnownTypes(policyv1.SchemeGroupVersion, &policyv1.PodDisruptionBudget{}, &policyv1.PodDisruptionBudgetList{})
+	metav1.AddToGroupVersion(s, policyv1.SchemeGroupVersion)
 	if err := metav1.AddMetaToScheme(s); err != nil {
 		return nil, fmt.Errorf("cache scheme: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -49,11 +50,16 @@ type Options struct {
 	// Hints are the hints kept on busy runners' pods; empty turns the hint
 	// controller off (hints it set earlier then stay).
 	Hints []Hint
+	// Budgets keeps a job budget (budgets.go) for each busy runner's pod;
+	// off, the job budgets made earlier are removed at start.
+	Budgets bool
 	// Drain releases the runners of draining nodes.
 	Drain bool
 	// BusyRetryFirst and BusyRetryMax bound the backoff of a busy runner's
 	// DELETE on a draining node (defaults 1s and 15s).
 	BusyRetryFirst, BusyRetryMax time.Duration
+	// Metrics are the drain reports' and lost jobs'; nil: unregistered ones.
+	Metrics *Metrics
 	// Events records Events on Nodes; nil records none.
 	Events events.EventRecorder
 	Log    logr.Logger
@@ -83,6 +89,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	if o.Events == nil {
 		o.Events = &events.FakeRecorder{}
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics()
 	}
 	if o.BusyRetryFirst <= 0 {
 		o.BusyRetryFirst = DefaultBusyRetryFirst
@@ -126,11 +135,20 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("disruption client: %w", err)
 	}
 	isRunnerPod := func(cp *cachedPod) bool {
-		return o.Guard.Guards(cp.Namespace, cp.labels) || cp.annotation(AnnotationOwned) != ""
+		return o.Guard.Guards(cp.Namespace, cp.labels) || cp.carriesOurs()
 	}
 	runnerPods := predicate.NewTypedPredicateFuncs(isRunnerPod)
-	if len(o.Hints) > 0 {
-		r := &hintReconciler{pods: cl, guard: o.Guard, listing: o.HintListing, enabled: o.Hints}
+	if !o.Budgets {
+		live, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+		if err != nil {
+			return fmt.Errorf("job budget clean-up: %w", err)
+		}
+		if err := mgr.Add(removeJobBudgetsAtStart(live, o.Namespaces, o.Log)); err != nil {
+			return fmt.Errorf("job budget clean-up: %w", err)
+		}
+	}
+	if len(o.Hints) > 0 || o.Budgets {
+		r := &hintReconciler{pods: cl, guard: o.Guard, listing: o.HintListing, enabled: o.Hints, budgets: o.Budgets, events: o.Events, said: newOnce()}
 		hintPods := runnerPods
 		if o.HintListing != nil && !o.HintListing.Refreshes() {
 			r.watch = newListingWatch(o.HintListing, c, o.Guard, ghclient.ListingTTL/2)
@@ -143,6 +161,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 			WithOptions(controller.Options{MaxConcurrentReconciles: 4})
 		if r.watch != nil {
 			b = b.WatchesRawSource(source.TypedFunc[reconcile.Request](r.watch.start))
+		}
+		if o.Budgets {
+			b = b.WatchesRawSource(source.Kind(c, &policyv1.PodDisruptionBudget{}, budgetPods(c, isRunnerPod)))
 		}
 		if erServed {
 			r.ephemeral = arc.NewResolver(arc.Options{Reader: c})
@@ -167,8 +188,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		cached: cl, live: mgr.GetAPIReader(), guard: o.Guard, github: o.GitHub, listing: o.Listing, retirer: o.Retirer,
 		events: o.Events, backoff: newBackoff(o.BusyRetryFirst, o.BusyRetryMax, o.Now), said: newOnce(), now: o.Now,
 		log: o.Log.WithName("drain"), budgets: budgetLedgerOf(o.Guard, o.Now), budgetLocks: newKeyedLocks(), grants: newEvictionGrants(o.Now),
+		reports: newDrainReports(o.Now, o.Events, o.Metrics),
 	}
-	draining := predicate.NewTypedPredicateFuncs(func(node *corev1.Node) bool { return drainReason(node) != "" })
+	// A node drained no more, or gone, is looked at once more for its report.
+	draining := predicate.NewTypedPredicateFuncs(func(node *corev1.Node) bool { return drainReason(node) != "" || d.reports.tracking(node.Name) })
 	b := ctrl.NewControllerManagedBy(mgr).Named("runner-drain").
 		WatchesRawSource(source.Kind(c, &corev1.Node{}, &handler.TypedEnqueueRequestForObject[*corev1.Node]{}, draining)).
 		WatchesRawSource(source.Kind(c, &cachedPod{}, handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, cp *cachedPod) []reconcile.Request {

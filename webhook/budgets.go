@@ -17,11 +17,10 @@ import (
 const budgetHoldSlack = 10 * time.Second
 
 // BudgetsThatCount are the PodDisruptionBudgets rule 5d and the drain weigh
-// an eviction against: today all of a namespace's budgets. Budgets that
-// runner-guard makes itself to hold a job's pod are left out here, and only
-// here.
+// an eviction against: a namespace's budgets but the job budgets runner-guard
+// keeps itself (IsJobBudget), which are its own knowledge, not a user's.
 func BudgetsThatCount(pdbs []policyv1.PodDisruptionBudget) []policyv1.PodDisruptionBudget {
-	return pdbs
+	return WithoutJobBudgets(pdbs)
 }
 
 // ChargedBudget is the budget the eviction subresource charges for evicting

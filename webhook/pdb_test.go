@@ -43,6 +43,19 @@ func unhealthyPolicy(v policyv1.UnhealthyPodEvictionPolicyType) func(*policyv1.P
 	return func(p *policyv1.PodDisruptionBudget) { p.Spec.UnhealthyPodEvictionPolicy = &v }
 }
 
+// jobBudgetOf is a job budget as package disruption keeps it for pod,
+// allowing no disruption.
+func jobBudgetOf(pod *corev1.Pod) policyv1.PodDisruptionBudget {
+	yes := true
+	return budget("job", allowsNone, func(p *policyv1.PodDisruptionBudget) {
+		p.Labels = map[string]string{LabelJobBudget: string(pod.UID)}
+		p.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{LabelJobBudget: string(pod.UID)}}
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID, Controller: &yes}}
+	})
+}
+
+func jobLabelled(pod *corev1.Pod) { pod.Labels[LabelJobBudget] = string(pod.UID) }
+
 // runnerPodFor is a Running runner pod in ci labelled app=runners, Ready or not.
 func runnerPodFor(ready bool, edit ...func(*corev1.Pod)) *corev1.Pod {
 	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
@@ -162,6 +175,12 @@ func TestEvictionDecidedOnBudgets(t *testing.T) {
 			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone, unhealthyPolicy(policyv1.AlwaysAllow))}, ReasonUnregistered, 1},
 		"unready pod, application healthy, budget allows none": {runnerPodFor(false),
 			[]policyv1.PodDisruptionBudget{budget("pdb", allowsNone)}, ReasonUnregistered, 1},
+		// runner-guard's own job budget is its knowledge, not a user's wish:
+		// left out, so the runner is asked (a busy one keeps its reason).
+		"ready pod, runner-guard's job budget allows none": {runnerPodFor(true, jobLabelled),
+			[]policyv1.PodDisruptionBudget{jobBudgetOf(runnerPodFor(true))}, ReasonUnregistered, 1},
+		"ready pod, a user's budget allows one besides runner-guard's": {runnerPodFor(true, jobLabelled),
+			[]policyv1.PodDisruptionBudget{budget("pdb"), jobBudgetOf(runnerPodFor(true))}, ReasonUnregistered, 1},
 		// The API server refuses it with a 500: refused alike, the runner kept.
 		"ready pod under two budgets": {runnerPodFor(true),
 			[]policyv1.PodDisruptionBudget{budget("a"), budget("b")}, ReasonPDBBlocks, 0},

@@ -65,11 +65,41 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		fmt.Fprintln(stdout, versionString(version, commit, info))
 		return 0
 	}
+	if opts.disruption.removeJobBudgets {
+		if err := removeJobBudgets(ctx, opts, getenv, stdout); err != nil {
+			fmt.Fprintf(stderr, "runner-guard: %s\n", oneLine(err))
+			return 1
+		}
+		return 0
+	}
 	if err := start(ctx, opts, getenv, stderr); err != nil {
 		fmt.Fprintf(stderr, "runner-guard: %s\n", oneLine(err))
 		return 1
 	}
 	return 0
+}
+
+// removeJobBudgets is --remove-job-budgets: delete the job budgets
+// runner-guard made where it guards pods, and say how many.
+func removeJobBudgets(ctx context.Context, opts *options, getenv func(string) string, stdout io.Writer) error {
+	hcfg, err := opts.handlerConfig(getenv)
+	if err != nil {
+		return err
+	}
+	restCfg, err := restConfig(opts.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("--kubeconfig: %w", err)
+	}
+	c, err := client.New(restCfg, client.Options{})
+	if err != nil {
+		return fmt.Errorf("API client: %w", err)
+	}
+	n, err := disruption.RemoveJobBudgets(ctx, c, hcfg.RunnerNamespaces)
+	if err != nil {
+		return fmt.Errorf("--remove-job-budgets: %w", err)
+	}
+	fmt.Fprintf(stdout, "removed %d job budgets\n", n)
+	return nil
 }
 
 func start(ctx context.Context, opts *options, getenv func(string) string, stderr io.Writer) error {
@@ -190,7 +220,8 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	}
 
 	hMetrics := webhook.NewMetrics()
-	for _, c := range slices.Concat(hMetrics.Collectors(), ghMetrics.Collectors(), gh.Collectors()) {
+	dMetrics := disruption.NewMetrics()
+	for _, c := range slices.Concat(hMetrics.Collectors(), ghMetrics.Collectors(), gh.Collectors(), dMetrics.Collectors()) {
 		if err := metrics.Registry.Register(c); err != nil {
 			return fmt.Errorf("register metrics: %w", err)
 		}
@@ -240,8 +271,8 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 				return disruption.Setup(ctx, cmgr, disruption.Options{
 					Guard: handler, GitHub: gh, Listing: disruption.RouterListing{Router: gh, Refresh: true},
 					HintListing: opts.disruption.hintListing(gh), Retirer: retirer,
-					Hints: opts.disruption.hints(), Drain: opts.disruption.drain,
-					BusyRetryMax: opts.disruption.busyRetryMax, Events: events, Log: logger.WithName("disruption"),
+					Hints: opts.disruption.hints(), Budgets: opts.disruption.budgets, Drain: opts.disruption.drain,
+					BusyRetryMax: opts.disruption.busyRetryMax, Events: events, Metrics: dMetrics, Log: logger.WithName("disruption"),
 					// Watched only where runner-guard guards pods (and is granted them).
 					Namespaces: hcfg.RunnerNamespaces,
 				})

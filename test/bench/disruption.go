@@ -33,9 +33,10 @@ const (
 // hints on its pod, and from `kubectl cordon` to the last idle runner's pod
 // deleted.
 func (e *env) disruptionRun() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	// The job budgets' figures need the budgets' status computed, as in a cluster.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	d, stop, err := startDisruptionBench(ctx, nil)
+	d, stop, err := startDisruptionBench(ctx, append(framework.DefaultControllers(), "disruption-controller"))
 	if err != nil {
 		return err
 	}
@@ -45,6 +46,16 @@ func (e *env) disruptionRun() error {
 	}
 	if err := d.drainIdle(ctx, e); err != nil {
 		return fmt.Errorf("drain: %w", err)
+	}
+	if err := d.budgetLag(ctx, e); err != nil {
+		return fmt.Errorf("budget lag: %w", err)
+	}
+	if err := d.budgetsPerRunner(ctx, e); err != nil {
+		return fmt.Errorf("budgets per runner: %w", err)
+	}
+	// Last: it stops the webhook.
+	if err := d.webhookDownEvictions(ctx, e); err != nil {
+		return fmt.Errorf("evictions with runner-guard down: %w", err)
 	}
 	return nil
 }

@@ -154,7 +154,7 @@ func run() ([]figure, error) {
 		{"throughput, fast path vs bare webhook", (*env).throughput},
 		{"runner-pod latency", (*env).latency},
 		{"RSS of the real binary under load", (*env).rss},
-		{"disruption controller on a real API server: hint lag, idle drain", (*env).disruptionRun},
+		{"disruption controller on a real API server: hint lag, idle drain, job budgets", (*env).disruptionRun},
 		{"certificate rotation during 64 clients' reviews on a real API server", (*env).rotationUnderLoad},
 		{"disruption budgets on a real API server: evictions at once, a drain", (*env).budgetRun},
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/runner-guard/runner-guard/disruption"
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/test/render"
 	"github.com/runner-guard/runner-guard/webhook"
@@ -64,7 +65,7 @@ func servedMetrics(t *testing.T) map[string]servedFamily {
 	if err != nil {
 		t.Fatal(err)
 	}
-	collectors := slices.Concat(webhook.NewMetrics().Collectors(), gm.Collectors(), router.Collectors())
+	collectors := slices.Concat(webhook.NewMetrics().Collectors(), gm.Collectors(), router.Collectors(), disruption.NewMetrics().Collectors())
 	reg := prometheus.NewPedanticRegistry()
 	families := map[string]servedFamily{}
 	for _, c := range collectors {

@@ -24,7 +24,9 @@ import (
 // policy.deletesFailurePolicy / policy.evictionsFailurePolicy override it
 // per kind, and that the evictions entry covers only the namespaces the user
 // named (guardedNamespaces or the opt-in label) unless
-// evictionsInAllNamespaces, where it defaults to Ignore.
+// evictionsInAllNamespaces, where it defaults to Ignore; with job budgets on
+// (disruption.budgets, the default) it defaults to Ignore too: the API
+// server holds busy runners itself.
 func TestFailurePolicyPerEntry(t *testing.T) {
 	const (
 		fail   = admissionregistrationv1.Fail
@@ -37,9 +39,10 @@ func TestFailurePolicyPerEntry(t *testing.T) {
 		evictions  admissionregistrationv1.FailurePolicyType
 		unlabelled bool // the evictions entry covers a namespace without the label
 	}{
-		{"defaults", nil, fail, fail, false},
+		{"defaults: job budgets, evictions Ignore", nil, fail, ignore, false},
+		{"budgets off", []string{"--set", "disruption.budgets=false"}, fail, fail, false},
 		{"failurePolicy sets both", []string{"--set", "policy.failurePolicy=Ignore"}, ignore, ignore, false},
-		{"deletes override", []string{"--set", "policy.deletesFailurePolicy=Ignore"}, ignore, fail, false},
+		{"deletes override", []string{"--set", "policy.deletesFailurePolicy=Ignore", "--set", "disruption.budgets=false"}, ignore, fail, false},
 		{"evictions override", []string{"--set", "policy.evictionsFailurePolicy=Ignore"}, fail, ignore, false},
 		{"overrides win over failurePolicy", []string{"--set", "policy.failurePolicy=Ignore",
 			"--set", "policy.deletesFailurePolicy=Fail", "--set", "policy.evictionsFailurePolicy=Fail"}, fail, fail, false},
@@ -48,7 +51,7 @@ func TestFailurePolicyPerEntry(t *testing.T) {
 			"--set", "policy.evictionsFailurePolicy=Fail"}, fail, fail, true},
 		{"custom runner pods", []string{"--set", "policy.runnerPods[0].name=custom",
 			"--set", "policy.runnerPods[0].selector.matchLabels.runner=yes", "--set", "policy.runnerPods[0].container=runner",
-			"--set", "policy.runnerPods[0].scopeEnv.organization=ORG", "--set", "policy.deletesFailurePolicy=Ignore"}, ignore, fail, false},
+			"--set", "policy.runnerPods[0].scopeEnv.organization=ORG", "--set", "policy.deletesFailurePolicy=Ignore"}, ignore, ignore, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -88,8 +91,12 @@ func TestFailurePolicyPerEntry(t *testing.T) {
 			sel.Matches(labels.Merge(labels.Set{"kubernetes.io/metadata.name": "team-web"}, guardLabel)) {
 			t.Errorf("%s namespaceSelector %s, want only the guarded namespace ci", wh.Name, sel)
 		}
-		if got := render.ActivatedPolicy(t, vwc, wh); got != admissionregistrationv1.Fail {
-			t.Errorf("%s failurePolicy once activated %s, want Fail", wh.Name, got)
+		want := admissionregistrationv1.Fail
+		if wh.Rules[0].Resources[0] == "pods/eviction" {
+			want = admissionregistrationv1.Ignore // job budgets hold busy runners
+		}
+		if got := render.ActivatedPolicy(t, vwc, wh); got != want {
+			t.Errorf("%s failurePolicy once activated %s, want %s", wh.Name, got, want)
 		}
 	}
 }

@@ -54,7 +54,7 @@ func (s *scenario) wantAnnotations(name string, want map[string]string) {
 // wantAnnotationsWithin is wantAnnotations waiting up to timeout.
 func (s *scenario) wantAnnotationsWithin(name string, want map[string]string, timeout time.Duration) {
 	s.t.Helper()
-	keys := []string{disruption.AnnotationDoNotDisrupt, disruption.AnnotationSafeToEvict, disruption.AnnotationOwned}
+	keys := []string{disruption.AnnotationDoNotDisrupt, disruption.AnnotationSafeToEvict, disruption.AnnotationOwned, disruption.AnnotationDeletionCost}
 	s.eventually("hints of pod "+name, timeout, func() error {
 		got := s.annotations(name)
 		for _, k := range keys {
@@ -78,9 +78,10 @@ func TestHintsFollowJobFields(t *testing.T) {
 	if _, stderr, err := s.kubectl("annotate", "pod", users.name, disruption.AnnotationDoNotDisrupt+"=false"); err != nil {
 		t.Fatalf("kubectl annotate: %v: %s", err, stderr)
 	}
-	// Without job fields nothing proves a job: no hints.
+	// Without job fields nothing proves a job: no hints but the idle
+	// runner's low deletion cost.
 	for _, r := range []scaleSetRunner{plain, users} {
-		if a := s.annotations(r.name); a[disruption.AnnotationSafeToEvict] != "" || a[disruption.AnnotationOwned] != "" {
+		if a := s.annotations(r.name); a[disruption.AnnotationSafeToEvict] != "" || a[disruption.AnnotationOwned] != "" && a[disruption.AnnotationOwned] != "deletion-cost" {
 			t.Fatalf("pod %s has hints before any job: %v", r.name, a)
 		}
 	}
@@ -89,10 +90,12 @@ func TestHintsFollowJobFields(t *testing.T) {
 	s.setJob(plain.name, 101, "build")
 	s.setJob(users.name, 102, "test")
 	s.wantAnnotations(plain.name, map[string]string{
-		disruption.AnnotationDoNotDisrupt: "true", disruption.AnnotationSafeToEvict: "false", disruption.AnnotationOwned: "do-not-disrupt,safe-to-evict",
+		disruption.AnnotationDoNotDisrupt: "true", disruption.AnnotationSafeToEvict: "false", disruption.AnnotationOwned: "do-not-disrupt,safe-to-evict,deletion-cost",
+		disruption.AnnotationDeletionCost: disruption.DeletionCost.Value,
 	})
 	s.wantAnnotations(users.name, map[string]string{
-		disruption.AnnotationDoNotDisrupt: "false", disruption.AnnotationSafeToEvict: "false", disruption.AnnotationOwned: "safe-to-evict",
+		disruption.AnnotationDoNotDisrupt: "false", disruption.AnnotationSafeToEvict: "false", disruption.AnnotationOwned: "safe-to-evict,deletion-cost",
+		disruption.AnnotationDeletionCost: disruption.DeletionCost.Value,
 	})
 	if reqs := s.github()[before:]; len(reqs) != 0 {
 		t.Errorf("hints from job fields cost GitHub requests:%s", describe(reqs))
@@ -150,12 +153,13 @@ func TestHintsForLegacyRunnersFromTheWebhooksListing(t *testing.T) {
 	}
 	before := len(s.github())
 	ours := map[string]string{
-		disruption.AnnotationDoNotDisrupt: "true", disruption.AnnotationSafeToEvict: "false", disruption.AnnotationOwned: "do-not-disrupt,safe-to-evict",
+		disruption.AnnotationDoNotDisrupt: "true", disruption.AnnotationSafeToEvict: "false", disruption.AnnotationOwned: "do-not-disrupt,safe-to-evict,deletion-cost",
+		disruption.AnnotationDeletionCost: disruption.DeletionCost.Value,
 	}
 	// The hint controller looks at the listings every ListingTTL/2.
 	s.wantAnnotationsWithin("lh-busy", ours, 2*ghclient.ListingTTL)
 	s.wantAnnotationsWithin("lh-other", ours, 2*ghclient.ListingTTL)
-	s.wantAnnotations("lh-idle", map[string]string{})
+	s.wantAnnotations("lh-idle", map[string]string{disruption.AnnotationOwned: "deletion-cost", disruption.AnnotationDeletionCost: disruption.DeletionCost.Idle})
 	if reqs := s.github()[before:]; len(reqs) != 0 {
 		t.Errorf("hints from the webhook's listing cost GitHub requests of their own:%s", describe(reqs))
 	}

@@ -50,12 +50,12 @@ func TestConsolidationHonoursDoNotDisrupt(t *testing.T) {
 //
 // Two nodes held by fillers; the busy and the idle runner on the first,
 // an annotated pod on the second, which pins Karpenter's choice to the
-// first and leaves room there for both runners. The hints are turned off
-// explicitly, so this stays the comparison whatever the defaults
+// first and leaves room there for both runners. The hints and job budgets
+// are turned off explicitly, so this stays the comparison whatever the defaults
 // (TestHintsKeepBusyRunnerNode is the same with them on).
 func TestBusyRunnerHoldsChosenNode(t *testing.T) {
 	s := newScenario(t, "held", NodePoolSpec{})
-	s.webhookFlags("--hint-do-not-disrupt=false", "--hint-safe-to-evict=false")
+	s.webhookFlags("--hint-do-not-disrupt=false", "--hint-safe-to-evict=false", "--hint-deletion-cost=false", "--disruption-budgets=false")
 	fillers, nodes := s.launch(2)
 	s.pod("anchor", nodes[1], map[string]string{DoNotDisrupt: "true"})
 	busy := s.runner("busy", nodes[0], true)

@@ -31,7 +31,8 @@ func TestHintsKeepBusyRunnerNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range idle {
-		if err := cluster.WaitAnnotation(s.ctx, s.name, r.Name, disruption.AnnotationOwned, "", time.Second); err != nil {
+		// Only the idle runner's low deletion cost, which makes its node the cheaper one.
+		if err := cluster.WaitAnnotation(s.ctx, s.name, r.Name, disruption.AnnotationOwned, "deletion-cost", time.Minute); err != nil {
 			t.Errorf("idle runner without job fields: %v", err)
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/runner-guard/runner-guard/test/process"
+	"github.com/runner-guard/runner-guard/webhook"
 )
 
 // Karpenter's names, as its API spells them (sigs.k8s.io/karpenter/pkg/apis/v1).
@@ -310,6 +311,25 @@ func (c *Cluster) WaitAnnotation(ctx context.Context, ns, pod, key, value string
 			return fmt.Errorf("%w: annotations %v", errNotYet, p.Annotations)
 		}
 		return nil
+	})
+}
+
+// WaitJobBudget waits until runner-guard's job budget of the pod of uid is
+// in place. The harness runs no disruption controller, so its status stays
+// zero: disruptionsAllowed 0, which is what Karpenter reads.
+func (c *Cluster) WaitJobBudget(ctx context.Context, ns, uid string, timeout time.Duration) error {
+	return process.Poll(ctx, "job budget of pod "+uid, timeout, func(ctx context.Context) error {
+		list, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).List(ctx, metav1.ListOptions{LabelSelector: webhook.LabelJobBudget + "=" + uid})
+		if err != nil {
+			return err
+		}
+		for i := range list.Items {
+			b := &list.Items[i]
+			if webhook.IsJobBudget(b) && b.Status.DisruptionsAllowed == 0 {
+				return nil
+			}
+		}
+		return fmt.Errorf("%w: %d budgets", errNotYet, len(list.Items))
 	})
 }
 

@@ -93,7 +93,7 @@ func (a *PodAPI) serve(w http.ResponseWriter, r *http.Request) {
 			metav1.APIResource{Name: "nodes", Kind: "Node", Verbs: []string{"get", "list", "watch"}},
 			metav1.APIResource{Name: "events", Kind: "Event", Namespaced: true, Verbs: []string{"create"}}))
 	case r.URL.Path == "/apis/policy/v1":
-		writeJSON(w, resources("policy/v1", metav1.APIResource{Name: "poddisruptionbudgets", Kind: "PodDisruptionBudget", Namespaced: true, Verbs: []string{"list"}}))
+		writeJSON(w, resources("policy/v1", metav1.APIResource{Name: "poddisruptionbudgets", Kind: "PodDisruptionBudget", Namespaced: true, Verbs: []string{"list", "watch", "create", "delete"}}))
 	case r.URL.Path == "/apis/events.k8s.io/v1":
 		writeJSON(w, resources("events.k8s.io/v1", metav1.APIResource{Name: "events", Kind: "Event", Namespaced: true, Verbs: []string{"create"}}))
 	case len(parts) == 6 && parts[0] == "api" && parts[2] == "namespaces" && parts[4] == "pods":
@@ -107,8 +107,10 @@ func (a *PodAPI) serve(w http.ResponseWriter, r *http.Request) {
 		out := pod.DeepCopy()
 		out.APIVersion, out.Kind = "v1", "Pod"
 		writeJSON(w, out)
-	case len(parts) == 6 && parts[1] == "policy" && parts[5] == "poddisruptionbudgets":
-		writeJSON(w, map[string]any{"apiVersion": "policy/v1", "kind": "PodDisruptionBudgetList", "metadata": map[string]any{}, "items": []any{}})
+	case len(parts) == 6 && parts[1] == "policy" && parts[5] == "poddisruptionbudgets",
+		len(parts) == 4 && parts[1] == "policy" && parts[3] == "poddisruptionbudgets":
+		// None: the job budgets' watch, and rule 5d's list, see an empty namespace.
+		serveListOf(w, r, "policy/v1", "PodDisruptionBudgetList", nil, nil)
 	default:
 		notFound(w)
 	}
@@ -170,6 +172,11 @@ func page(r *http.Request, items []any) (out []any, cont string) {
 // them, then nothing until the client leaves. sent, if set, runs once every
 // item has been written (the last page, or the initial events).
 func serveList(w http.ResponseWriter, r *http.Request, kind string, items []any, sent func()) {
+	serveListOf(w, r, "v1", kind, items, sent)
+}
+
+// serveListOf is serveList of a kind of group version apiVersion.
+func serveListOf(w http.ResponseWriter, r *http.Request, apiVersion, kind string, items []any, sent func()) {
 	if sent == nil {
 		sent = func() {}
 	}
@@ -183,7 +190,7 @@ func serveList(w http.ResponseWriter, r *http.Request, kind string, items []any,
 		if cont != "" {
 			meta["continue"] = cont
 		}
-		writeJSON(w, map[string]any{"apiVersion": "v1", "kind": kind, "metadata": meta, "items": items})
+		writeJSON(w, map[string]any{"apiVersion": apiVersion, "kind": kind, "metadata": meta, "items": items})
 		if cont == "" {
 			sent()
 		}
@@ -197,7 +204,7 @@ func serveList(w http.ResponseWriter, r *http.Request, kind string, items []any,
 			_ = enc.Encode(map[string]any{"type": "ADDED", "object": it})
 		}
 		_ = enc.Encode(map[string]any{"type": "BOOKMARK", "object": map[string]any{
-			"apiVersion": "v1", "kind": strings.TrimSuffix(kind, "List"),
+			"apiVersion": apiVersion, "kind": strings.TrimSuffix(kind, "List"),
 			"metadata": map[string]any{"resourceVersion": "1", "annotations": map[string]string{"k8s.io/initial-events-end": "true"}},
 		}})
 	}

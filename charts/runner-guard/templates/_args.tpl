@@ -58,6 +58,12 @@ default install's args are those of dist/install.yaml plus --config.
 {{- if not .Values.disruption.safeToEvict }}
 - --hint-safe-to-evict=false
 {{- end }}
+{{- if not .Values.disruption.deletionCost }}
+- --hint-deletion-cost=false
+{{- end }}
+{{- if not .Values.disruption.budgets }}
+- --disruption-budgets=false
+{{- end }}
 {{- if .Values.disruption.hintsFromListing }}
 - --hint-from-listing
 {{- end }}

@@ -47,12 +47,15 @@ clientConfig:
 The failurePolicy of the evictions entry: policy.evictionsFailurePolicy; else
 Ignore when the entry covers namespaces nobody named
 (policy.evictionsInAllNamespaces), so an outage never blocks the drain of a
-node running other teams' pods; else policy.failurePolicy.
+node running other teams' pods, or when job budgets are on
+(disruption.budgets), since the API server then holds busy runners itself;
+else policy.failurePolicy.
 */}}
 {{- define "runner-guard.evictionsFailurePolicy" -}}
 {{- $p := .Values.policy }}
 {{- if $p.evictionsFailurePolicy }}{{ $p.evictionsFailurePolicy }}
 {{- else if and $p.evictionsInAllNamespaces (not $p.guardedNamespaces) }}Ignore
+{{- else if .Values.disruption.budgets }}Ignore
 {{- else }}{{ $p.failurePolicy }}
 {{- end }}
 {{- end }}

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -98,6 +99,9 @@ type ControlPlaneOptions struct {
 	// ReplicaSets and the garbage collector; no node lifecycle or pod GC,
 	// since there is no kubelet and the tests play its part.
 	Controllers []string
+	// ExtraControllers are added to Controllers (e.g. disruption-controller,
+	// which computes PodDisruptionBudgets' status).
+	ExtraControllers []string
 	// ControllerManagerArgs are added to kube-controller-manager's flags.
 	ControllerManagerArgs []string
 }
@@ -153,6 +157,7 @@ func (o ControlPlaneOptions) withDefaults() ControlPlaneOptions {
 		o.Controllers = DefaultControllers()
 		o.ControllerManagerArgs = append([]string{"--concurrent-namespace-syncs=2", "--namespace-sync-period=10s"}, o.ControllerManagerArgs...)
 	}
+	o.Controllers = append(slices.Clone(o.Controllers), o.ExtraControllers...)
 	return o
 }
 

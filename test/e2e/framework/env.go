@@ -65,7 +65,10 @@ type Options struct {
 	// harness's default, which leaves out the disruption controller (the
 	// scenarios write budget statuses themselves).
 	Controllers []string
-	Logf        func(format string, args ...any)
+	// ExtraControllers are kube-controller-manager controllers run besides
+	// Controllers (ControlPlaneOptions.ExtraControllers).
+	ExtraControllers []string
+	Logf             func(format string, args ...any)
 }
 
 // Env is a running control plane with runner-guard registered in it.
@@ -156,7 +159,7 @@ func Start(ctx context.Context, o Options) (env *Env, err error) {
 		}
 		apiserverArgs = e.clientAuth.apiserverArgs()
 	}
-	cp := ControlPlaneOptions{Dir: o.Dir, Assets: o.Assets, Logf: o.Logf, APIServerArgs: apiserverArgs, Controllers: o.Controllers}
+	cp := ControlPlaneOptions{Dir: o.Dir, Assets: o.Assets, Logf: o.Logf, APIServerArgs: apiserverArgs, Controllers: o.Controllers, ExtraControllers: o.ExtraControllers}
 	if e.ControlPlane, err = startControlPlane(ctx, cp, ports); err != nil {
 		return e, err
 	}
@@ -338,6 +341,14 @@ func (e *Env) RestartWebhookWith(ctx context.Context, proc WebhookProcess, extra
 		return err
 	}
 	return e.StartWebhookWith(ctx, proc, extraArgs...)
+}
+
+// StopWebhook stops the local webhook process; StartWebhook starts it again.
+func (e *Env) StopWebhook() error {
+	if e.webhook == nil {
+		return errors.New("the webhook runs in the cluster; it cannot be stopped from here")
+	}
+	return e.webhook.Stop(15 * time.Second)
 }
 
 // Local reports whether this Env runs its own control plane, webhook and fake

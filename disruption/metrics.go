@@ -1,0 +1,52 @@
+package disruption
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Causes of runner_guard_jobs_lost_total: why a job a runner held ended
+// with its pod instead of on its own.
+const (
+	// LostDeleted: the busy runner's pod was deleted anyway (a delete
+	// runner-guard allowed: forced, bypassed, a deadline, or runner-guard
+	// down with failurePolicy Ignore).
+	LostDeleted = "deleted"
+	// LostNodeGone: the node went while the job still held it.
+	LostNodeGone = "node-gone"
+)
+
+// Metrics are the disruption controller's. JobsLost is the one place the
+// lost-jobs counter is defined: whatever else learns of a lost job counts
+// it there, by cause.
+type Metrics struct {
+	// DrainHold is how long runner jobs held each drained node.
+	DrainHold prometheus.Histogram
+	// JobsLost counts jobs lost to a disruption, by cause.
+	JobsLost *prometheus.CounterVec
+}
+
+// NewMetrics returns the controller's metrics, not yet registered.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		DrainHold: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "runner_guard_drain_hold_seconds",
+			Help: "How long runner jobs held a draining node, from the drain's start to the end of the last job it waited for (0: none held it); one observation per drain, when the node leaves or is uncordoned.",
+			// From a few seconds to a long job's six hours.
+			Buckets: []float64{1, 10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600},
+		}),
+		JobsLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runner_guard_jobs_lost_total",
+			Help: "Jobs lost with their runner's pod, by cause: deleted (a delete of a busy runner's pod went through: forced, bypassed, a deadline, runner-guard down), node-gone (the node went while the job held it).",
+		}, []string{"cause"}),
+	}
+}
+
+// Collectors are the metrics to register.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.DrainHold, m.JobsLost}
+}
+
+// JobLost counts one lost job; m may be nil.
+func (m *Metrics) JobLost(cause string) {
+	if m != nil {
+		m.JobsLost.WithLabelValues(cause).Inc()
+	}
+}

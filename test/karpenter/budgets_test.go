@@ -1,0 +1,78 @@
+package karpenter
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/runner-guard/runner-guard/disruption"
+)
+
+// Job budgets alone (no do-not-disrupt, no safe-to-evict), with runner-guard
+// stopped once the budget is in place: Karpenter never chooses the busy
+// runner's node, because the pod's budget allows no disruption, and
+// consolidates the node of the plain pod beside it. The API server, not
+// runner-guard, holds the job.
+func TestBudgetsKeepBusyRunnerNodeWithWebhookStopped(t *testing.T) {
+	s := newScenario(t, "budgets", NodePoolSpec{})
+	s.webhookFlags("--hint-do-not-disrupt=false", "--hint-safe-to-evict=false", "--hint-deletion-cost=false")
+	fillers, nodes := s.launch(3)
+	busyNode, plainNode, anchorNode := nodes[0], nodes[1], nodes[2]
+	s.pod("anchor", anchorNode, map[string]string{DoNotDisrupt: "true"})
+	s.pod("plain", plainNode, nil)
+	busy := s.jobRunner("busy", busyNode, 1901)
+	uid, err := cluster.PodUID(s.ctx, s.name, busy.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitJobBudget(s.ctx, s.name, string(uid), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.StopWebhook(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := cluster.StartWebhook(ctx); err != nil {
+			t.Errorf("cleanup: start the webhook again: %v", err)
+		}
+	})
+	s.scaleDown(fillers...)
+
+	s.requireConsolidated(plainNode, "plain")
+	s.requireKept(busyNode, busy.Name)
+	s.requireKept(anchorNode, "anchor")
+	if !cluster.Registered(busy) {
+		t.Errorf("busy runner %s was unregistered while its job runs", busy.Name)
+	}
+}
+
+// Deletion cost alone (no do-not-disrupt, safe-to-evict or budgets):
+// between the node of a busy runner and the node of two idle ones, both
+// consolidatable, Karpenter takes the idle runners' node first.
+func TestDeletionCostPrefersIdleRunnersNode(t *testing.T) {
+	s := newScenario(t, "cost", NodePoolSpec{})
+	s.webhookFlags("--hint-do-not-disrupt=false", "--hint-safe-to-evict=false", "--disruption-budgets=false")
+	fillers, nodes := s.launch(3)
+	busyNode, idleNode, anchorNode := nodes[0], nodes[1], nodes[2]
+	s.pod("anchor", anchorNode, map[string]string{DoNotDisrupt: "true"})
+	busy := s.jobRunner("busy", busyNode, 1902)
+	idle := []ScaleSetRunner{s.runner("idle-a", idleNode, false), s.runner("idle-b", idleNode, false)}
+	if err := cluster.WaitAnnotation(s.ctx, s.name, busy.Name, disruption.AnnotationDeletionCost, disruption.DeletionCost.Value, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range idle {
+		if err := cluster.WaitAnnotation(s.ctx, s.name, r.Name, disruption.AnnotationDeletionCost, disruption.DeletionCost.Idle, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.scaleDown(fillers...)
+
+	first := s.requireConsolidated(idleNode, idle[0].Name)
+	held := s.nodes.Record(busyNode)
+	if !held.Tainted.IsZero() && held.Tainted.Before(first.Tainted) {
+		t.Errorf("Karpenter chose the busy runner's node %s (at %s) before the idle runners' node %s (at %s)",
+			busyNode, held.Tainted, idleNode, first.Tainted)
+	}
+}
