@@ -167,6 +167,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		cached: cl, live: mgr.GetAPIReader(), guard: o.Guard, github: o.GitHub, listing: o.Listing, retirer: o.Retirer,
 		events: o.Events, backoff: newBackoff(o.BusyRetryFirst, o.BusyRetryMax, o.Now), said: newOnce(), now: o.Now,
 		log: o.Log.WithName("drain"), budgets: budgetLedgerOf(o.Guard, o.Now), budgetLocks: newKeyedLocks(), grants: newEvictionGrants(o.Now),
+		budgetPoll: budgetPollEvery,
 	}
 	draining := predicate.NewTypedPredicateFuncs(func(node *corev1.Node) bool { return drainReason(node) != "" })
 	b := ctrl.NewControllerManagedBy(mgr).Named("runner-drain").
