@@ -39,6 +39,8 @@ const (
 	provenBusyRecheck      = time.Minute
 	unresolvedRecheck      = 30 * time.Second
 	budgetRecheck          = time.Second
+	budgetPollEvery        = 50 * time.Millisecond
+	budgetWait             = 2 * time.Second
 	refusedRecheck         = 10 * time.Second
 	// refusedHold is how long a refused eviction keeps the drain from
 	// unregistering more runners in its namespace, unless one is admitted.
@@ -84,6 +86,11 @@ type drainReconciler struct {
 	// refused remembers, per namespace, when a policy last refused an
 	// eviction there: no further runner is unregistered there meanwhile.
 	refused refusals
+	// budgetPoll, when set, is how often a budget this drain just released
+	// under is read again while it allows no disruption (up to budgetWait).
+	budgetPoll    time.Duration
+	lastReleaseMu sync.Mutex
+	lastRelease   map[types.NamespacedName]time.Time
 }
 
 var _ reconcile.Reconciler = &drainReconciler{}
@@ -366,13 +373,32 @@ func (r *drainReconciler) reserveBudget(ctx context.Context, pod *corev1.Pod) (h
 	if charged == nil {
 		return hold, unlock, ""
 	}
-	unlock = r.budgetLocks.lock(types.NamespacedName{Namespace: charged.Namespace, Name: charged.Name})
+	key := types.NamespacedName{Namespace: charged.Namespace, Name: charged.Name}
+	unlock = r.budgetLocks.lock(key)
+	var (
+		inFlight int
+		ok       bool
+	)
 	// Read again under the lock: the release before this one has evicted.
-	r.budgets.SeePods(ctx, r.live, pod.Namespace)
-	if charged, _ = r.chargedBudget(ctx, pod); charged == nil {
-		return hold, unlock, ""
+	// Right after a release here the budget is about to reopen (the
+	// disruption controller counts the replacement pods): wait for it under
+	// the lock, polling, rather than leave the pod to the next look.
+	for polls := 0; ; polls++ {
+		r.budgets.SeePods(ctx, r.live, pod.Namespace)
+		if charged, _ = r.chargedBudget(ctx, pod); charged == nil {
+			return hold, unlock, ""
+		}
+		if hold, inFlight, ok = r.budgets.Reserve(charged, pod); ok || !r.budgetMoving(key, polls) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(r.budgetPoll):
+		}
 	}
-	hold, inFlight, ok := r.budgets.Reserve(charged, pod)
+	if ok {
+		r.releasedUnder(key)
+	}
 	if !ok {
 		if inFlight > 0 {
 			return hold, unlock, fmt.Sprintf("PodDisruptionBudget %s (with %d eviction(s) in flight under it)", charged.Name, inFlight)
@@ -380,6 +406,29 @@ func (r *drainReconciler) reserveBudget(ctx context.Context, pod *corev1.Pod) (h
 		return hold, unlock, "PodDisruptionBudget " + charged.Name
 	}
 	return hold, unlock, ""
+}
+
+// budgetMoving reports whether to read budget key again after polls reads:
+// polling is on (budgetPoll), this drain released a runner under it within
+// budgetWait, and budgetWait has not been spent polling.
+func (r *drainReconciler) budgetMoving(key types.NamespacedName, polls int) bool {
+	if r.budgetPoll <= 0 || time.Duration(polls)*r.budgetPoll >= budgetWait {
+		return false
+	}
+	r.lastReleaseMu.Lock()
+	defer r.lastReleaseMu.Unlock()
+	at, ok := r.lastRelease[key]
+	return ok && time.Since(at) < budgetWait
+}
+
+// releasedUnder records a disruption reserved under budget key.
+func (r *drainReconciler) releasedUnder(key types.NamespacedName) {
+	r.lastReleaseMu.Lock()
+	defer r.lastReleaseMu.Unlock()
+	if r.lastRelease == nil {
+		r.lastRelease = map[types.NamespacedName]time.Time{}
+	}
+	r.lastRelease[key] = time.Now()
 }
 
 // chargedBudget reads the pod's namespace's budgets live (webhook.ChargedBudget).

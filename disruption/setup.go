@@ -188,7 +188,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		cached: cl, live: mgr.GetAPIReader(), guard: o.Guard, github: o.GitHub, listing: o.Listing, retirer: o.Retirer,
 		events: o.Events, backoff: newBackoff(o.BusyRetryFirst, o.BusyRetryMax, o.Now), said: newOnce(), now: o.Now,
 		log: o.Log.WithName("drain"), budgets: budgetLedgerOf(o.Guard, o.Now), budgetLocks: newKeyedLocks(), grants: newEvictionGrants(o.Now),
-		reports: newDrainReports(o.Now, o.Events, o.Metrics),
+		reports:    newDrainReports(o.Now, o.Events, o.Metrics),
+		budgetPoll: budgetPollEvery,
 	}
 	// A node drained no more, or gone, is looked at once more for its report.
 	draining := predicate.NewTypedPredicateFuncs(func(node *corev1.Node) bool { return drainReason(node) != "" || d.reports.tracking(node.Name) })
