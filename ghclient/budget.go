@@ -225,7 +225,7 @@ func (bs *Budgets) For(id string) *Budget {
 	}
 	b := &Budget{
 		id: id, points: points, recheck: max(int(float64(points)*recheckShare), writePoints),
-		share: share, perNamespace: max(int(float64(points)*share), writePoints), byNamespace: map[string]int{}, waiting: map[string]int{},
+		share: share, perNamespace: max(int(float64(points)*share), writePoints), byNamespace: map[string]int{}, waiting: map[string]int{}, heldBack: map[string]time.Time{},
 		now: bs.cfg.Now, sleep: bs.cfg.Sleep, metrics: bs.metrics,
 		slots: make(chan struct{}, concurrent), hourly: map[string]*hourlyLimit{}, unlimited: bs.cfg.Unlimited,
 		refs: 1,
@@ -295,6 +295,9 @@ type Budget struct {
 	// requests of each namespace waiting for room. Both want the window.
 	byNamespace map[string]int
 	waiting     map[string]int
+	// heldBack is when each namespace was last held back for room: it
+	// wants the window for a minute after.
+	heldBack map[string]time.Time
 	// blocked is when GitHub's secondary limit (its retry-after, or a
 	// minute) lets the credential's requests go again: none is sent before,
 	// since a client that keeps sending while limited can be banned.
@@ -464,16 +467,22 @@ func (b *Budget) wait(ns string, d int) {
 	}
 }
 
-// othersWant reports whether a namespace other than ns has spent in the
-// window or waits for room. b.mu must be held.
-func (b *Budget) othersWantLocked(ns string) bool {
-	for other := range b.byNamespace {
+// othersWantLocked reports whether a namespace other than ns wants more of
+// the window than it gets: it waits for room, or was held back within the
+// last minute. A namespace whose requests all fit wants nothing of the
+// others' room, so a namespace alone, or beside quiet ones, may take the
+// whole window. b.mu must be held.
+func (b *Budget) othersWantLocked(ns string, now time.Time) bool {
+	for other := range b.waiting {
 		if other != ns {
 			return true
 		}
 	}
-	for other := range b.waiting {
-		if other != ns {
+	for other, at := range b.heldBack {
+		switch {
+		case now.Sub(at) >= budgetWindow:
+			delete(b.heldBack, other)
+		case other != ns:
 			return true
 		}
 	}
@@ -509,7 +518,7 @@ func (b *Budget) reserve(prio Priority, points int, key, ns string) (time.Durati
 			return 0, false, &Spent{Credential: b.id, Priority: prio, RetryAfter: budgetWindow, Reserve: true}
 		}
 	}
-	if ns != "" && b.share < 1 && b.byNamespace[ns]+points > b.perNamespace && b.othersWantLocked(ns) {
+	if ns != "" && b.share < 1 && b.byNamespace[ns]+points > b.perNamespace && b.othersWantLocked(ns, now) {
 		// Another namespace wants the window: this one has had its share.
 		// Room comes when enough of its own spends leave the window.
 		need := b.byNamespace[ns] + points - b.perNamespace
@@ -527,7 +536,11 @@ func (b *Budget) reserve(prio Priority, points int, key, ns string) (time.Durati
 		b.bookLocked(now, points, ns)
 		return 0, false, nil
 	}
-	// Room comes when enough of the oldest spends leave the window.
+	// Room comes when enough of the oldest spends leave the window. Until
+	// then the namespace wants more than it gets.
+	if ns != "" {
+		b.heldBack[ns] = now
+	}
 	need := b.sum + points - limit
 	for _, s := range b.spent {
 		need -= s.points

@@ -358,9 +358,10 @@ func TestBudgetHourlyReserveIsOurs(t *testing.T) {
 	}
 }
 
-// While another namespace wants the window, one namespace takes at most its
-// share of it; alone, it may take the whole window. Its refusal names its
-// namespace's share.
+// While another namespace wants the window (waits or was held back for
+// room), one namespace takes at most its share of it; alone, or beside
+// namespaces whose requests all fit, it may take the whole window. Its
+// refusal names its namespace's share.
 func TestBudgetNamespaceShare(t *testing.T) {
 	clock := newTestClock()
 	b := newTestBudget(t, BudgetConfig{PointsPerMinute: 100}, clock)
@@ -369,25 +370,31 @@ func TestBudgetNamespaceShare(t *testing.T) {
 		t.Cleanup(cancel)
 		return ctx
 	}
-	// Alone, namespace a may take the whole window.
-	if sent, err := takeN(short("a"), b, 20, http.MethodDelete); sent != 20 {
-		t.Fatalf("alone: %d of 20 DELETEs sent (%v), want the whole window", sent, err)
-	}
-	clock.Advance(budgetWindow)
-	// b wants the window: a gets half of it, b the rest.
+	// Beside a quiet namespace, a may take the whole window.
 	if sent, _ := takeN(short("b"), b, 1, http.MethodGet); sent != 1 {
-		t.Fatal("b's first request was held")
+		t.Fatal("b's request was held")
 	}
-	sent, err := takeN(short("a"), b, 20, http.MethodDelete)
-	if sent != 10 {
-		t.Errorf("with b wanting the window, a sent %d DELETEs (%d points), want its half (50 points)", sent, 5*sent)
+	if sent, err := takeN(short("a"), b, 10, http.MethodDelete); sent != 10 {
+		t.Fatalf("a sent %d of 10 DELETEs (%v), want all: b wants nothing more", sent, err)
 	}
+	clock.Advance(10 * time.Second)
+	if sent, err := takeN(short("a"), b, 9, http.MethodDelete); sent != 9 {
+		t.Fatalf("a sent %d of 9 more DELETEs (%v), want the whole window", sent, err)
+	}
+	// b is held back for room: it wants the window now.
+	if sent, _ := takeN(short("b"), b, 1, http.MethodDelete); sent != 0 {
+		t.Fatal("b's DELETE was sent in a full window")
+	}
+	// Once a's first spends leave the window, a may fill its half, no more:
+	// the rest of the room is b's.
+	clock.Advance(50 * time.Second)
+	sent, err := takeN(short("a"), b, 2, http.MethodDelete)
 	var spent *Spent
-	if !errors.As(err, &spent) || spent.Namespace != "a" || spent.GitHub || !strings.Contains(err.Error(), "namespace a's share (50%)") {
-		t.Errorf("a's refusal = %v, want its namespace's share spent", err)
+	if sent != 1 || !errors.As(err, &spent) || spent.Namespace != "a" || spent.GitHub || !strings.Contains(err.Error(), "namespace a's share (50%)") {
+		t.Errorf("a's DELETE beyond its share while b waits: sent %d, %v; want 1 sent (its half), then refused, its namespace's share spent", sent, err)
 	}
 	if sent, err := takeN(short("b"), b, 9, http.MethodDelete); sent != 9 {
-		t.Errorf("b sent %d of 9 DELETEs during a's flood (%v), want all: the rest of the window is b's", sent, err)
+		t.Errorf("b sent %d of 9 DELETEs after a's flood (%v), want all: the freed room is b's", sent, err)
 	}
 }
 

@@ -95,6 +95,8 @@ type Client struct {
 	// release hands it back to budgets.
 	budget  *Budget
 	budgets *Budgets
+	// base is the client's own connections (its CA bundle and proxy).
+	base http.RoundTripper
 	// listings are the shared per-scope runner listings (listing.go).
 	listings *listings
 	// failures are scopes GitHub answered 404, 401 or 403 (failures.go).
@@ -201,6 +203,7 @@ func configError(cfg Config, fe *fieldError) error {
 func newClient(a auth, o clientOptions) (*Client, error) {
 	// The CA bundle and proxy apply to every request, token exchanges too.
 	rt := a.net.transport(o.transport)
+	base := rt
 	// Metrics sit under authentication so the token exchange is counted too.
 	if o.metrics != nil {
 		rt = &instrumentedTransport{next: rt, metrics: o.metrics}
@@ -219,6 +222,7 @@ func newClient(a auth, o clientOptions) (*Client, error) {
 	c := &Client{
 		budget:   budget,
 		budgets:  budgets,
+		base:     base,
 		listings: newListings(),
 		failures: newScopeFailures(),
 		isApp:    a.app != nil,
@@ -257,7 +261,14 @@ func newClient(a auth, o clientOptions) (*Client, error) {
 
 // release hands the client's budget back: a Router calls it for a client it
 // no longer keeps. The client must not be used after.
-func (c *Client) release() { c.budgets.Release(c.budget) }
+func (c *Client) release() {
+	c.budgets.Release(c.budget)
+	// Its connections go too: a Secret rotated in a loop must not keep one
+	// idle connection per version open.
+	if t, ok := c.base.(interface{ CloseIdleConnections() }); ok && c.base != http.DefaultTransport {
+		t.CloseIdleConnections()
+	}
+}
 
 // setupApp authenticates as the App's fixed installation, or prepares to find
 // the installation of each runner owner with one shared key.

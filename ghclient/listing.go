@@ -98,15 +98,16 @@ func (c *Client) listingsHeld() int {
 // a refresh of an unchanged scope is answered 304, which costs no primary
 // quota (ETags are per token, and so is the client).
 type scopeListing struct {
-	taken    time.Time
-	pages    []listedPage
-	byName   map[string]*github.Runner // the runners of pages, by name
-	byID     map[int64]*github.Runner  // and by ID
-	tooLarge bool                      // more than maxListingPages: look runners up by name
-	named    map[string]namedState
-	call     *listingCall // refresh in flight
-	failed   time.Time    // when the last refresh failed; zero after one succeeded
-	used     time.Time    // last asked about
+	taken     time.Time
+	pages     []listedPage
+	byName    map[string]*github.Runner // the runners of pages, by name
+	byID      map[int64]*github.Runner  // and by ID
+	tooLarge  bool                      // more than maxListingPages: look runners up by name
+	named     map[string]namedState
+	call      *listingCall // refresh in flight
+	failed    time.Time    // when the last refresh failed; zero after one succeeded
+	failedErr error        // and how
+	used      time.Time    // last asked about
 }
 
 type listedPage struct {
@@ -150,6 +151,12 @@ func (c *Client) Listed(ctx context.Context, scope Scope, name string, refresh b
 		if sl.tooLarge {
 			c.listings.mu.Unlock()
 			return c.listedByName(ctx, sl, scope, name)
+		}
+		if err := sl.failedErr; sl.call == nil && err != nil && now.Sub(sl.failed) < ListingTTL {
+			// The last refresh failed moments ago: asking again at once
+			// would fail alike, for every decision in the scope.
+			c.listings.mu.Unlock()
+			return Listing{}, err
 		}
 		call := c.refreshLocked(ctx, scope, sl)
 		c.listings.mu.Unlock()
@@ -291,10 +298,10 @@ func (c *Client) refreshListing(ctx context.Context, scope Scope, sl *scopeListi
 
 	c.listings.mu.Lock()
 	defer c.listings.mu.Unlock()
-	sl.failed = time.Time{}
+	sl.failed, sl.failedErr = time.Time{}, nil
 	switch {
 	case err != nil:
-		call.err, sl.failed = err, taken
+		call.err, sl.failed, sl.failedErr = err, taken, err
 	case tooLarge:
 		sl.tooLarge, sl.pages, sl.byName, sl.byID = true, nil, nil, nil
 		if sl.named == nil {

@@ -415,7 +415,7 @@ func (c *Config) Validate() field.ErrorList {
 	if c.GitHubBudget.Replicas < 0 {
 		errs = append(errs, field.Invalid(budget.Child("replicas"), c.GitHubBudget.Replicas, "must not be negative"))
 	}
-	if s := c.GitHubBudget.NamespaceShare; s <= 0 || s > 1 || s != s {
+	if s := c.GitHubBudget.NamespaceShare; !(s > 0 && s <= 1) { // NaN too
 		errs = append(errs, field.Invalid(budget.Child("namespaceShare"), s,
 			"must be more than 0 and at most 1 (the part of a credential's per-minute budget one namespace may take while others want it)"))
 	}

@@ -628,3 +628,21 @@ func TestHandlerFailedDecisionBacksOff(t *testing.T) {
 	h.clock.Advance(8 * time.Second)
 	h.deleteAndWant(t, pod, true, ReasonUnregistered)
 }
+
+// Under 5 % of GitHub's hourly limit left, runner-guard holds re-checks for
+// releases. That hold is its own: a runner busy lately is refused
+// (github-budget-spent), not let go by onError: allow without a request.
+func TestHandlerHourlyReserveNeverReachesOnError(t *testing.T) {
+	pod := fixture.MakeLegacyRunnerPod("ci", "runner-1").Org("acme").Running().Obj()
+	h := newHarness(t, Config{OnError: OnErrorAllow}, pod)
+	h.github.AddRunner(acme(), "runner-1")
+	h.github.SetBusy(acme(), "runner-1", true)
+	h.github.SetRateLimit(5000, 100, h.clock.Now().Add(time.Hour))
+	h.deleteAndWant(t, pod, false, ReasonRunnerBusy) // GitHub: 422, and 100 of 5,000 left
+	h.clock.Advance(DefaultBusyRetryAfter)           // the remembered "busy" is no longer trusted
+	before := h.github.Count("")
+	h.deleteAndWant(t, pod, false, ReasonBudgetSpent)
+	if got := h.github.Count("") - before; got != 0 {
+		t.Errorf("GitHub requests under the hourly reserve = %d, want 0", got)
+	}
+}

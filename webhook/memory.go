@@ -285,21 +285,29 @@ func newFailureMemory(now func() time.Time) *failureMemory {
 	return &failureMemory{now: now, entries: map[admittedKey]failureEntry{}}
 }
 
-// recall says whether the pod's runner failed lately (known), and if so the
-// failure and how long it is still answered from memory (0: ask again, at
-// recheck priority).
-func (m *failureMemory) recall(uid types.UID, t Target) (err error, left time.Duration, known bool) {
+// recalledFailure is what the failure memory says of a pod's runner.
+type recalledFailure struct {
+	// Known: its last decision failed lately.
+	Known bool
+	// Err is that failure; Left how long it is still answered from memory
+	// (0: ask again, at recheck priority).
+	Err  error
+	Left time.Duration
+}
+
+// recall says whether the pod's runner failed lately, and how.
+func (m *failureMemory) recall(uid types.UID, t Target) recalledFailure {
 	if uid == "" {
-		return nil, 0, false
+		return recalledFailure{}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.entries[admittedKey{uid, targetKey(t)}]
 	now := m.now()
 	if !ok || now.Sub(e.seen) > 2*failureCap {
-		return nil, 0, false
+		return recalledFailure{}
 	}
-	return e.err, max(e.until.Sub(now), 0), true
+	return recalledFailure{Known: true, Err: e.err, Left: max(e.until.Sub(now), 0)}
 }
 
 // failed records err for the pod's runner and returns the backoff.

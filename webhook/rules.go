@@ -430,10 +430,10 @@ func (d *decider) askGitHub(ctx context.Context, r *review) githubResult {
 		prio = ghclient.PriorityRecheck
 	}
 	uid := r.podUID()
-	if failure, left, known := d.failures.recall(uid, t); known {
-		if left > 0 {
-			log.V(1).Info("this pod's last decision failed moments ago: not asking GitHub", "error", errString(failure), "retryIn", left)
-			return githubResult{Err: &recentFailure{err: failure, left: left}, From: knowGitHub}
+	if f := d.failures.recall(uid, t); f.Known {
+		if f.Left > 0 {
+			log.V(1).Info("this pod's last decision failed moments ago: not asking GitHub", "error", errString(f.Err), "retryIn", f.Left)
+			return githubResult{Err: &recentFailure{err: f.Err, left: f.Left}, From: knowGitHub}
 		}
 		// A repeat of a failed decision yields to unregisters that can let
 		// a pod go.
