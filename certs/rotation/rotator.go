@@ -32,6 +32,10 @@ const FieldManager = "runner-guard-certificates"
 // DefaultRecheck bounds how long a replica goes without looking, events apart.
 const DefaultRecheck = time.Minute
 
+// errLostRace marks a write another replica (or an apply) made stale first:
+// the watch brings the new version and the next plan.
+var errLostRace = errors.New("another writer changed it first")
+
 // Options configure a Rotator.
 type Options struct {
 	// Namespace and SecretName: where the CA and serving certificate live
@@ -146,7 +150,10 @@ func (r *Rotator) Start(ctx context.Context) error {
 		case <-timer.C:
 		}
 		next, waiting, err := r.reconcile(ctx, secrets.GetStore(), vwcs.GetStore())
-		if err != nil {
+		switch {
+		case errors.Is(err, errLostRace):
+			r.opts.Log.V(1).Info("certificate rotation: retrying", "reason", err.Error())
+		case err != nil:
 			r.opts.Log.Error(err, "certificate rotation", "secret", r.opts.Namespace+"/"+r.opts.SecretName)
 		}
 		if waiting != lastWaiting && waiting != "" {
@@ -223,7 +230,6 @@ func (r *Rotator) reconcile(ctx context.Context, secrets, vwcs cache.Store) (tim
 	}
 	if plan.Changed() {
 		if secret, err = r.write(ctx, secret, vwc, plan.Data); err != nil {
-			// Another replica wrote first: its version comes on the watch.
 			return time.Time{}, "", err
 		}
 		r.opts.Log.Info("certificates renewed", "secret", r.opts.Namespace+"/"+r.opts.SecretName, "reasons", plan.Reasons)
@@ -283,6 +289,9 @@ func (r *Rotator) write(ctx context.Context, old *corev1.Secret, vwc *admissionr
 			Data: data,
 		}
 		created, err := secrets.Create(ctx, s, metav1.CreateOptions{FieldManager: FieldManager})
+		if apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("create Secret %s/%s: %w: %w", r.opts.Namespace, r.opts.SecretName, errLostRace, err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("create Secret %s/%s: %w", r.opts.Namespace, r.opts.SecretName, err)
 		}
@@ -292,7 +301,7 @@ func (r *Rotator) write(ctx context.Context, old *corev1.Secret, vwc *admissionr
 	s.Data = data
 	updated, err := secrets.Update(ctx, s, metav1.UpdateOptions{FieldManager: FieldManager})
 	if apierrors.IsConflict(err) {
-		return nil, fmt.Errorf("update Secret %s/%s: another replica wrote it first: %w", r.opts.Namespace, r.opts.SecretName, err)
+		return nil, fmt.Errorf("update Secret %s/%s: %w: %w", r.opts.Namespace, r.opts.SecretName, errLostRace, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("update Secret %s/%s: %w", r.opts.Namespace, r.opts.SecretName, err)
@@ -323,6 +332,10 @@ func (r *Rotator) inject(ctx context.Context, vwc *admissionregistrationv1.Valid
 		return err
 	}
 	_, err = r.opts.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Patch(ctx, vwc.Name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
+	if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
+		// The patch's test of the resourceVersion failed.
+		return fmt.Errorf("inject the caBundle into ValidatingWebhookConfiguration %s: %w: %w", vwc.Name, errLostRace, err)
+	}
 	if err != nil {
 		return fmt.Errorf("inject the caBundle into ValidatingWebhookConfiguration %s: %w", vwc.Name, err)
 	}

@@ -26,13 +26,16 @@ func TestHelm3ReleaseUpgrades(t *testing.T) {
 	e.waitActivated()
 	e.waitForWebhook()
 
-	e.deploy("upgrade", "policy.busyRetryAfter=20s")
+	// An upgrade that changes the entries (their timeout): Helm 3's
+	// three-way merge replaces the webhooks list, so with a rendered Ignore
+	// it would drop every entry back to Ignore.
+	e.deploy("upgrade", "policy.timeoutSeconds=12")
 	e.requireFailurePolicies(admissionregistrationv1.Fail)
 	t.Run("busy runner refused after a Helm 3 upgrade", e.scenarioBusy)
 
 	// Moving to Helm 4: its upgrade of a Helm 3 release.
 	e.helmBin = ""
-	e.deploy("upgrade", "policy.busyRetryAfter=25s")
+	e.deploy("upgrade", "policy.timeoutSeconds=11")
 	e.requireFailurePolicies(admissionregistrationv1.Fail)
 	t.Run("busy runner refused after a Helm 4 upgrade", e.scenarioBusy)
 
