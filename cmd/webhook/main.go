@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/runner-guard/runner-guard/disruption"
+	"github.com/runner-guard/runner-guard/explain"
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/metricsauth"
 	"github.com/runner-guard/runner-guard/webhook"
@@ -50,6 +51,10 @@ func main() {
 // run starts runner-guard and blocks until ctx ends. Start-up problems print one
 // line naming the flag or field and return 1.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	if len(args) > 0 && args[0] == "explain" {
+		// A command for people, with their own kubeconfig: nothing is served.
+		return explain.Main(ctx, "runner-guard", args[1:], stdout, stderr)
+	}
 	opts, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
