@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -182,7 +183,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	}
 
 	hMetrics := webhook.NewMetrics()
-	for _, c := range slices.Concat(hMetrics.Collectors(), ghMetrics.Collectors(), gh.Collectors()) {
+	for _, c := range slices.Concat(hMetrics.Collectors(), ghMetrics.Collectors(), gh.Collectors(), []prometheus.Collector{buildInfo(version)}) {
 		if err := metrics.Registry.Register(c); err != nil {
 			return fmt.Errorf("register metrics: %w", err)
 		}
