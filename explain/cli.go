@@ -18,6 +18,9 @@ import (
 // Usage is the command's one-line synopsis.
 const Usage = "explain POD [-n NAMESPACE] [-o text|json] [--guard-namespace NS] [kubeconfig flags]"
 
+// deadline bounds the whole explanation; --request-timeout bounds each request.
+const deadline = 2 * time.Minute
+
 // Main runs `runner-guard explain` (and `kubectl runner-guard explain`)
 // with args after "explain". It returns the process's exit code: 0 when the
 // report was printed, 1 when the pod could not be read, 2 for bad usage.
@@ -28,7 +31,6 @@ func Main(ctx context.Context, name string, args []string, stdout, stderr io.Wri
 	guardNS := fs.String("guard-namespace", "runner-guard-system", "Namespace runner-guard is installed in (its Deployment is found by the label "+installLabel+").")
 	configMap := fs.String("config-map", "", `ConfigMap holding runner-guard's config.yaml (default: the one its Deployment mounts, else "`+DefaultConfigMap+`").`)
 	configFile := fs.String("config", "", "A local copy of runner-guard's --config file, read instead of its ConfigMap.")
-	timeout := fs.Duration("request-timeout", 30*time.Second, "How long the whole explanation may take.")
 	loading := clientcmd.NewDefaultClientConfigLoadingRules()
 	fs.StringVar(&loading.ExplicitPath, "kubeconfig", "", "Path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config).")
 	overrides := &clientcmd.ConfigOverrides{}
@@ -83,7 +85,7 @@ func Main(ctx context.Context, name string, args []string, stdout, stderr io.Wri
 		fmt.Fprintf(stderr, "%s explain: %v\n", name, err)
 		return 1
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	report, err := Explain(ctx, Cluster{Kube: kube, Client: cl}, req)
 	if err != nil {

@@ -70,8 +70,15 @@ func Explain(ctx context.Context, c Cluster, req Request) (Report, error) {
 	cfg, mode, installLine := readConfig(ctx, c.Kube, req, dep, inst)
 	r.Install = installLine
 
+	var githubBase string
+	if dep != nil {
+		// As the binary: a runner of another GitHub than --github-url's is not asked.
+		if githubBase = flagValue(dep, "github-url"); githubBase == "" {
+			githubBase = ghclient.DefaultBaseURL
+		}
+	}
 	h, err := webhook.NewHandler(webhook.Options{
-		Config: cfg, GitHub: neverAsked{}, Pods: c.Client,
+		Config: cfg, GitHub: neverAsked{}, Pods: c.Client, GitHubBaseURL: githubBase,
 		// The user's own reads, without the Secret: explain names
 		// credentials, it never reads them.
 		Runners: arc.NewResolver(arc.Options{Reader: c.Client}),
