@@ -13,8 +13,13 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/runner-guard/runner-guard/disruption"
 	"github.com/runner-guard/runner-guard/explain"
@@ -71,7 +76,9 @@ func TestExplain(t *testing.T) {
 	busy := s.runner("explain-busy", url, scope, true, nil)
 	idle := s.runner("explain-idle", url, scope, false, nil)
 	s.setJob(busy.name, 301, "build")
-	s.wantAnnotations(busy.name, map[string]string{disruption.AnnotationDoNotDisrupt: "true"})
+	s.wantAnnotations(busy.name, map[string]string{
+		disruption.AnnotationDoNotDisrupt: "true", disruption.AnnotationSafeToEvict: "false", disruption.AnnotationOwned: "do-not-disrupt,safe-to-evict",
+	})
 	if _, err := s.deletePod(busy.name, scope); err == nil || !strings.Contains(err.Error(), "runner busy") {
 		t.Fatalf("delete of the busy runner's pod: %v; want runner busy", err)
 	}
@@ -95,7 +102,7 @@ func TestExplain(t *testing.T) {
 		if !r.Binding.Allowed {
 			t.Errorf("binding = %+v; want allowed (no scopeBindings in the harness)", r.Binding)
 		}
-		if r.Hints.Annotations[disruption.AnnotationDoNotDisrupt] != "true" || len(r.Hints.Owned) == 0 {
+		if r.Hints.Annotations[disruption.AnnotationDoNotDisrupt] != "true" || len(r.Hints.Owned) != 2 {
 			t.Errorf("hints = %+v; want do-not-disrupt set by runner-guard", r.Hints)
 		}
 		if r.LastDecision.EventReason != "RunnerBusy" || r.LastDecision.Reason == "" {
@@ -147,6 +154,20 @@ func TestExplain(t *testing.T) {
 		}
 		if strings.Contains(out, "ghp_") {
 			t.Error("text output shows a token")
+		}
+	})
+
+	t.Run("installed runner-guard: its config and Secrets, named", func(t *testing.T) {
+		installBaseDeployment(t, s, fmt.Sprintf("scopeBindings:\n  - name: explain\n    namespaces: [%s]\n    scopes: [\"org:%s\"]\n", s.ns, scope.Name))
+		r := explainJSON(t, s.ctx, busy.name, "-n", s.ns)
+		if r.Install.Deployment != "runner-guard-system/runner-guard-webhook" || r.Install.Defaults || !strings.Contains(r.Install.ConfigMap, "runner-guard-config") {
+			t.Errorf("install = %+v; want manifests/base's Deployment and its ConfigMap", r.Install)
+		}
+		if r.Binding.Name != `scope binding "explain"` || !r.Binding.Allowed {
+			t.Errorf("binding = %+v; want the ConfigMap's binding, allowing org:%s", r.Binding, scope.Name)
+		}
+		if len(r.Credentials.Secrets) != 1 || r.Credentials.Secrets[0] != "runner-guard-system/runner-guard-github" {
+			t.Errorf("credentials = %+v; want the Secret manifests/base mounts for --github-token-file", r.Credentials)
 		}
 	})
 
@@ -238,4 +259,56 @@ func stderrOf(err error) string {
 		return string(exit.Stderr)
 	}
 	return ""
+}
+
+// installBaseDeployment creates manifests/base's runner-guard Deployment,
+// scaled to 0 (the harness runs the binary itself), and its ConfigMap with
+// config, as an install leaves them for explain to read; both go when the
+// test ends.
+func installBaseDeployment(t *testing.T, s *scaleSet, config string) {
+	t.Helper()
+	root, err := process.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kustomize := os.Getenv("KUSTOMIZE")
+	if kustomize == "" {
+		kustomize = filepath.Join(root, "bin", "kustomize")
+	}
+	rendered, err := exec.CommandContext(s.ctx, kustomize, "build", filepath.Join(root, "manifests", "base")).Output()
+	if err != nil {
+		t.Fatalf("kustomize build manifests/base: %v: %s", err, stderrOf(err))
+	}
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(rendered), 4096)
+	var dep *appsv1.Deployment
+	for {
+		var u unstructured.Unstructured
+		if err := dec.Decode(&u.Object); err != nil {
+			break
+		}
+		if u.GetKind() == "Deployment" {
+			dep = &appsv1.Deployment{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, dep); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if dep == nil {
+		t.Fatal("manifests/base renders no Deployment")
+	}
+	zero := int32(0)
+	dep.Spec.Replicas = &zero
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: "runner-guard-config"}, Data: map[string]string{"config.yaml": config}}
+	if _, err := env.Client.CoreV1().ConfigMaps(cm.Namespace).Create(s.ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.AppsV1().Deployments(dep.Namespace).Create(s.ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = env.Client.AppsV1().Deployments(dep.Namespace).Delete(ctx, dep.Name, metav1.DeleteOptions{})
+		_ = env.Client.CoreV1().ConfigMaps(cm.Namespace).Delete(ctx, cm.Name, metav1.DeleteOptions{})
+	})
 }
