@@ -106,15 +106,27 @@ func Explain(ctx context.Context, c Cluster, req Request) (Report, error) {
 		r.LastDecision = decisionLine(evs.Items, req.Now())
 	}
 
+	r.Delete, r.Evict = dryRuns(ctx, c.Kube, pod)
+	return r, nil
+}
+
+// dryRuns asks the API server what a delete and an eviction of pod would get
+// now, as server-side dry runs. Each is asked once: client-go would retry a
+// 429 with Retry-After (a refused eviction) until it is let through, and the
+// answer wanted is the first one.
+func dryRuns(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod) (del, evict DryRunLine) {
 	dry := []string{metav1.DryRunAll}
-	err = c.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{DryRun: dry})
-	r.Delete = dryRunLine(err, needs("delete", "pods", pod.Namespace))
-	err = c.Kube.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
+	err := kube.CoreV1().RESTClient().Delete().Namespace(pod.Namespace).Resource("pods").Name(pod.Name).
+		MaxRetries(0).Body(&metav1.DeleteOptions{DryRun: dry}).Do(ctx).Error()
+	del = dryRunLine(err, needs("delete", "pods", pod.Namespace))
+	eviction := &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
 		DeleteOptions: &metav1.DeleteOptions{DryRun: dry},
-	})
-	r.Evict = dryRunLine(err, needs("create", "pods/eviction", pod.Namespace))
-	return r, nil
+	}
+	err = kube.PolicyV1().RESTClient().Post().AbsPath("/api/v1").Namespace(pod.Namespace).Resource("pods").Name(pod.Name).SubResource("eviction").
+		MaxRetries(0).Body(eviction).Do(ctx).Error()
+	evict = dryRunLine(err, needs("create", "pods/eviction", pod.Namespace))
+	return del, evict
 }
 
 // neverAsked is the webhook's GitHub for explain, whose resolver never asks
@@ -261,7 +273,7 @@ func readConfig(ctx context.Context, kube kubernetes.Interface, req Request, dep
 	case err != nil && apierrors.IsForbidden(err):
 		l.Defaults, l.ConfigMap = true, source
 		need := needs("get", "configmaps", req.GuardNamespace)
-		where = append(where, fmt.Sprintf("ConfigMap %s unknown: needs %s; built-in defaults assumed", source, need))
+		where = append(where, fmt.Sprintf("%s unknown: needs %s; built-in defaults assumed", source, need))
 		l.Unknown, l.Needs = true, joinNeeds(l.Needs, need)
 	case err != nil:
 		l.Defaults, l.ConfigMap = true, source
