@@ -47,23 +47,11 @@ func runnerLine(ex webhook.Explained, erNeeds string) RunnerLine {
 	if t.IDHint > 0 {
 		l.ID = &Fact{Value: fmt.Sprint(t.IDHint), Source: t.From.ID.String()}
 	}
-	var parts []string
-	add := func(what string, f *Fact) {
-		if f != nil {
-			parts = append(parts, fmt.Sprintf("%s %s from %s", what, f.Value, f.Source))
-		}
-	}
-	add("name", l.Name)
-	add("scope", l.Scope)
-	add("ID", l.ID)
-	if l.ID == nil && l.Name != nil {
-		parts = append(parts, "ID unknown (looked up on GitHub by name)")
-	}
-	text := fmt.Sprintf("runner pod spec %q: %s", ex.RunnerPodSpec, strings.Join(parts, "; "))
+	text := fmt.Sprintf("runner pod spec %q: %s", ex.RunnerPodSpec, factsText(l))
 	if l.Job != "" {
 		text += "; ARC records " + l.Job
 	}
-	if ex.Fallback != "" {
+	if ex.Fallback != "" && erNeeds == "" {
 		text += "; " + ex.Fallback
 	}
 	if erNeeds != "" {
@@ -76,6 +64,40 @@ func runnerLine(ex webhook.Explained, erNeeds string) RunnerLine {
 	}
 	l.Text = text
 	return l
+}
+
+// factsText renders the runner's facts, naming a source shared by all of
+// them once.
+func factsText(l RunnerLine) string {
+	type named struct {
+		what string
+		fact *Fact
+	}
+	var facts []named
+	for _, f := range []named{{"name", l.Name}, {"scope", l.Scope}, {"ID", l.ID}} {
+		if f.fact != nil {
+			facts = append(facts, f)
+		}
+	}
+	shared := len(facts) > 1
+	for _, f := range facts {
+		shared = shared && f.fact.Source == facts[0].fact.Source
+	}
+	var parts []string
+	for _, f := range facts {
+		if shared {
+			parts = append(parts, f.what+" "+f.fact.Value)
+		} else {
+			parts = append(parts, fmt.Sprintf("%s %s from %s", f.what, f.fact.Value, f.fact.Source))
+		}
+	}
+	if l.ID == nil && l.Name != nil {
+		parts = append(parts, "ID unknown (looked up on GitHub by name)")
+	}
+	if shared {
+		return strings.Join(parts, ", ") + ", all from " + facts[0].fact.Source
+	}
+	return strings.Join(parts, "; ")
 }
 
 // bindingLine says which scope binding covers the pod and whether it allows

@@ -184,3 +184,34 @@ func TestGitHubSecretsFromDeployment(t *testing.T) {
 		t.Errorf("config volume = %+v", v)
 	}
 }
+
+func TestRunnerLineNamesEachSource(t *testing.T) {
+	org, _ := ghclient.OrgScope("acme")
+	obj := webhook.Source{Kind: webhook.SourceARCObject, Detail: "EphemeralRunner team/r1", Trusted: true}
+	labels := webhook.Source{Kind: webhook.SourcePodLabels, Detail: "actions.github.com/organization"}
+	cases := map[string]struct {
+		ex      webhook.Explained
+		erNeeds string
+		want    string
+	}{
+		"every fact from ARC's object": {
+			ex:   webhook.Explained{RunnerPodSpec: "scale-set", Target: webhook.Target{Name: "r1", Scope: org, IDHint: 7, From: webhook.Provenance{Name: obj, Scope: obj, ID: obj}}},
+			want: `runner pod spec "scale-set": name r1, scope org:acme, ID 7, all from arc-object EphemeralRunner team/r1 (trusted)`,
+		},
+		"from the pod, ARC's object unreadable": {
+			ex: webhook.Explained{RunnerPodSpec: "scale-set", Fallback: "read from labels: forbidden",
+				Target: webhook.Target{Name: "r1", Scope: org, From: webhook.Provenance{Name: webhook.Source{Kind: webhook.SourcePodName}, Scope: labels}}},
+			erNeeds: "get ephemeralrunners.actions.github.com in namespace team",
+			want: `runner pod spec "scale-set": name r1 from pod-name (untrusted); scope org:acme from pod-labels actions.github.com/organization (untrusted); ` +
+				`ID unknown (looked up on GitHub by name); ARC's object unknown: needs get ephemeralrunners.actions.github.com in namespace team`,
+		},
+		"not guarded": {ex: webhook.Explained{NotGuarded: "namespace kube-system is exempt (exemptNamespaces)"}, want: "not a guarded runner pod: namespace kube-system is exempt"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := runnerLine(tc.ex, tc.erNeeds).Text; !strings.HasPrefix(got, tc.want) {
+				t.Errorf("runnerLine text\n got %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}

@@ -195,7 +195,9 @@ func TestExplain(t *testing.T) {
 			}
 			return json.Unmarshal(out, &r)
 		})
-		t.Logf("as %s: %+v", user, r)
+		if out, err := explainCmd(t, s.ctx, "--as="+user, busy.name, "-n", s.ns).Output(); err == nil {
+			t.Logf("runner-guard explain --as=%s %s -n %s:\n%s", user, busy.name, s.ns, out)
+		}
 		want := map[string]explain.Status{
 			"runner":      r.Runner.Status,
 			"delete":      r.Delete.Status,
