@@ -1,6 +1,7 @@
 package explain
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -282,8 +283,8 @@ func dryRunLine(err error, need string) DryRunLine {
 	if err == nil {
 		return DryRunLine{Status: Status{Text: "allowed (server-side dry run; nothing was deleted)"}, Allowed: true}
 	}
-	status, ok := err.(apierrors.APIStatus)
-	if !ok {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
 		return DryRunLine{Status: Status{Text: "unknown: " + err.Error(), Unknown: true}}
 	}
 	st := status.Status()
