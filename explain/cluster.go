@@ -343,11 +343,12 @@ func configData(ctx context.Context, kube kubernetes.Interface, req Request, dep
 
 // readOwner reads ARC's object controlling the pod, as the user: the
 // permission it takes when the user may not, and the EphemeralRunner's
-// githubConfigSecret (a name, never the Secret).
-func readOwner(ctx context.Context, c client.Client, pod *corev1.Pod) (need, secret string) {
+// githubConfigSecret. Of the Secret only the metadata is asked for: whether
+// it exists, never its data.
+func readOwner(ctx context.Context, c client.Client, pod *corev1.Pod) (need string, secret ARCSecret) {
 	owner := metav1.GetControllerOf(pod)
 	if owner == nil {
-		return "", ""
+		return "", ARCSecret{}
 	}
 	var gvk = arc.GroupVersionKind()
 	var resource = arc.GroupResource().String()
@@ -356,15 +357,26 @@ func readOwner(ctx context.Context, c client.Client, pod *corev1.Pod) (need, sec
 	case owner.Kind == arc.LegacyKind && strings.HasPrefix(owner.APIVersion, arc.LegacyGroup+"/"):
 		gvk, resource = arc.LegacyGroupVersionKind(), arc.LegacyGroupResource().String()
 	default:
-		return "", ""
+		return "", ARCSecret{}
 	}
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(gvk)
 	err := c.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: owner.Name}, u)
 	if apierrors.IsForbidden(err) {
-		return needs("get", resource, pod.Namespace), ""
+		return needs("get", resource, pod.Namespace), ARCSecret{}
 	}
-	secret, _, _ = unstructured.NestedString(u.Object, "spec", "githubConfigSecret")
+	secret.Name, _, _ = unstructured.NestedString(u.Object, "spec", "githubConfigSecret")
+	if secret.Name == "" {
+		return "", secret
+	}
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	switch err := c.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: secret.Name}, meta); {
+	case apierrors.IsNotFound(err):
+		secret.Missing = true
+	case apierrors.IsForbidden(err):
+		secret.Needs = needs("get", "secrets", pod.Namespace)
+	}
 	return "", secret
 }
 

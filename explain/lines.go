@@ -135,17 +135,32 @@ type Install struct {
 	Needs string
 }
 
-// credsLine names the credentials GitHub would be asked with. arcSecret is
-// the EphemeralRunner's spec.githubConfigSecret ("" when unknown or legacy).
-func credsLine(ex webhook.Explained, mode webhook.CredentialsMode, inst Install, arcSecret string) CredsLine {
+// ARCSecret is the EphemeralRunner's spec.githubConfigSecret: its name
+// ("" when unknown or legacy) and whether it exists, read as metadata only.
+type ARCSecret struct {
+	Name    string
+	Missing bool
+	// Needs is the permission that would tell whether it exists.
+	Needs string
+}
+
+// credsLine names the credentials GitHub would be asked with.
+func credsLine(ex webhook.Explained, mode webhook.CredentialsMode, inst Install, arcSecret ARCSecret) CredsLine {
 	if ex.NotGuarded != "" {
 		return CredsLine{Status: Status{Text: "none: the pod is not guarded"}}
 	}
 	l := CredsLine{Mode: string(mode)}
-	if mode == webhook.CredentialsARC && ex.ARC != nil && ex.ARC.Kind != "Runner" && arcSecret != "" {
-		secret := ex.ARC.EphemeralRunner.Namespace + "/" + arcSecret
+	if mode == webhook.CredentialsARC && ex.ARC != nil && ex.ARC.Kind != "Runner" && arcSecret.Name != "" {
+		secret := ex.ARC.EphemeralRunner.Namespace + "/" + arcSecret.Name
 		l.Secrets = []string{secret}
 		l.Text = fmt.Sprintf("ARC's: Secret %s (the EphemeralRunner's githubConfigSecret; --credentials-mode=arc)", secret)
+		switch {
+		case arcSecret.Needs != "":
+			l.Text += "; whether it exists is unknown: needs " + arcSecret.Needs
+			l.Unknown, l.Needs = true, arcSecret.Needs
+		case arcSecret.Missing:
+			l.Text += "; it does not exist, so runner-guard cannot ask GitHub about this runner (reason credentials-unusable)"
+		}
 		return l
 	}
 	if mode == webhook.CredentialsARC && ex.ARC != nil && ex.ARC.Kind != "Runner" {

@@ -142,19 +142,22 @@ func TestCredsLineNamesSecretsOnly(t *testing.T) {
 		ex          webhook.Explained
 		mode        webhook.CredentialsMode
 		inst        Install
-		arcSecret   string
+		arcSecret   ARCSecret
 		wantSecrets []string
 		wantNeeds   string
+		wantIn      string
 	}{
 		"static, from the Deployment":     {ex: scaleSet, mode: webhook.CredentialsStatic, inst: Install{Deployment: "rg/rg", Secrets: []string{"rg/github"}}, wantSecrets: []string{"rg/github"}},
 		"static, Deployment unreadable":   {ex: scaleSet, mode: webhook.CredentialsStatic, inst: Install{Needs: "list deployments in namespace rg"}, wantNeeds: "list deployments in namespace rg"},
-		"arc":                             {ex: scaleSet, mode: webhook.CredentialsARC, arcSecret: "arc-secret", wantSecrets: []string{"team/arc-secret"}},
+		"arc":                             {ex: scaleSet, mode: webhook.CredentialsARC, arcSecret: ARCSecret{Name: "arc-secret"}, wantSecrets: []string{"team/arc-secret"}},
+		"arc, Secret missing":             {ex: scaleSet, mode: webhook.CredentialsARC, arcSecret: ARCSecret{Name: "arc-secret", Missing: true}, wantSecrets: []string{"team/arc-secret"}, wantIn: "does not exist"},
+		"arc, Secret unreadable":          {ex: scaleSet, mode: webhook.CredentialsARC, arcSecret: ARCSecret{Name: "arc-secret", Needs: "get secrets in namespace team"}, wantSecrets: []string{"team/arc-secret"}, wantNeeds: "get secrets in namespace team"},
 		"arc, EphemeralRunner unreadable": {ex: scaleSet, mode: webhook.CredentialsARC, wantNeeds: "get ephemeralrunners.actions.github.com in namespace team"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			got := credsLine(tc.ex, tc.mode, tc.inst, tc.arcSecret)
-			if strings.Join(got.Secrets, ",") != strings.Join(tc.wantSecrets, ",") || got.Needs != tc.wantNeeds {
+			if strings.Join(got.Secrets, ",") != strings.Join(tc.wantSecrets, ",") || got.Needs != tc.wantNeeds || !strings.Contains(got.Text, tc.wantIn) {
 				t.Errorf("credsLine = %+v, want secrets %v needs %q", got, tc.wantSecrets, tc.wantNeeds)
 			}
 		})

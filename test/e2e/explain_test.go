@@ -171,6 +171,19 @@ func TestExplain(t *testing.T) {
 		}
 	})
 
+	t.Run("installed in ARC credentials mode: the EphemeralRunner's Secret, named, and whether it exists", func(t *testing.T) {
+		installBaseDeployment(t, s, "{}\n", "--credentials-mode=arc")
+		r := explainJSON(t, s.ctx, busy.name, "-n", s.ns)
+		if r.Credentials.Mode != "arc" || len(r.Credentials.Secrets) != 1 || r.Credentials.Secrets[0] != s.ns+"/arc-secret" || !strings.Contains(r.Credentials.Text, "does not exist") {
+			t.Errorf("credentials = %+v; want the EphemeralRunner's githubConfigSecret %s/arc-secret, missing", r.Credentials, s.ns)
+		}
+		s.secret("arc-secret", map[string]string{"github_token": "ghp_explain-must-not-print"})
+		out := runExplain(t, s.ctx, busy.name, "-n", s.ns, "-o", "json")
+		if strings.Contains(out, "does not exist") || !strings.Contains(out, s.ns+"/arc-secret") || strings.Contains(out, "ghp_explain") {
+			t.Errorf("explain with the Secret in place:\n%s\nwant it named, present, and its token nowhere", out)
+		}
+	})
+
 	t.Run("a user with less RBAC learns what would show the rest", func(t *testing.T) {
 		const user = "explain-reader"
 		role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: user}, Rules: []rbacv1.PolicyRule{
@@ -264,10 +277,10 @@ func stderrOf(err error) string {
 }
 
 // installBaseDeployment creates manifests/base's runner-guard Deployment,
-// scaled to 0 (the harness runs the binary itself), and its ConfigMap with
-// config, as an install leaves them for explain to read; both go when the
+// scaled to 0 (the harness runs the binary itself), with args added to its
+// container's, and its ConfigMap with config, as an install leaves them for explain to read; both go when the
 // test ends.
-func installBaseDeployment(t *testing.T, s *scaleSet, config string) {
+func installBaseDeployment(t *testing.T, s *scaleSet, config string, args ...string) {
 	t.Helper()
 	root, err := process.RepoRoot()
 	if err != nil {
@@ -300,6 +313,7 @@ func installBaseDeployment(t *testing.T, s *scaleSet, config string) {
 	}
 	zero := int32(0)
 	dep.Spec.Replicas = &zero
+	dep.Spec.Template.Spec.Containers[0].Args = append(dep.Spec.Template.Spec.Containers[0].Args, args...)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: "runner-guard-config"}, Data: map[string]string{"config.yaml": config}}
 	if _, err := env.Client.CoreV1().ConfigMaps(cm.Namespace).Create(s.ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
