@@ -25,6 +25,10 @@ help: ## Show this help.
 build: ## Build the webhook binary into bin/webhook.
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/webhook ./cmd/webhook
 
+.PHONY: kubectl-plugin
+kubectl-plugin: ## Build the kubectl plugin bin/kubectl-runner_guard (`kubectl runner-guard explain POD` with bin/ on PATH).
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/kubectl-runner_guard ./cmd/kubectl-runner_guard
+
 .PHONY: k8s
 k8s: ## Build etcd, kube-apiserver, kube-controller-manager and kubectl into bin/k8s (cached).
 	@$(CURDIR)/hack/build-k8s.sh >/dev/null
@@ -51,4 +55,4 @@ demo: build k8s kustomize ## Start a local control plane, fake GitHub and the we
 
 .PHONY: clean
 clean: ## Remove build outputs (keeps the cached control-plane binaries in bin/k8s).
-	rm -f $(BIN)/webhook
+	rm -f $(BIN)/webhook $(BIN)/kubectl-runner_guard

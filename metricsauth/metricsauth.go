@@ -14,13 +14,13 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/cache"
 	authnclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	authzclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
@@ -34,8 +34,8 @@ const (
 	allowTTL      = 5 * time.Minute
 	denyTTL       = 30 * time.Second
 	reviewTimeout = 10 * time.Second
-	// maxRemembered bounds each cache; a full cache forgets its expired
-	// entries, then everything (scrapers are few).
+	// maxRemembered bounds each cache; a full cache forgets its least
+	// recently used answer (scrapers are few).
 	maxRemembered = 1024
 )
 
@@ -70,20 +70,22 @@ type Guard struct {
 	access AccessReviewer
 	now    func() time.Time
 
-	mu     sync.Mutex
-	users  map[[sha256.Size]byte]remembered[*authnv1.UserInfo] // nil UserInfo: not authenticated
-	grants map[string]remembered[bool]
+	// users maps a token's hash to its *authnv1.UserInfo (nil: not
+	// authenticated); grants maps a user, verb and path to whether it is
+	// allowed. Each is bounded: the least recently used answer goes first.
+	users, grants *cache.LRUExpireCache
 }
 
-type remembered[T any] struct {
-	value   T
-	expires time.Time
-}
+// clockFunc is a func() time.Time as the caches' clock.
+type clockFunc func() time.Time
+
+func (f clockFunc) Now() time.Time { return f() }
 
 // New returns a Guard asking tokens and access.
 func New(tokens TokenReviewer, access AccessReviewer, now func() time.Time) *Guard {
 	return &Guard{tokens: tokens, access: access, now: now,
-		users: map[[sha256.Size]byte]remembered[*authnv1.UserInfo]{}, grants: map[string]remembered[bool]{}}
+		users:  cache.NewLRUExpireCacheWithClock(maxRemembered, clockFunc(now)),
+		grants: cache.NewLRUExpireCacheWithClock(maxRemembered, clockFunc(now))}
 }
 
 // Filter wraps handler: 401 without a token the API server authenticates,
@@ -136,8 +138,8 @@ func bearerToken(req *http.Request) (string, bool) {
 // authenticate it. Only a hash of the token is kept.
 func (g *Guard) authenticate(ctx context.Context, token string) (*authnv1.UserInfo, error) {
 	key := sha256.Sum256([]byte(token))
-	if u, ok := recall(g, g.users, key); ok {
-		return u, nil
+	if u, ok := g.users.Get(key); ok {
+		return u.(*authnv1.UserInfo), nil
 	}
 	review, err := g.tokens.Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
 	if err != nil {
@@ -150,15 +152,15 @@ func (g *Guard) authenticate(ctx context.Context, token string) (*authnv1.UserIn
 		}
 		user = &review.Status.User
 	}
-	remember(g, g.users, key, user, authnTTL)
+	g.users.Add(key, user, authnTTL)
 	return user, nil
 }
 
 // authorize asks whether user may verb the non-resource path.
 func (g *Guard) authorize(ctx context.Context, user *authnv1.UserInfo, verb, path string) (bool, error) {
 	key := strings.Join([]string{user.UID, user.Username, strings.Join(user.Groups, ","), fmt.Sprint(user.Extra), verb, path}, "\x00")
-	if allowed, ok := recall(g, g.grants, key); ok {
-		return allowed, nil
+	if allowed, ok := g.grants.Get(key); ok {
+		return allowed.(bool), nil
 	}
 	extra := map[string]authzv1.ExtraValue{}
 	for k, v := range user.Extra {
@@ -176,34 +178,6 @@ func (g *Guard) authorize(ctx context.Context, user *authnv1.UserInfo, verb, pat
 	if allowed {
 		ttl = allowTTL
 	}
-	remember(g, g.grants, key, allowed, ttl)
+	g.grants.Add(key, allowed, ttl)
 	return allowed, nil
-}
-
-func recall[K comparable, T any](g *Guard, m map[K]remembered[T], key K) (T, bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	r, ok := m[key]
-	if !ok || !g.now().Before(r.expires) {
-		var zero T
-		return zero, false
-	}
-	return r.value, true
-}
-
-func remember[K comparable, T any](g *Guard, m map[K]remembered[T], key K, value T, ttl time.Duration) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	now := g.now()
-	if len(m) >= maxRemembered {
-		for k, r := range m {
-			if !now.Before(r.expires) {
-				delete(m, k)
-			}
-		}
-		if len(m) >= maxRemembered {
-			clear(m)
-		}
-	}
-	m[key] = remembered[T]{value: value, expires: now.Add(ttl)}
 }

@@ -150,12 +150,12 @@ func TestFilterRemembersAnswersForTheirTTL(t *testing.T) {
 		wantTokens, wantAsked int
 	}{
 		"allowed, a scrape later":            {token: "scraper-token", wait: 15 * time.Second, wantTokens: 1, wantAsked: 1},
-		"allowed, after the token TTL":       {token: "scraper-token", wait: authnTTL, wantTokens: 2, wantAsked: 1},
-		"allowed, after the allow TTL":       {token: "scraper-token", wait: allowTTL, wantTokens: 2, wantAsked: 2},
+		"allowed, after the token TTL":       {token: "scraper-token", wait: authnTTL + time.Second, wantTokens: 2, wantAsked: 1},
+		"allowed, after the allow TTL":       {token: "scraper-token", wait: allowTTL + time.Second, wantTokens: 2, wantAsked: 2},
 		"denied, inside the deny TTL":        {token: "other-token", wait: denyTTL - time.Second, wantTokens: 1, wantAsked: 1},
-		"denied, after the deny TTL":         {token: "other-token", wait: denyTTL, wantTokens: 1, wantAsked: 2},
+		"denied, after the deny TTL":         {token: "other-token", wait: denyTTL + time.Second, wantTokens: 1, wantAsked: 2},
 		"unknown token, inside its TTL":      {token: "nobody", wait: 10 * time.Second, wantTokens: 1, wantAsked: 0},
-		"unknown token, after the token TTL": {token: "nobody", wait: authnTTL, wantTokens: 2, wantAsked: 0},
+		"unknown token, after the token TTL": {token: "nobody", wait: authnTTL + time.Second, wantTokens: 2, wantAsked: 0},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -188,9 +188,10 @@ func TestCachesStayBounded(t *testing.T) {
 	api, _, _ := newGuard(t)
 	g := New(api, accessReviews{api}, time.Now)
 	for i := range 3 * maxRemembered {
-		remember(g, g.grants, string(rune(i)), true, time.Hour)
+		g.grants.Add(string(rune(i)), true, time.Hour)
+		g.users.Add(i, nil, time.Hour)
 	}
-	if n := len(g.grants); n > maxRemembered {
-		t.Errorf("%d grants remembered, want at most %d", n, maxRemembered)
+	if n, m := len(g.grants.Keys()), len(g.users.Keys()); n > maxRemembered || m > maxRemembered {
+		t.Errorf("%d grants and %d users remembered, want at most %d each", n, m, maxRemembered)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/runner-guard/runner-guard/certs/rotation"
 	"github.com/runner-guard/runner-guard/disruption"
+	"github.com/runner-guard/runner-guard/explain"
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/metricsauth"
 	"github.com/runner-guard/runner-guard/webhook"
@@ -52,6 +54,10 @@ func main() {
 // run starts runner-guard and blocks until ctx ends. Start-up problems print one
 // line naming the flag or field and return 1.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	if len(args) > 0 && args[0] == "explain" {
+		// A command for people, with their own kubeconfig: nothing is served.
+		return explain.Main(ctx, "runner-guard", args[1:], stdout, stderr)
+	}
 	opts, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -221,7 +227,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 
 	hMetrics := webhook.NewMetrics()
 	dMetrics := disruption.NewMetrics()
-	for _, c := range slices.Concat(hMetrics.Collectors(), ghMetrics.Collectors(), gh.Collectors(), dMetrics.Collectors()) {
+	for _, c := range slices.Concat(hMetrics.Collectors(), ghMetrics.Collectors(), gh.Collectors(), dMetrics.Collectors(), []prometheus.Collector{buildInfo(version)}) {
 		if err := metrics.Registry.Register(c); err != nil {
 			return fmt.Errorf("register metrics: %w", err)
 		}

@@ -2,10 +2,11 @@
 # PromQL parser their tests use. Included by the root Makefile.
 
 PROMQL ?= $(BIN)/promql
+PROMTOOL ?= $(BIN)/promtool
 
 # `make test` runs test/chart, which parses every alert and dashboard
 # expression with Prometheus' parser.
-TEST_DEPS += $(PROMQL)
+TEST_DEPS += $(PROMQL) $(PROMTOOL)
 
 # Rebuilt only when the pinned module or the command changes.
 $(PROMQL): hack/tools/promql/go.mod hack/tools/promql/go.sum hack/tools/promql/main.go
@@ -14,5 +15,13 @@ $(PROMQL): hack/tools/promql/go.mod hack/tools/promql/go.sum hack/tools/promql/m
 .PHONY: promql
 promql: $(PROMQL) ## Build bin/promql (Prometheus' PromQL parser, hack/tools/promql) for the chart's monitoring tests.
 
-# The chart tests need it too when run alone.
-test-chart: $(PROMQL)
+# promtool checks and unit-tests the rendered alerts (test/chart/promtool_test.go);
+# same Prometheus version as hack/tools/promql.
+$(PROMTOOL): hack/tools/promtool/go.mod hack/tools/promtool/go.sum
+	cd hack/tools/promtool && $(GO) build -trimpath -o $@ github.com/prometheus/prometheus/cmd/promtool
+
+.PHONY: promtool
+promtool: $(PROMTOOL) ## Build bin/promtool (hack/tools/promtool) for `promtool check rules` and `promtool test rules` on the chart's alerts.
+
+# The chart tests need them too when run alone.
+test-chart: $(PROMQL) $(PROMTOOL)
