@@ -404,24 +404,16 @@ func TestMonitoringNeedsMetrics(t *testing.T) {
 	}
 }
 
-// TestRunbook: every alert the chart renders has its runbook line in the
-// "Alerts and runbook" section of docs/operations.md, and the section names
-// no other.
+// TestRunbook: every alert the chart renders has its section in
+// docs/runbook.md with the rule's severity, and the runbook names no other.
 func TestRunbook(t *testing.T) {
-	readme := render.ReadFile(t, "docs/operations.md")
-	_, section, ok := strings.Cut(string(readme), "\n## Alerts and runbook\n")
-	if !ok {
-		t.Fatal(`docs/operations.md has no "## Alerts and runbook" section`)
-	}
-	if end := strings.Index(section, "\n#"); end >= 0 {
-		section = section[:end]
-	}
+	runbook := string(render.ReadFile(t, "docs/runbook.md"))
 	rules := alertRules(t, render.MustTemplate(t, append(monitoringValues(), "--set", "metrics.prometheusRule.enabled=true")...))
 	var documented []string
-	for _, m := range runbookLine.FindAllStringSubmatch(section, -1) {
+	for _, m := range runbookLine.FindAllStringSubmatch(runbook, -1) {
 		documented = append(documented, m[1])
 		if r, ok := rules[m[1]]; ok && r.Labels["severity"] != m[2] {
-			t.Errorf("docs/operations.md says %s is %s; the rule says %s", m[1], m[2], r.Labels["severity"])
+			t.Errorf("docs/runbook.md says %s is %s; the rule says %s", m[1], m[2], r.Labels["severity"])
 		}
 	}
 	slices.Sort(documented)
@@ -431,9 +423,8 @@ func TestRunbook(t *testing.T) {
 	}
 	slices.Sort(rendered)
 	if !slices.Equal(documented, rendered) {
-		t.Errorf("docs/operations.md runbook lines %v, want one per alert the chart renders %v", documented, rendered)
+		t.Errorf("docs/runbook.md sections %v, want one per alert the chart renders %v", documented, rendered)
 	}
 }
 
-// runbookLine is a runbook entry: "- **AlertName** (severity): ...".
-var runbookLine = regexp.MustCompile(`(?m)^- \*\*(RunnerGuard[A-Za-z]+)\*\* \((warning|critical)\): \S`)
+var runbookLine = regexp.MustCompile(`(?m)^### (RunnerGuard[A-Za-z]+)\n\nSeverity (warning|critical)\.`)
