@@ -47,6 +47,8 @@ type hintReconciler struct {
 	// listingRecheck; nil: requeue them.
 	watch   *listingWatch
 	enabled []Hint
+	// eventsSecret verifies legacy pods' job annotations; nil: none read.
+	eventsSecret []byte
 	// now is the clock; nil is time.Now.
 	now func() time.Time
 
@@ -134,8 +136,12 @@ func (r *hintReconciler) state(ctx context.Context, pod *corev1.Pod) (JobState, 
 		}
 		return jobState(f), 0
 	}
+	if annotatedJob(pod, r.eventsSecret) {
+		// A signed delivery put the job on the pod: it runs, no listing needed.
+		return JobRunning, 0
+	}
 	if r.listing == nil {
-		return JobUnknown, 0
+		return noJobAnnotation(r.eventsSecret), 0
 	}
 	res, err := r.guard.Resolve(ctx, pod)
 	if err != nil {
@@ -150,7 +156,7 @@ func (r *hintReconciler) state(ctx context.Context, pod *corev1.Pod) (JobState, 
 	busy, err := r.listing.Busy(ctx, res.Runner)
 	if err != nil {
 		logr.FromContextOrDiscard(ctx).V(1).Info("listing not available for hints", "pod", client.ObjectKeyFromObject(pod), "error", err.Error())
-		return JobUnknown, recheck
+		return noJobAnnotation(r.eventsSecret), recheck
 	}
 	f.Listed = &busy
 	return jobState(f), recheck

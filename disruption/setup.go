@@ -61,6 +61,9 @@ type Options struct {
 	Namespaces []string
 	// Now is the clock of messages; default time.Now.
 	Now func() time.Time
+	// EventsSecret verifies legacy pods' runner-guard.io/job annotations,
+	// a job source of their hints; nil: none is read.
+	EventsSecret []byte
 }
 
 // Setup adds the hint and drain controllers (leader-elected) to mgr. The
@@ -129,12 +132,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	runnerPods := predicate.NewTypedPredicateFuncs(isRunnerPod)
 	if len(o.Hints) > 0 {
-		r := &hintReconciler{pods: cl, guard: o.Guard, listing: o.HintListing, enabled: o.Hints}
+		r := &hintReconciler{pods: cl, guard: o.Guard, listing: o.HintListing, enabled: o.Hints, eventsSecret: o.EventsSecret}
 		hintPods := runnerPods
 		if o.HintListing != nil && !o.HintListing.Refreshes() {
 			r.watch = newListingWatch(o.HintListing, c, o.Guard, ghclient.ListingTTL/2)
 			hintPods = predicate.NewTypedPredicateFuncs(func(cp *cachedPod) bool {
-				return isRunnerPod(cp) && (ephemeralRunnerOwned(cp) || r.watch.admits(cp))
+				return isRunnerPod(cp) && (ephemeralRunnerOwned(cp) || hasJobAnnotation(cp) || r.watch.admits(cp))
 			})
 		}
 		b := ctrl.NewControllerManagedBy(mgr).Named("runner-hints").

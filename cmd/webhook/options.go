@@ -46,6 +46,7 @@ type options struct {
 	retireRunners       string
 	disruption          disruptionFlags
 	activation          activationFlags
+	events              eventsFlags
 	printVersion        bool
 	zap                 zap.Options
 }
@@ -78,6 +79,7 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	fs.StringVar(&o.retireRunners, "retire-ephemeral-runners", "", `"true" (default) or "false": delete the EphemeralRunner of a scale-set runner runner-guard unregistered, so ARC creates a fresh runner. Overrides retireEphemeralRunners from --config.`)
 	o.disruption.bind(fs)
 	o.activation.bind(fs)
+	o.events.bind(fs)
 	fs.BoolVar(&o.enableHTTP2, "enable-http2", false, "Serve the webhook over HTTP/2 as well (off: HTTP/2 rapid-reset CVEs).")
 	fs.BoolVar(&o.printVersion, "version", false, "Print the version, the commit and the Go version, and exit.")
 	o.zap.BindFlags(fs)

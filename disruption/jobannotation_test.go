@@ -1,0 +1,66 @@
+package disruption
+
+import (
+	"context"
+	"maps"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/runner-guard/runner-guard/events/jobannotation"
+	"github.com/runner-guard/runner-guard/test/fixture"
+)
+
+// The hint reconciler on a legacy pod with events on: a verified job
+// annotation sets the hints with no listing, its removal (the job's
+// completed) takes them off, and a forged or copied one is ignored.
+func TestHintReconcilerFollowsJobAnnotation(t *testing.T) {
+	secret := []byte("s")
+	job := jobannotation.Job{Repository: "acme/app", RunID: 1, Attempt: 1, JobID: 9, Name: "build"}
+	ours := map[string]string{AnnotationDoNotDisrupt: "true", AnnotationSafeToEvict: "false", AnnotationOwned: "do-not-disrupt,safe-to-evict"}
+	cases := map[string]struct {
+		annotation  func(uid string) string
+		secret      []byte
+		annotations map[string]string
+		want        map[string]string
+	}{
+		"signed job: hints set":                {annotation: func(uid string) string { return jobannotation.Value(job, uid, secret) }, secret: secret, want: ours},
+		"forged mac: nothing":                  {annotation: func(uid string) string { return jobannotation.Value(job, uid, []byte("guess")) }, secret: secret, want: map[string]string{}},
+		"copied from another pod: nothing":     {annotation: func(string) string { return jobannotation.Value(job, "other-uid", secret) }, secret: secret, want: map[string]string{}},
+		"completed (annotation gone): ours go": {secret: secret, annotations: ours, want: map[string]string{}},
+		"events off: hints stay as they are":   {annotations: ours, want: ours},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			pod := fixture.MakeLegacyRunnerPod("ci", "r-1").Org("acme").Running().Obj()
+			pod.Labels["runner"] = "true" // the guard stub's runner pods
+			pod.Annotations = maps.Clone(c.annotations)
+			if c.annotation != nil {
+				pod.Annotations = map[string]string{jobannotation.Annotation: c.annotation(string(pod.UID))}
+			}
+			cl := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(pod).Build()
+			r := &hintReconciler{pods: cl, guard: &guardStub{}, enabled: AllHints(), eventsSecret: c.secret}
+			if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ci", Name: "r-1"}}); err != nil {
+				t.Fatal(err)
+			}
+			got := &corev1.Pod{}
+			if err := cl.Get(context.Background(), client.ObjectKeyFromObject(pod), got); err != nil {
+				t.Fatal(err)
+			}
+			hints := map[string]string{}
+			for _, k := range []string{AnnotationDoNotDisrupt, AnnotationSafeToEvict, AnnotationOwned} {
+				if v, ok := got.Annotations[k]; ok {
+					hints[k] = v
+				}
+			}
+			if !maps.Equal(hints, c.want) {
+				t.Errorf("hints %v, want %v", hints, c.want)
+			}
+		})
+	}
+}
