@@ -97,7 +97,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	case err != nil:
 		o.Log.Error(err, "cannot tell whether the API server serves EphemeralRunners: scale-set pods get no hints from job fields until a restart")
 	case !erServed:
-		o.Log.Info("the API server serves no EphemeralRunners (actions.github.com/v1alpha1): scale-set pods get no hints from job fields; restart runner-guard after installing ARC's CRDs")
+		o.Log.Info("the API server serves no EphemeralRunners (actions.github.com/v1alpha1): scale-set pods get no hints from job fields until ARC's CRDs are installed (runner-guard then starts reading them)")
 	}
 	scheme, err := cacheScheme()
 	if err != nil {
