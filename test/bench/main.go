@@ -155,6 +155,7 @@ func run() ([]figure, error) {
 		{"runner-pod latency", (*env).latency},
 		{"RSS of the real binary under load", (*env).rss},
 		{"disruption controller on a real API server: hint lag, idle drain", (*env).disruptionRun},
+		{"GitHub's workflow_job events on a real API server: hint lag, requests, forgeries", (*env).eventsRun},
 	}
 	for _, s := range steps {
 		if !strings.Contains(s.name, *only) {
