@@ -45,22 +45,29 @@ func TestHintReconcilerFollowsJobAnnotation(t *testing.T) {
 			}
 			cl := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(pod).Build()
 			r := &hintReconciler{pods: cl, guard: &guardStub{}, enabled: AllHints(), eventsSecret: c.secret}
-			if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ci", Name: "r-1"}}); err != nil {
-				t.Fatal(err)
-			}
-			got := &corev1.Pod{}
-			if err := cl.Get(context.Background(), client.ObjectKeyFromObject(pod), got); err != nil {
-				t.Fatal(err)
-			}
-			hints := map[string]string{}
-			for _, k := range []string{AnnotationDoNotDisrupt, AnnotationSafeToEvict, AnnotationOwned} {
-				if v, ok := got.Annotations[k]; ok {
-					hints[k] = v
-				}
-			}
-			if !maps.Equal(hints, c.want) {
+			if hints := hintsAfterReconcile(t, r, cl, pod); !maps.Equal(hints, c.want) {
 				t.Errorf("hints %v, want %v", hints, c.want)
 			}
 		})
 	}
+}
+
+// hintsAfterReconcile reconciles pod once and returns the hint annotations
+// it then carries.
+func hintsAfterReconcile(t *testing.T, r *hintReconciler, cl client.Client, pod *corev1.Pod) map[string]string {
+	t.Helper()
+	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	got := &corev1.Pod{}
+	if err := cl.Get(context.Background(), client.ObjectKeyFromObject(pod), got); err != nil {
+		t.Fatal(err)
+	}
+	hints := map[string]string{}
+	for _, k := range []string{AnnotationDoNotDisrupt, AnnotationSafeToEvict, AnnotationOwned} {
+		if v, ok := got.Annotations[k]; ok {
+			hints[k] = v
+		}
+	}
+	return hints
 }
