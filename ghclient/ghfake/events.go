@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -258,9 +257,6 @@ func (f *Fake) handleEventControls(mux *http.ServeMux) {
 
 // DeliverEvents starts (or stops) the remote fake's webhook deliveries.
 func (g *Remote) DeliverEvents(ctx context.Context, cfg Events) error {
-	if cfg.Lose == nil {
-		cfg.Lose = []string{}
-	}
 	return g.do(ctx, http.MethodPost, "/_fake/events", nil, cfg, nil)
 }
 
@@ -269,7 +265,7 @@ func (g *Remote) Deliveries(ctx context.Context) ([]Delivery, error) {
 	var out []Delivery
 	err := g.do(ctx, http.MethodGet, "/_fake/events", nil, nil, &out)
 	if err != nil {
-		return nil, errors.Join(errors.New("fake GitHub deliveries"), err)
+		return nil, fmt.Errorf("fake GitHub deliveries: %w", err)
 	}
 	return out, nil
 }
