@@ -49,6 +49,9 @@ type hintReconciler struct {
 	enabled []Hint
 	// eventsSecret verifies legacy pods' job annotations; nil: none read.
 	eventsSecret []byte
+	// annotated are the pods last seen with a verified job annotation
+	// (jobannotation.go).
+	annotated sync.Map // types.NamespacedName -> struct{}
 	// now is the clock; nil is time.Now.
 	now func() time.Time
 
@@ -136,12 +139,11 @@ func (r *hintReconciler) state(ctx context.Context, pod *corev1.Pod) (JobState, 
 		}
 		return jobState(f), 0
 	}
-	if annotatedJob(pod, r.eventsSecret) {
-		// A signed delivery put the job on the pod: it runs, no listing needed.
-		return JobRunning, 0
+	if state, known := r.annotationState(pod); known {
+		return state, 0
 	}
 	if r.listing == nil {
-		return noJobAnnotation(r.eventsSecret), 0
+		return JobUnknown, 0
 	}
 	res, err := r.guard.Resolve(ctx, pod)
 	if err != nil {
@@ -156,13 +158,14 @@ func (r *hintReconciler) state(ctx context.Context, pod *corev1.Pod) (JobState, 
 	busy, err := r.listing.Busy(ctx, res.Runner)
 	if err != nil {
 		logr.FromContextOrDiscard(ctx).V(1).Info("listing not available for hints", "pod", client.ObjectKeyFromObject(pod), "error", err.Error())
-		return noJobAnnotation(r.eventsSecret), recheck
+		return JobUnknown, recheck
 	}
 	f.Listed = &busy
 	return jobState(f), recheck
 }
 
 func (r *hintReconciler) forget(key types.NamespacedName) {
+	r.annotated.Delete(key)
 	if r.watch != nil {
 		r.watch.forget(key)
 	}

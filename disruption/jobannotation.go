@@ -2,6 +2,7 @@ package disruption
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/runner-guard/runner-guard/events/jobannotation"
 )
@@ -22,14 +23,19 @@ func hasJobAnnotation(cp *cachedPod) bool {
 	return cp.annotation(jobannotation.Annotation) != ""
 }
 
-// noJobAnnotation is the job state of a legacy pod without a verified job
-// annotation that no listing answers for. With events on, the deliveries
-// are its job source: a "completed" took the annotation off, so hints set
-// while it was there go at once (JobNotProven, never proof of idle). With
-// events off nothing is known.
-func noJobAnnotation(secret []byte) JobState {
-	if len(secret) > 0 {
-		return JobNotProven
+// annotationState is a legacy pod's job state from its job annotation:
+// running while a verified one is there; not proven once one this replica
+// saw is gone (the job's completed took it off), so the hints set for it go
+// at once. known is false otherwise: the pod's other sources decide, as
+// without events (a lost or late delivery is a missed hint).
+func (r *hintReconciler) annotationState(pod *corev1.Pod) (state JobState, known bool) {
+	key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
+	if annotatedJob(pod, r.eventsSecret) {
+		r.annotated.Store(key, struct{}{})
+		return JobRunning, true
 	}
-	return JobUnknown
+	if _, seen := r.annotated.LoadAndDelete(key); seen {
+		return JobNotProven, true
+	}
+	return JobUnknown, false
 }

@@ -18,34 +18,52 @@ import (
 
 // The hint reconciler on a legacy pod with events on: a verified job
 // annotation sets the hints with no listing, its removal (the job's
-// completed) takes them off, and a forged or copied one is ignored.
+// completed) takes them off, a forged or copied one is ignored, and a pod
+// never seen with one keeps its hints as without events.
 func TestHintReconcilerFollowsJobAnnotation(t *testing.T) {
 	secret := []byte("s")
 	job := jobannotation.Job{Repository: "acme/app", RunID: 1, Attempt: 1, JobID: 9, Name: "build"}
+	signed := func(uid string) string { return jobannotation.Value(job, uid, secret) }
 	ours := map[string]string{AnnotationDoNotDisrupt: "true", AnnotationSafeToEvict: "false", AnnotationOwned: "do-not-disrupt,safe-to-evict"}
+	none := map[string]string{}
 	cases := map[string]struct {
-		annotation  func(uid string) string
-		secret      []byte
-		annotations map[string]string
-		want        map[string]string
+		annotation func(uid string) string
+		secret     []byte
+		// hints the pod carries before; completed removes the annotation
+		// after a first reconcile.
+		hints     map[string]string
+		completed bool
+		want      map[string]string
 	}{
-		"signed job: hints set":                {annotation: func(uid string) string { return jobannotation.Value(job, uid, secret) }, secret: secret, want: ours},
-		"forged mac: nothing":                  {annotation: func(uid string) string { return jobannotation.Value(job, uid, []byte("guess")) }, secret: secret, want: map[string]string{}},
-		"copied from another pod: nothing":     {annotation: func(string) string { return jobannotation.Value(job, "other-uid", secret) }, secret: secret, want: map[string]string{}},
-		"completed (annotation gone): ours go": {secret: secret, annotations: ours, want: map[string]string{}},
-		"events off: hints stay as they are":   {annotations: ours, want: ours},
+		"signed job: hints set":                 {annotation: signed, secret: secret, want: ours},
+		"forged mac: nothing":                   {annotation: func(uid string) string { return jobannotation.Value(job, uid, []byte("guess")) }, secret: secret, want: none},
+		"copied from another pod: nothing":      {annotation: func(string) string { return jobannotation.Value(job, "other-uid", secret) }, secret: secret, want: none},
+		"completed: ours go":                    {annotation: signed, secret: secret, completed: true, want: none},
+		"never annotated: hints stay as before": {secret: secret, hints: ours, want: ours},
+		"events off: the annotation is nothing": {annotation: signed, want: none},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			pod := fixture.MakeLegacyRunnerPod("ci", "r-1").Org("acme").Running().Obj()
 			pod.Labels["runner"] = "true" // the guard stub's runner pods
-			pod.Annotations = maps.Clone(c.annotations)
+			pod.Annotations = maps.Clone(c.hints)
 			if c.annotation != nil {
 				pod.Annotations = map[string]string{jobannotation.Annotation: c.annotation(string(pod.UID))}
 			}
 			cl := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(pod).Build()
 			r := &hintReconciler{pods: cl, guard: &guardStub{}, enabled: AllHints(), eventsSecret: c.secret}
-			if hints := hintsAfterReconcile(t, r, cl, pod); !maps.Equal(hints, c.want) {
+			hints := hintsAfterReconcile(t, r, cl, pod)
+			if c.completed {
+				if !maps.Equal(hints, ours) {
+					t.Fatalf("hints before completed %v, want %v", hints, ours)
+				}
+				if err := cl.Patch(context.Background(), pod, client.RawPatch(types.MergePatchType,
+					[]byte(`{"metadata":{"annotations":{"`+jobannotation.Annotation+`":null}}}`))); err != nil {
+					t.Fatal(err)
+				}
+				hints = hintsAfterReconcile(t, r, cl, pod)
+			}
+			if !maps.Equal(hints, c.want) {
 				t.Errorf("hints %v, want %v", hints, c.want)
 			}
 		})
