@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -101,8 +102,11 @@ func (a *applier) runnerPods(ctx context.Context, p workflowJob) ([]corev1.Pod, 
 	var out []corev1.Pod
 	for _, ns := range namespaces {
 		var list corev1.PodList
+		// From the API server's watch cache (resourceVersion 0), not a
+		// scan of etcd: a runner pod is older than its runner's job.
 		if err := a.pods.List(ctx, &list, client.InNamespace(ns),
-			client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", p.WorkflowJob.RunnerName)}); err != nil {
+			client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", p.WorkflowJob.RunnerName)},
+			&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}}); err != nil {
 			return nil, fmt.Errorf("listing pods named %q: %w", p.WorkflowJob.RunnerName, err)
 		}
 		for _, pod := range list.Items {
