@@ -112,7 +112,10 @@ func (l *leaderElected) runOnce(ctx context.Context) error {
 		// The lease is released on the way out and taken again by the next manager.
 		stop()
 		select {
-		case <-done:
+		case err := <-done:
+			if err != nil {
+				l.log.Info("the disruption controllers stopped with an error before being set up anew", "error", err.Error())
+			}
 		case <-time.After(controllersShutdownGrace):
 		}
 		return errSetUpAnew
