@@ -56,6 +56,11 @@ type hintReconciler struct {
 	// events records on pods; said keeps each Event to once per pod.
 	events events.EventRecorder
 	said   *once
+	// eventsSecret verifies legacy pods' job annotations; nil: none read.
+	eventsSecret []byte
+	// annotated are the pods last seen with a verified job annotation
+	// (jobannotation.go).
+	annotated sync.Map // types.NamespacedName -> struct{}
 	// now is the clock; nil is time.Now.
 	now func() time.Time
 
@@ -207,6 +212,9 @@ func (r *hintReconciler) state(ctx context.Context, pod *corev1.Pod) (JobState, 
 		}
 		return jobState(f), 0
 	}
+	if state, known := r.annotationState(pod); known {
+		return state, 0
+	}
 	if r.listing == nil {
 		return JobUnknown, 0
 	}
@@ -233,6 +241,7 @@ func (r *hintReconciler) forget(key types.NamespacedName) {
 	if r.said != nil {
 		r.said.forget(key.Namespace + "/" + key.Name + "/")
 	}
+	r.annotated.Delete(key)
 	if r.watch != nil {
 		r.watch.forget(key)
 	}

@@ -5,12 +5,8 @@ import (
 	"maps"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/runner-guard/runner-guard/test/fixture"
 	"github.com/runner-guard/runner-guard/webhook/arc"
@@ -61,20 +57,7 @@ func TestHintReconcilerFollowsEphemeralRunner(t *testing.T) {
 			if err := cl.Update(context.Background(), pod); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ci", Name: "r-1"}}); err != nil {
-				t.Fatal(err)
-			}
-			got := &corev1.Pod{}
-			if err := cl.Get(context.Background(), client.ObjectKeyFromObject(pod), got); err != nil {
-				t.Fatal(err)
-			}
-			hints := map[string]string{}
-			for _, k := range []string{AnnotationDoNotDisrupt, AnnotationSafeToEvict, AnnotationOwned} {
-				if v, ok := got.Annotations[k]; ok {
-					hints[k] = v
-				}
-			}
-			if !maps.Equal(hints, c.want) {
+			if hints := hintsAfterReconcile(t, r, cl, pod); !maps.Equal(hints, c.want) {
 				t.Errorf("hints %v, want %v", hints, c.want)
 			}
 		})

@@ -68,6 +68,9 @@ type Options struct {
 	Namespaces []string
 	// Now is the clock of messages; default time.Now.
 	Now func() time.Time
+	// EventsSecret verifies legacy pods' runner-guard.io/job annotations,
+	// a job source of their hints; nil: none is read.
+	EventsSecret []byte
 }
 
 // Setup adds the hint and drain controllers (leader-elected) to mgr. The
@@ -104,7 +107,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	case err != nil:
 		o.Log.Error(err, "cannot tell whether the API server serves EphemeralRunners: scale-set pods get no hints from job fields until a restart")
 	case !erServed:
-		o.Log.Info("the API server serves no EphemeralRunners (actions.github.com/v1alpha1): scale-set pods get no hints from job fields; restart runner-guard after installing ARC's CRDs")
+		o.Log.Info("the API server serves no EphemeralRunners (actions.github.com/v1alpha1): scale-set pods get no hints from job fields until ARC's CRDs are installed (runner-guard then starts reading them)")
 	}
 	scheme, err := cacheScheme()
 	if err != nil {
@@ -148,12 +151,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		}
 	}
 	if len(o.Hints) > 0 || o.Budgets {
-		r := &hintReconciler{pods: cl, guard: o.Guard, listing: o.HintListing, enabled: o.Hints, budgets: o.Budgets, events: o.Events, said: newOnce()}
+		r := &hintReconciler{pods: cl, guard: o.Guard, listing: o.HintListing, enabled: o.Hints, budgets: o.Budgets, events: o.Events, said: newOnce(), eventsSecret: o.EventsSecret}
 		hintPods := runnerPods
 		if o.HintListing != nil && !o.HintListing.Refreshes() {
 			r.watch = newListingWatch(o.HintListing, c, o.Guard, ghclient.ListingTTL/2)
 			hintPods = predicate.NewTypedPredicateFuncs(func(cp *cachedPod) bool {
-				return isRunnerPod(cp) && (ephemeralRunnerOwned(cp) || r.watch.admits(cp))
+				return isRunnerPod(cp) && (ephemeralRunnerOwned(cp) || hasJobAnnotation(cp) || r.watch.admits(cp))
 			})
 		}
 		b := ctrl.NewControllerManagedBy(mgr).Named("runner-hints").

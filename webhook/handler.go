@@ -54,6 +54,10 @@ type Options struct {
 	Scheme *runtime.Scheme
 	// Now is the clock of the recently-admitted memory; defaults to time.Now.
 	Now func() time.Time
+	// EventsSecret is the GitHub webhook secret (--github-webhook-secret-file):
+	// a runner-guard.io/job annotation it verifies refuses as busy (rule
+	// 4h); nil trusts none.
+	EventsSecret []byte
 }
 
 // Handler is the admission.Handler for DELETE pods and CREATE pods/eviction.
@@ -91,6 +95,7 @@ func NewHandler(o Options) (*Handler, error) {
 		o.Now = time.Now
 	}
 	d := newDecider(o.Config, o.GitHub, o.Pods, o.Now)
+	d.policy.EventsSecret = o.EventsSecret
 	d.metrics = o.Metrics
 	if o.Metrics != nil && d.resolver.bindings.open() {
 		o.Metrics.ScopesOpen.Set(1)

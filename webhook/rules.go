@@ -53,6 +53,7 @@ const (
 	ReasonRecentlyAdmitted   Reason = "recently-admitted"
 	ReasonRecentlyBusy       Reason = "recently-busy"
 	ReasonJobRunning         Reason = "runner-job-running"
+	ReasonJobAnnotated       Reason = "runner-job-annotated"
 	ReasonListedBusy         Reason = "runner-listed-busy"
 	ReasonBudgetSpent        Reason = "github-budget-spent"
 	ReasonPDBBlocks          Reason = "disruption-budget"
@@ -200,6 +201,9 @@ type policy struct {
 	// OnErrorSource says where OnError was set, for messages: "--on-error=deny",
 	// "onError: deny in --config" or "the default onError: deny".
 	OnErrorSource string
+	// EventsSecret verifies the runner-guard.io/job annotation (rule 4h);
+	// nil: no annotation is trusted.
+	EventsSecret []byte
 }
 
 // GitHub is what the decision needs from GitHub; *ghclient.Router implements
@@ -561,6 +565,7 @@ func decisionTable() []rule {
 		{[]Reason{ReasonScopeNotBound}, stageRunner, ruleScopeNotBound},
 		{[]Reason{ReasonCredentials}, stageRunner, ruleCredentialsUnusable},
 		{[]Reason{ReasonRecentlyAdmitted}, stageRunner, ruleRecentlyAdmitted},
+		{[]Reason{ReasonJobAnnotated}, stageRunner, ruleJobAnnotated},
 		{[]Reason{ReasonPDBBlocks}, stageRunner, rulePDBBlocks},
 		{[]Reason{ReasonBypassUser, ReasonDisrupted, ReasonBypassBusy}, stageGitHub, ruleBypass},
 		{[]Reason{ReasonDryRunBusy, ReasonDryRunIdle, ReasonDryRunNotFound}, stageGitHub, ruleDryRun},

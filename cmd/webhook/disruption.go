@@ -5,6 +5,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
 	"github.com/runner-guard/runner-guard/disruption"
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/webhook"
@@ -78,4 +84,24 @@ func (f *disruptionFlags) leaseNamespace(getenv func(string) string) string {
 		return getenv("POD_NAMESPACE")
 	}
 	return "runner-guard-system"
+}
+
+// addARCServed follows whether the API server serves EphemeralRunners, on
+// every replica, and returns what tells the controllers to start anew when
+// that changes.
+func addARCServed(mgr ctrl.Manager, cfg *rest.Config, log logr.Logger) (func() <-chan struct{}, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("discovery client: %w", err)
+	}
+	w := disruption.NewARCServed(dc, 0, log)
+	for _, c := range w.Collectors() {
+		if err := metrics.Registry.Register(c); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	if err := mgr.Add(w); err != nil {
+		return nil, fmt.Errorf("ARC CRD watch: %w", err)
+	}
+	return w.Changed, nil
 }

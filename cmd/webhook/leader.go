@@ -30,7 +30,13 @@ type leaderElected struct {
 	opts  ctrl.Options
 	setup func(ctx context.Context, mgr ctrl.Manager) error
 	log   logr.Logger
+	// restart, when set, returns a channel closed when the controllers must
+	// be set up anew (ARC's CRDs came or went).
+	restart func() <-chan struct{}
 }
+
+// errSetUpAnew stops the controllers' manager so that it is built again at once.
+var errSetUpAnew = errors.New("the controllers are set up anew")
 
 var _ manager.Runnable = &leaderElected{}
 
@@ -68,6 +74,9 @@ func (l *leaderElected) Start(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if errors.Is(err, errSetUpAnew) {
+			continue
+		}
 		l.log.Info("the disruption controllers stopped; the webhook keeps serving, and this replica stands for election again", "error", err, "in", leaderRetryWait)
 		select {
 		case <-ctx.Done():
@@ -78,6 +87,10 @@ func (l *leaderElected) Start(ctx context.Context) error {
 }
 
 func (l *leaderElected) runOnce(ctx context.Context) error {
+	var restart <-chan struct{}
+	if l.restart != nil {
+		restart = l.restart()
+	}
 	mgr, err := ctrl.NewManager(l.cfg, l.opts)
 	if err != nil {
 		return fmt.Errorf("controller manager: %w", err)
@@ -85,14 +98,27 @@ func (l *leaderElected) runOnce(ctx context.Context) error {
 	if err := l.setup(ctx, mgr); err != nil {
 		return err
 	}
+	mctx, stop := context.WithCancel(ctx)
+	defer stop()
 	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
+	go func() { done <- mgr.Start(mctx) }()
 	select {
 	case err := <-done:
 		if err == nil && ctx.Err() == nil {
 			err = errors.New("controller manager stopped")
 		}
 		return err
+	case <-restart:
+		// The lease is released on the way out and taken again by the next manager.
+		stop()
+		select {
+		case err := <-done:
+			if err != nil {
+				l.log.Info("the disruption controllers stopped with an error before being set up anew", "error", err.Error())
+			}
+		case <-time.After(controllersShutdownGrace):
+		}
+		return errSetUpAnew
 	case <-ctx.Done():
 	}
 	// Shutting down: controllers still waiting for a cache that cannot sync

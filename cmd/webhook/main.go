@@ -133,6 +133,10 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	if err := opts.disruption.check(); err != nil {
 		return err
 	}
+	eventsSecret, err := opts.events.secret()
+	if err != nil {
+		return err
+	}
 	opts.zap.DestWriter = stderr
 	logger := zap.New(zap.UseFlagOptions(&opts.zap))
 	ctrl.SetLogger(logger)
@@ -264,8 +268,12 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		Events:        events,
 		Metrics:       hMetrics,
 		Scheme:        mgr.GetScheme(),
+		EventsSecret:  eventsSecret,
 	})
 	if err != nil {
+		return err
+	}
+	if err := addEventsServer(mgr, opts.events.bindAddress, eventsSecret, live, handler, hcfg.RunnerNamespaces, logger.WithName("events")); err != nil {
 		return err
 	}
 	// GetWebhookServer, not server: the manager starts the server only once it has been asked for it.
@@ -280,9 +288,12 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 					Hints: opts.disruption.hints(), Budgets: opts.disruption.budgets, Drain: opts.disruption.drain,
 					BusyRetryMax: opts.disruption.busyRetryMax, Events: events, Metrics: dMetrics, Log: logger.WithName("disruption"),
 					// Watched only where runner-guard guards pods (and is granted them).
-					Namespaces: hcfg.RunnerNamespaces,
+					Namespaces: hcfg.RunnerNamespaces, EventsSecret: eventsSecret,
 				})
 			})
+		if controllers.restart, err = addARCServed(mgr, restCfg, logger.WithName("disruption")); err != nil {
+			return err
+		}
 		if err := mgr.Add(controllers); err != nil {
 			return fmt.Errorf("disruption controllers: %w", err)
 		}

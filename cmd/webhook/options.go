@@ -47,6 +47,7 @@ type options struct {
 	disruption          disruptionFlags
 	activation          activationFlags
 	selfCerts           selfCertFlags
+	events              eventsFlags
 	printVersion        bool
 	zap                 zap.Options
 }
@@ -80,6 +81,7 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	o.disruption.bind(fs)
 	o.activation.bind(fs)
 	o.selfCerts.bind(fs)
+	o.events.bind(fs)
 	fs.BoolVar(&o.enableHTTP2, "enable-http2", false, "Serve the webhook over HTTP/2 as well (off: HTTP/2 rapid-reset CVEs).")
 	fs.BoolVar(&o.printVersion, "version", false, "Print the version, the commit and the Go version, and exit.")
 	o.zap.BindFlags(fs)

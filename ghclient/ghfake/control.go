@@ -119,6 +119,7 @@ func (f *Fake) ControlHandler() http.Handler {
 	f.handleAppControls(mux)
 	f.handleSecondaryControls(mux)
 	f.handleStrictnessControls(mux)
+	f.handleEventControls(mux)
 	mux.HandleFunc("POST /_fake/runners", func(w http.ResponseWriter, r *http.Request) {
 		var req RunnerRequest
 		scope, ok := decodeRunner(w, r, &req)

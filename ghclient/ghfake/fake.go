@@ -267,6 +267,8 @@ type Fake struct {
 
 	ctrlOnce sync.Once
 	ctrl     http.Handler
+
+	events *eventSender // events.go; nil delivers none
 }
 
 // New returns an empty fake as strict as GitHub, unless opts say otherwise:
@@ -517,7 +519,13 @@ func (f *Fake) RemoveRunnerByName(scope ghclient.Scope, name string) bool {
 
 // SetBusy marks a runner busy (running a job) or idle; false if not registered.
 func (f *Fake) SetBusy(scope ghclient.Scope, name string, busy bool) bool {
-	return f.update(scope, name, func(r *runner) { r.Busy = busy })
+	var was bool
+	var id int64
+	ok := f.update(scope, name, func(r *runner) { was, id, r.Busy = r.Busy, r.ID, busy })
+	if ok && was != busy {
+		f.jobChanged(scope, name, id, busy) // events.go: the workflow_job delivery
+	}
+	return ok
 }
 
 // SetOnline marks a runner online or offline; false if not registered.

@@ -127,22 +127,15 @@ func (d *disruptionBench) hintLag(ctx context.Context, e *env) error {
 	var lags []time.Duration
 	for i := range hintRuns {
 		name := fmt.Sprintf("hint-%03d", i)
-		w, err := d.fenv.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
-		if err != nil {
-			return err
-		}
 		patch, _ := json.Marshal(map[string]any{"status": map[string]any{"jobRequestId": 1000 + i, "jobId": fmt.Sprint(1000 + i), "jobRepositoryName": "acme/app", "jobDisplayName": "build"}})
-		start := time.Now()
-		if _, err := d.dyn.Resource(framework.EphemeralRunnerResource()).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-			w.Stop()
+		lag, err := hintLagOf(ctx, d.fenv, ns, name, func() error {
+			_, err := d.dyn.Resource(framework.EphemeralRunnerResource()).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+			return err
+		})
+		if err != nil {
 			return err
 		}
-		err = untilAnnotated(ctx, w, disruption.AnnotationDoNotDisrupt)
-		lags = append(lags, time.Since(start))
-		w.Stop()
-		if err != nil {
-			return fmt.Errorf("pod %s: %w", name, err)
-		}
+		lags = append(lags, lag)
 	}
 	requests := len(d.fenv.GitHub.Requests()) - before
 	slices.Sort(lags)
@@ -151,6 +144,24 @@ func (d *disruptionBench) hintLag(ctx context.Context, e *env) error {
 	e.record("hint_lag_p99_ms", ms(p99), "ms", "<= 1000, 0 GitHub requests", ms(p99) <= 1000 && requests == 0,
 		fmt.Sprintf("job fields set on the EphemeralRunner -> %s on the pod, real API server; p50 %.0f ms; %d GitHub requests", disruption.AnnotationDoNotDisrupt, ms(p50), requests))
 	return nil
+}
+
+// hintLagOf watches pod ns/name, runs start, and returns how long until the
+// pod carries karpenter.sh/do-not-disrupt.
+func hintLagOf(ctx context.Context, fenv *framework.Env, ns, name string, start func() error) (time.Duration, error) {
+	w, err := fenv.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+	if err != nil {
+		return 0, err
+	}
+	defer w.Stop()
+	began := time.Now()
+	if err := start(); err != nil {
+		return 0, err
+	}
+	if err := untilAnnotated(ctx, w, disruption.AnnotationDoNotDisrupt); err != nil {
+		return 0, fmt.Errorf("pod %s: %w", name, err)
+	}
+	return time.Since(began), nil
 }
 
 // untilAnnotated waits on a pod watch until the pod carries the annotation.

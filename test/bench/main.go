@@ -160,6 +160,7 @@ func run() ([]figure, error) {
 		{"disruption controller on a real API server: hint lag, idle drain, job budgets", (*env).disruptionRun},
 		{"certificate rotation during 64 clients' reviews on a real API server", (*env).rotationUnderLoad},
 		{"disruption budgets on a real API server: evictions at once, a drain", (*env).budgetRun},
+		{"GitHub's workflow_job events on a real API server: hint lag, requests, forgeries", (*env).eventsRun},
 	}
 	for _, s := range steps {
 		if !strings.Contains(s.name, *only) {

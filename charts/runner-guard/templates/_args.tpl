@@ -70,6 +70,10 @@ default install's args are those of dist/install.yaml plus --config.
 {{- if not .Values.disruption.drainRunners }}
 - --drain-runners=false
 {{- end }}
+{{- if .Values.events.enabled }}
+- --events-bind-address=:{{ .Values.events.port }}
+- --github-webhook-secret-file={{ include "runner-guard.eventsDir" . }}/webhook-secret
+{{- end }}
 {{- if .Values.webhook.clientCAConfigMap }}
 - --client-ca-file={{ include "runner-guard.clientCADir" . }}/ca.crt
 {{- end }}

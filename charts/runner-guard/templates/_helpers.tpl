@@ -79,6 +79,11 @@ app.kubernetes.io/component: webhook
 {{- define "runner-guard.githubDir" -}}/etc/runner-guard/github{{- end }}
 {{- define "runner-guard.configDir" -}}/etc/runner-guard/config{{- end }}
 {{- define "runner-guard.clientCADir" -}}/etc/runner-guard/client-ca{{- end }}
+{{- define "runner-guard.eventsDir" -}}/etc/runner-guard/events{{- end }}
+{{/* The Secret holding the GitHub webhook's secret. */}}
+{{- define "runner-guard.eventsSecretName" -}}
+{{- .Values.events.existingSecret | default (printf "%s-events" (include "runner-guard.fullname" .)) }}
+{{- end }}
 
 {{/* The exempt namespaces, the release namespace included. */}}
 {{- define "runner-guard.exemptNamespaces" -}}

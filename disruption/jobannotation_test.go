@@ -1,0 +1,91 @@
+package disruption
+
+import (
+	"context"
+	"maps"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/runner-guard/runner-guard/events/jobannotation"
+	"github.com/runner-guard/runner-guard/test/fixture"
+)
+
+// The hint reconciler on a legacy pod with events on: a verified job
+// annotation sets the hints with no listing, its removal (the job's
+// completed) takes them off, a forged or copied one is ignored, and a pod
+// never seen with one keeps its hints as without events.
+func TestHintReconcilerFollowsJobAnnotation(t *testing.T) {
+	secret := []byte("s")
+	job := jobannotation.Job{Repository: "acme/app", RunID: 1, Attempt: 1, JobID: 9, Name: "build"}
+	signed := func(uid string) string { return jobannotation.Value(job, uid, secret) }
+	ours := map[string]string{AnnotationDoNotDisrupt: "true", AnnotationSafeToEvict: "false", AnnotationOwned: "do-not-disrupt,safe-to-evict"}
+	none := map[string]string{}
+	cases := map[string]struct {
+		annotation func(uid string) string
+		secret     []byte
+		// hints the pod carries before; completed removes the annotation
+		// after a first reconcile.
+		hints     map[string]string
+		completed bool
+		want      map[string]string
+	}{
+		"signed job: hints set":                 {annotation: signed, secret: secret, want: ours},
+		"forged mac: nothing":                   {annotation: func(uid string) string { return jobannotation.Value(job, uid, []byte("guess")) }, secret: secret, want: none},
+		"copied from another pod: nothing":      {annotation: func(string) string { return jobannotation.Value(job, "other-uid", secret) }, secret: secret, want: none},
+		"completed: ours go":                    {annotation: signed, secret: secret, completed: true, want: none},
+		"never annotated: hints stay as before": {secret: secret, hints: ours, want: ours},
+		"events off: the annotation is nothing": {annotation: signed, want: none},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			pod := fixture.MakeLegacyRunnerPod("ci", "r-1").Org("acme").Running().Obj()
+			pod.Labels["runner"] = "true" // the guard stub's runner pods
+			pod.Annotations = maps.Clone(c.hints)
+			if c.annotation != nil {
+				pod.Annotations = map[string]string{jobannotation.Annotation: c.annotation(string(pod.UID))}
+			}
+			cl := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(pod).Build()
+			r := &hintReconciler{pods: cl, guard: &guardStub{}, enabled: AllHints(), eventsSecret: c.secret}
+			hints := hintsAfterReconcile(t, r, cl, pod)
+			if c.completed {
+				if !maps.Equal(hints, ours) {
+					t.Fatalf("hints before completed %v, want %v", hints, ours)
+				}
+				if err := cl.Patch(context.Background(), pod, client.RawPatch(types.MergePatchType,
+					[]byte(`{"metadata":{"annotations":{"`+jobannotation.Annotation+`":null}}}`))); err != nil {
+					t.Fatal(err)
+				}
+				hints = hintsAfterReconcile(t, r, cl, pod)
+			}
+			if !maps.Equal(hints, c.want) {
+				t.Errorf("hints %v, want %v", hints, c.want)
+			}
+		})
+	}
+}
+
+// hintsAfterReconcile reconciles pod once and returns the hint annotations
+// it then carries.
+func hintsAfterReconcile(t *testing.T, r *hintReconciler, cl client.Client, pod *corev1.Pod) map[string]string {
+	t.Helper()
+	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	got := &corev1.Pod{}
+	if err := cl.Get(context.Background(), client.ObjectKeyFromObject(pod), got); err != nil {
+		t.Fatal(err)
+	}
+	hints := map[string]string{}
+	for _, k := range []string{AnnotationDoNotDisrupt, AnnotationSafeToEvict, AnnotationOwned} {
+		if v, ok := got.Annotations[k]; ok {
+			hints[k] = v
+		}
+	}
+	return hints
+}

@@ -1,0 +1,51 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+)
+
+// Server serves the endpoint on a listener of its own (--events-bind-address),
+// on every replica: a delivery is applied by whichever replica receives it.
+type Server struct {
+	Addr    string
+	Handler http.Handler
+}
+
+var (
+	_ manager.Runnable               = &Server{}
+	_ manager.LeaderElectionRunnable = &Server{}
+)
+
+// NeedLeaderElection is false: every replica serves.
+func (s *Server) NeedLeaderElection() bool { return false }
+
+// Start serves until ctx ends.
+func (s *Server) Start(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.Addr)
+	if err != nil {
+		return fmt.Errorf("--events-bind-address: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(Path, s.Handler)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("events server: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("events server: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,240 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/runner-guard/runner-guard/disruption"
+	"github.com/runner-guard/runner-guard/events"
+	"github.com/runner-guard/runner-guard/events/jobannotation"
+	"github.com/runner-guard/runner-guard/ghclient/ghfake"
+	"github.com/runner-guard/runner-guard/test/process"
+)
+
+const eventsSecret = "e2e-webhook-secret"
+
+// eventsOn restarts runner-guard with its events endpoint and has the fake
+// GitHub deliver workflow_job events there (with knobs); both are undone
+// when the test ends. It returns the endpoint's URL.
+func eventsOn(s *scenario, knobs ghfake.Events) string {
+	s.t.Helper()
+	if !env.Local() {
+		s.t.Skip("events need the local harness: the fake GitHub delivers to a port of this host")
+	}
+	port, err := process.FreePort()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	secretFile := filepath.Join(s.t.TempDir(), "webhook-secret")
+	if err := os.WriteFile(secretFile, []byte(eventsSecret+"\n"), 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := env.RestartWebhook(s.ctx, fmt.Sprintf("--events-bind-address=127.0.0.1:%d", port), "--github-webhook-secret-file="+secretFile); err != nil {
+		s.t.Fatal(err)
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d%s", port, events.Path)
+	knobs.URL, knobs.Secret = url, eventsSecret
+	env.Fake().DeliverEvents(knobs)
+	s.t.Cleanup(func() {
+		env.Fake().DeliverEvents(ghfake.Events{})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := env.RestartWebhook(ctx); err != nil {
+			s.t.Errorf("restore webhook: %v", err)
+		}
+	})
+	return url
+}
+
+// jobOf is the verified job annotation of a pod.
+func (s *scenario) jobOf(name string) (jobannotation.Job, bool) {
+	s.t.Helper()
+	p := s.pod(name)
+	if p == nil {
+		return jobannotation.Job{}, false
+	}
+	return jobannotation.JobFromPod(p, []byte(eventsSecret))
+}
+
+// eventsMetric is runner_guard_events_total for a workflow_job outcome.
+func (s *scenario) eventsMetric(outcome string) float64 {
+	s.t.Helper()
+	v, _, err := env.Metric(s.ctx, fmt.Sprintf(`runner_guard_events_total{event="workflow_job",outcome=%q}`, outcome))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return v
+}
+
+var hinted = map[string]string{
+	disruption.AnnotationDoNotDisrupt: "true", disruption.AnnotationSafeToEvict: "false", disruption.AnnotationOwned: "do-not-disrupt,safe-to-evict",
+}
+
+// A legacy runner pod gets its job from GitHub's in_progress delivery, and
+// with it the hints and a busy refusal with no GitHub request; a forged
+// delivery changes nothing; a repeated one applies once; completed takes
+// the job and the hints off.
+func TestEventsGiveLegacyPodsTheirJob(t *testing.T) {
+	s := newScenario(t, "events")
+	url := eventsOn(s, ghfake.Events{Repeat: true})
+	s.runnerPod("ev-runner", false, true)
+	before := len(s.github())
+
+	env.GitHub.SetBusy(s.scope, "ev-runner", true) // the fake delivers in_progress (twice)
+	job, ok := s.jobOf("ev-runner")
+	if !ok || job.Repository != s.scope.Name+"/app" || job.JobID == 0 {
+		t.Fatalf("after in_progress the pod carries job %+v (verified %v): %v", job, ok, s.annotations("ev-runner"))
+	}
+	if n := s.eventsMetric(events.OutcomeDuplicate); n != 1 {
+		t.Errorf("the repeated in_progress counted %v duplicates, want 1", n)
+	}
+	s.wantAnnotations("ev-runner", hinted)
+	_, stderr, err := s.kubectl("delete", "pod", "ev-runner", "--wait=false")
+	if err == nil || !strings.Contains(stderr, "runner busy") || !strings.Contains(stderr, "workflow_job") {
+		t.Fatalf("delete of the pod of an annotated job: err %v, stderr %q; want refused as runner busy from the delivery", err, stderr)
+	}
+	if reqs := s.github()[before:]; len(reqs) != 0 {
+		t.Errorf("hints and the refusal from a delivery cost GitHub requests:%s", describe(reqs))
+	}
+
+	// Forged deliveries: unsigned, or signed with another secret. Each is
+	// refused with 401 and the job stays.
+	completed := fmt.Sprintf(`{"action":"completed","workflow_job":{"id":%d,"run_id":1,"run_attempt":1,"name":"build","runner_name":"ev-runner"},"repository":{"full_name":%q}}`, job.JobID, job.Repository)
+	for name, sig := range map[string]string{"unsigned": "", "another secret": events.Sign([]byte(completed), []byte("guess"))} {
+		req, _ := http.NewRequestWithContext(s.ctx, http.MethodPost, url, strings.NewReader(completed))
+		req.Header.Set(events.HeaderEvent, "workflow_job")
+		req.Header.Set(events.HeaderDelivery, "forged-"+name)
+		if sig != "" {
+			req.Header.Set(events.HeaderSignature, sig)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s delivery answered %d, want 401", name, resp.StatusCode)
+		}
+	}
+	if _, ok := s.jobOf("ev-runner"); !ok {
+		t.Fatal("a forged completed removed the job")
+	}
+
+	env.GitHub.SetBusy(s.scope, "ev-runner", false) // completed (twice)
+	if _, ok := s.jobOf("ev-runner"); ok {
+		t.Fatalf("completed left the job: %v", s.annotations("ev-runner"))
+	}
+	s.wantAnnotations("ev-runner", map[string]string{})
+	for _, d := range env.Fake().Deliveries() {
+		if d.Status != http.StatusOK {
+			t.Errorf("delivery %+v answered %d, want 200", d, d.Status)
+		}
+	}
+	if n := s.eventsMetric(events.OutcomeDuplicate); n != 2 {
+		t.Errorf("the repeated deliveries counted %v duplicates, want 2", n)
+	}
+}
+
+// A lost completed leaves the job on the pod, and so the hints; the drain
+// of its cordoned node still asks GitHub's DELETE, which finds the runner
+// idle and releases it, as without events.
+func TestEventsLostCompletedLeavesTheDrainToGitHub(t *testing.T) {
+	s := newScenario(t, "events-lost")
+	eventsOn(s, ghfake.Events{Lose: []string{"completed"}})
+	node := "e2e-node-events-lost"
+	if err := env.EnsureNode(s.ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _, _ = env.Kubectl(context.Background(), "uncordon", node) })
+	pod := legacyRunnerPod(s.ns, "ev-lost", s.scope)
+	pod.Spec.NodeName = node
+	id := env.GitHub.AddRunner(s.scope, "ev-lost")
+	pod.Annotations = map[string]string{"actions-runner/id": fmt.Sprint(id)}
+	if legacyRunnersServed(t) {
+		pod = ownedBy(pod, s.legacyRunner("ev-lost", s.scope))
+	}
+	s.create(pod)
+	env.GitHub.SetBusy(s.scope, "ev-lost", true)
+	s.wantAnnotations("ev-lost", hinted)
+	env.GitHub.SetBusy(s.scope, "ev-lost", false) // its completed is lost
+	if _, ok := s.jobOf("ev-lost"); !ok {
+		t.Fatal("the job went without its completed")
+	}
+	if _, stderr, err := s.kubectl("cordon", node); err != nil {
+		t.Fatalf("cordon: %v: %s", err, stderr)
+	}
+	s.waitDeletionAdmitted("the drain releases the idle runner whose completed was lost", time.Minute, "ev-lost")
+	if s.registered("ev-lost") {
+		t.Error("the runner is still registered on GitHub")
+	}
+	if s.count(http.MethodDelete) == 0 {
+		t.Errorf("the drain released the runner without GitHub's DELETE:%s", describe(s.github()))
+	}
+}
+
+// ARC installed after runner-guard: with no EphemeralRunner CRD at start
+// runner_guard_arc_crd_served is 0; once the CRD is installed it becomes 1
+// with no restart, and a scale-set pod's job fields give it hints.
+func TestEphemeralRunnerCRDInstalledLater(t *testing.T) {
+	if !env.Local() {
+		t.Skip("needs the local harness: it removes and installs a CRD and restarts runner-guard")
+	}
+	crd := filepath.Join("testdata", "crds", "ephemeralrunners.actions.github.com.yaml")
+	served := func(want float64) func() error {
+		return func() error {
+			v, ok, err := env.Metric(context.Background(), "runner_guard_arc_crd_served")
+			switch {
+			case err != nil:
+				return err
+			case !ok || v != want:
+				return fmt.Errorf("runner_guard_arc_crd_served = %v (present %v), want %v", v, ok, want)
+			}
+			return nil
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if _, stderr, err := env.Kubectl(ctx, "apply", "-f", crd); err != nil {
+			t.Errorf("reinstall the CRD: %v: %s", err, stderr)
+		}
+		_, _, _ = env.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "-f", crd)
+		if err := env.RestartWebhook(ctx); err != nil {
+			t.Errorf("restore webhook: %v", err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	if _, stderr, err := env.Kubectl(ctx, "delete", "-f", crd, "--wait=true", "--timeout=90s"); err != nil {
+		t.Fatalf("remove the EphemeralRunner CRD: %v: %s", err, stderr)
+	}
+	if err := env.RestartWebhook(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := newScenario(t, "crd-later")
+	s.eventually("runner-guard sees no EphemeralRunners", 30*time.Second, served(0))
+
+	if _, stderr, err := env.Kubectl(ctx, "apply", "-f", crd); err != nil {
+		t.Fatalf("install the CRD: %v: %s", err, stderr)
+	}
+	if _, stderr, err := env.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "-f", crd); err != nil {
+		t.Fatalf("CRD not established: %v: %s", err, stderr)
+	}
+	s.eventually("runner-guard picks up the EphemeralRunner CRD", 2*disruption.DefaultARCCheckInterval+10*time.Second, served(1))
+
+	ss := newScaleSet(t, "crd-later-ss")
+	r := ss.runner("crd-later-runner", "https://github.com/"+ss.scope.Name, ss.scope, true, nil)
+	ss.setJob(r.name, 303, "build")
+	ss.wantAnnotationsWithin(r.name, hinted, 30*time.Second)
+	if p := ss.pod(r.name); p != nil && p.Status.Phase != corev1.PodRunning {
+		t.Fatalf("pod %s is %s", r.name, p.Status.Phase)
+	}
+}
