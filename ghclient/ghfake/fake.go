@@ -238,6 +238,8 @@ type Fake struct {
 
 	log []Request
 
+	wf workflows // runs.go
+
 	secondary  SecondaryLimit
 	usage      map[string]*credUsage // by credential
 	requestSeq int64
@@ -732,6 +734,10 @@ func (f *Fake) arriveLocked(r *http.Request) Request {
 			e.Op = OpInstallation
 			return e
 		}
+		if rt, ok := parseWorkflowRoute(r.Method, parts); ok {
+			e.Op = rt.op
+			return e
+		}
 	}
 	k, rest, ok := parseScope(parts)
 	if !ok {
@@ -857,6 +863,9 @@ func (f *Fake) answerLocked(r *http.Request, cred string) response {
 	}
 	if owner, repo, ok := installationLookup(r.Method, parts); ok {
 		return f.findInstallationLocked(r, h, owner, repo, now)
+	}
+	if rt, ok := parseWorkflowRoute(r.Method, parts); ok {
+		return f.workflowLocked(r, h, rt, now)
 	}
 	install, ok := f.authorizedLocked(r, now)
 	if !ok {
