@@ -53,6 +53,12 @@ func newEnv(t *testing.T, mods ...func(*ghclient.Config)) *env {
 	t.Helper()
 	f := ghfake.New()
 	f.SetToken(testToken)
+	return newEnvWith(t, f, mods...)
+}
+
+// newEnvWith serves f and builds a Client for it.
+func newEnvWith(t *testing.T, f *ghfake.Fake, mods ...func(*ghclient.Config)) *env {
+	t.Helper()
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	m := ghclient.NewMetrics()
