@@ -143,7 +143,10 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		o.Log.Info("the API server serves no EphemeralRunners: no job is known lost until a restart after ARC's CRDs are installed", "error", err.Error())
 	}
 	b := ctrl.NewControllerManagedBy(mgr).Named("lost-jobs").
-		WatchesRawSource(source.Kind(c, &corev1.Pod{}, handler.TypedFuncs[*corev1.Pod, reconcile.Request]{DeleteFunc: w.podDeleted}))
+		WatchesRawSource(source.Kind(c, &corev1.Pod{}, handler.TypedFuncs[*corev1.Pod, reconcile.Request]{DeleteFunc: w.podDeleted})).
+		// Nodes are only read (lossCause); watched so the cache holds them
+		// from the start and a pod's delete never waits for their sync.
+		WatchesRawSource(source.Kind(c, &corev1.Node{}, handler.TypedFuncs[*corev1.Node, reconcile.Request]{}))
 	if erServed {
 		b = b.WatchesRawSource(source.Kind(c, er, handler.TypedFuncs[*unstructured.Unstructured, reconcile.Request]{
 			CreateFunc: func(_ context.Context, e event.TypedCreateEvent[*unstructured.Unstructured], _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {

@@ -31,6 +31,7 @@ import (
 	"github.com/runner-guard/runner-guard/disruption"
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/metricsauth"
+	"github.com/runner-guard/runner-guard/rerun"
 	"github.com/runner-guard/runner-guard/webhook"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
@@ -92,6 +93,9 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	if err := opts.disruption.check(); err != nil {
 		return err
 	}
+	if err := opts.rerun.check(); err != nil {
+		return err
+	}
 	opts.zap.DestWriter = stderr
 	logger := zap.New(zap.UseFlagOptions(&opts.zap))
 	ctrl.SetLogger(logger)
@@ -111,6 +115,9 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		if static, err = ghclient.New(gcfg); err != nil {
 			return githubConfigError(err)
 		}
+	}
+	if err := opts.rerun.checkRight(ctx, static, log); err != nil {
+		return err
 	}
 	gh, err := ghclient.NewRouter(ghclient.RouterConfig{Default: static, AllowHTTP: opts.githubAllowHTTP,
 		CABundle: ca, UserAgent: gcfg.UserAgent, Metrics: ghMetrics, Budgets: budgets})
@@ -177,7 +184,8 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	}
 
 	hMetrics := webhook.NewMetrics()
-	for _, c := range slices.Concat(hMetrics.Collectors(), ghMetrics.Collectors(), gh.Collectors()) {
+	rerunMetrics := rerun.NewMetrics()
+	for _, c := range slices.Concat(hMetrics.Collectors(), ghMetrics.Collectors(), gh.Collectors(), rerunMetrics.Collectors()) {
 		if err := metrics.Registry.Register(c); err != nil {
 			return fmt.Errorf("register metrics: %w", err)
 		}
@@ -224,14 +232,18 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	if opts.disruption.enabled() {
 		controllers := newLeaderElected(restCfg, cacheOpts, opts.disruption.leaderElect, opts.disruption.leaseNamespace(getenv),
 			logger.WithName("disruption"), func(ctx context.Context, cmgr ctrl.Manager) error {
-				return disruption.Setup(ctx, cmgr, disruption.Options{
+				if err := disruption.Setup(ctx, cmgr, disruption.Options{
 					Guard: handler, GitHub: gh, Listing: disruption.RouterListing{Router: gh, Refresh: true},
 					HintListing: opts.disruption.hintListing(gh), Retirer: retirer,
 					Hints: opts.disruption.hints(), Drain: opts.disruption.drain,
 					BusyRetryMax: opts.disruption.busyRetryMax, Events: events, Log: logger.WithName("disruption"),
 					// Watched only where runner-guard guards pods (and is granted them).
 					Namespaces: hcfg.RunnerNamespaces,
-				})
+				}); err != nil {
+					return err
+				}
+				return opts.rerun.setup(cmgr, rerunSetup{handler: handler, router: gh, namespace: opts.disruption.leaseNamespace(getenv),
+					runnerNamespaces: hcfg.RunnerNamespaces, events: events, metrics: rerunMetrics, log: logger.WithName("rerun")})
 			})
 		if err := mgr.Add(controllers); err != nil {
 			return fmt.Errorf("disruption controllers: %w", err)

@@ -45,6 +45,7 @@ type options struct {
 	credentialsMode     string
 	retireRunners       string
 	disruption          disruptionFlags
+	rerun               rerunFlags
 	activation          activationFlags
 	printVersion        bool
 	zap                 zap.Options
@@ -77,6 +78,7 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	fs.StringVar(&o.credentialsMode, "credentials-mode", "", `Where runners' GitHub credentials come from: "static" (these flags, the default) or "arc" (each scale-set runner's EphemeralRunner githubConfigSecret in its namespace, with ARC's keys; legacy pods still use these flags). Overrides credentialsMode from --config.`)
 	fs.StringVar(&o.retireRunners, "retire-ephemeral-runners", "", `"true" (default) or "false": delete the EphemeralRunner of a scale-set runner runner-guard unregistered, so ARC creates a fresh runner. Overrides retireEphemeralRunners from --config.`)
 	o.disruption.bind(fs)
+	o.rerun.bind(fs)
 	o.activation.bind(fs)
 	fs.BoolVar(&o.enableHTTP2, "enable-http2", false, "Serve the webhook over HTTP/2 as well (off: HTTP/2 rapid-reset CVEs).")
 	fs.BoolVar(&o.printVersion, "version", false, "Print the version, the commit and the Go version, and exit.")
