@@ -52,6 +52,12 @@ default install's args are those of dist/install.yaml plus --config.
 {{- if not .Values.disruption.drainRunners }}
 - --drain-runners=false
 {{- end }}
+{{- if .Values.rerun.enabled }}
+- --rerun-lost-jobs
+{{- end }}
+{{- if ne (int .Values.rerun.maxPerRun) 3 }}
+- --rerun-max-per-run={{ .Values.rerun.maxPerRun }}
+{{- end }}
 {{- if .Values.webhook.clientCAConfigMap }}
 - --client-ca-file={{ include "runner-guard.clientCADir" . }}/ca.crt
 {{- end }}
