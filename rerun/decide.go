@@ -164,7 +164,8 @@ type outcome struct {
 // which jobs were lost, and the one request that re-runs them. A re-run
 // starts a new attempt of the whole run, after which no other job of the
 // old attempt can be re-run; so two or more lost jobs are re-run together
-// with rerun-failed-jobs when they are the attempt's only failed jobs, and
+// with rerun-failed-jobs when they are the attempt's only failed or
+// cancelled jobs (it re-runs both), and
 // otherwise only the first is. room is how many more re-runs the run may
 // have (maxPerRun less those done).
 func plan(run ghclient.WorkflowRun, jobs []ghclient.WorkflowJob, recs []Record, enabled bool, room, maxPerRun int) (action, []outcome) {
@@ -210,9 +211,10 @@ func plan(run ghclient.WorkflowRun, jobs []ghclient.WorkflowJob, recs []Record, 
 		}
 		return action{}, outs
 	}
+	// rerun-failed-jobs re-runs the attempt's cancelled jobs too.
 	othersFailed := false
 	for _, j := range jobs {
-		if kindOf(j.Conclusion) == failedJob && j.Conclusion != "" && !lostRunners[j.RunnerName] {
+		if (kindOf(j.Conclusion) == failedJob || j.Conclusion == "cancelled") && j.Conclusion != "" && !lostRunners[j.RunnerName] {
 			othersFailed = true
 		}
 	}

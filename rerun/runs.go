@@ -287,3 +287,23 @@ func truncate(s string) string {
 	}
 	return s[:limit-3] + "..."
 }
+
+// Stepper is the GitHub side of deciding a run's lost-job records, apart
+// from Kubernetes (the bench drives it as the controller does).
+type Stepper struct{ s stepper }
+
+// NewStepper decides as the controller with those options does.
+func NewStepper(enabled bool, maxPerRun int, poll time.Duration) Stepper {
+	return Stepper{s: stepper{enabled: enabled, maxPerRun: maxPerRun, poll: poll, log: logr.Discard()}}
+}
+
+// Advance asks GitHub about the run of recs (waiting records of one run)
+// and returns them as they now stand and when to ask again (0: all decided).
+func (s Stepper) Advance(ctx context.Context, gh Runs, recs []Record, reruns int) ([]Record, time.Duration, error) {
+	out, again, err := s.s.advance(ctx, gh, recs, reruns)
+	recs = make([]Record, len(out))
+	for i, c := range out {
+		recs[i] = c.rec
+	}
+	return recs, again, err
+}

@@ -117,6 +117,7 @@ func TestAdvanceSeveralLostInOneRun(t *testing.T) {
 	tests := map[string]struct {
 		lost        int
 		otherFails  bool
+		otherEnd    string // the other job's conclusion when it did not fail
 		reruns      int // of the run, before
 		wantOp      ghfake.Op
 		wantRerun   int
@@ -124,6 +125,7 @@ func TestAdvanceSeveralLostInOneRun(t *testing.T) {
 	}{
 		"all failed jobs are ours: one rerun-failed-jobs": {lost: 3, wantOp: ghfake.OpRerunFailedJobs, wantRerun: 3},
 		"another job failed on its own: one job re-run":   {lost: 2, otherFails: true, wantOp: ghfake.OpRerunJob, wantRerun: 1, wantLostMsg: "one attempt at a time"},
+		"another job was cancelled: one job re-run":       {lost: 2, otherEnd: ghfake.ConclusionCancelled, wantOp: ghfake.OpRerunJob, wantRerun: 1, wantLostMsg: "one attempt at a time"},
 		"more than maxPerRun: one job re-run":             {lost: 4, wantOp: ghfake.OpRerunJob, wantRerun: 1, wantLostMsg: "one attempt at a time"},
 		"maxPerRun reached before":                        {lost: 1, reruns: DefaultMaxPerRun, wantRerun: 0, wantLostMsg: "--rerun-max-per-run"},
 	}
@@ -141,9 +143,12 @@ func TestAdvanceSeveralLostInOneRun(t *testing.T) {
 				recs = append(recs, rec)
 			}
 			ok, _ := f.AddJob(run, "lint", "runner-lint")
-			if tc.otherFails {
+			switch {
+			case tc.otherFails:
 				_ = f.FinishJob(ok, ghfake.ConclusionFailure)
-			} else {
+			case tc.otherEnd != "":
+				_ = f.FinishJob(ok, tc.otherEnd)
+			default:
 				_ = f.FinishJob(ok, ghfake.ConclusionSuccess)
 			}
 			_ = f.CompleteRun(run, ghfake.ConclusionFailure)
@@ -171,10 +176,10 @@ func TestAdvanceSeveralLostInOneRun(t *testing.T) {
 			if want := min(tc.wantRerun, 1); posts != want || want == 1 && f.CountMatching(ghfake.RequestMatch{Op: tc.wantOp}) != 1 {
 				t.Errorf("%d re-run requests, want %d %s", posts, want, tc.wantOp)
 			}
-			if tc.otherFails {
+			if tc.otherFails || tc.otherEnd != "" {
 				for _, j := range f.Jobs(run, 2) {
 					if j.Name == "lint" && j.Status == ghfake.StatusQueued {
-						t.Error("the job that failed on its own was re-run")
+						t.Error("the job that failed or was cancelled on its own was re-run")
 					}
 				}
 			}

@@ -155,6 +155,7 @@ func run() ([]figure, error) {
 		{"runner-pod latency", (*env).latency},
 		{"RSS of the real binary under load", (*env).rss},
 		{"disruption controller on a real API server: hint lag, idle drain", (*env).disruptionRun},
+		{"100 jobs lost in 10 runs: re-run path", (*env).lostJobs},
 	}
 	for _, s := range steps {
 		if !strings.Contains(s.name, *only) {
