@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -168,8 +169,16 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		enabled: o.Enabled, maxPerRun: o.MaxPerRun, poll: o.Poll, events: o.Events, metrics: o.Metrics,
 		now: o.Now, log: o.Log.WithName("rerun"),
 	}
+	// A record's creation (also the cache's first listing after a restart
+	// or a change of leader) starts its run's reconciles; they requeue
+	// themselves. Updates are the reconciler's own writes: reacting to them
+	// would only ask GitHub again.
+	created := predicate.TypedFuncs[*corev1.ConfigMap]{
+		UpdateFunc: func(event.TypedUpdateEvent[*corev1.ConfigMap]) bool { return false },
+		DeleteFunc: func(event.TypedDeleteEvent[*corev1.ConfigMap]) bool { return false },
+	}
 	err = ctrl.NewControllerManagedBy(mgr).Named("job-reruns").
-		WatchesRawSource(source.Kind(c, &corev1.ConfigMap{}, handler.TypedEnqueueRequestsFromMapFunc(runOf))).
+		WatchesRawSource(source.Kind(c, &corev1.ConfigMap{}, handler.TypedEnqueueRequestsFromMapFunc(runOf), created)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r)
 	if err != nil {
@@ -272,6 +281,7 @@ func (w *lossWatch) podDeleted(ctx context.Context, e event.TypedDeleteEvent[*co
 	if err := w.reader.Get(ctx, k, er); err != nil {
 		er = nil
 	}
+	node, known := w.node(ctx, pod.Spec.NodeName)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	job, named := jobOf(pod, er)
@@ -282,7 +292,6 @@ func (w *lossWatch) podDeleted(ctx context.Context, e event.TypedDeleteEvent[*co
 	if !named || finishedNormally(pod, container) || runnerDone(er) {
 		return
 	}
-	node, known := w.node(ctx, pod.Spec.NodeName)
 	w.pending[k] = Record{
 		Job: job, Cause: lossCause(pod, node, known), PodNamespace: pod.Namespace, PodName: pod.Name,
 		PodUID: string(pod.UID), State: StateWaiting, Recorded: w.now(),
