@@ -109,6 +109,7 @@ func (f *Fake) ControlHandler() http.Handler {
 	mux := http.NewServeMux()
 	f.handleAppControls(mux)
 	f.handleSecondaryControls(mux)
+	f.handleWorkflowControls(mux) // runs_control.go
 	mux.HandleFunc("POST /_fake/runners", func(w http.ResponseWriter, r *http.Request) {
 		var req RunnerRequest
 		scope, ok := decodeRunner(w, r, &req)

@@ -85,10 +85,10 @@ type WorkflowJob struct {
 type TokenRights struct {
 	// Scopes make it a classic token: every answer to it carries them in
 	// X-OAuth-Scopes, and a re-run needs "repo".
-	Scopes []string
+	Scopes []string `json:"scopes,omitempty"`
 	// NoActionsWrite makes a token without Scopes a fine-grained token with
 	// actions: read only; nothing in GitHub's answers tells.
-	NoActionsWrite bool
+	NoActionsWrite bool `json:"noActionsWrite,omitempty"`
 }
 
 // workflows is the fake's runs and jobs, guarded by Fake.mu.

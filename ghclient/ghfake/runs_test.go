@@ -249,3 +249,51 @@ func TestWorkflowCallPoints(t *testing.T) {
 		}
 	}
 }
+
+func TestRemoteWorkflowControls(t *testing.T) {
+	f, srv := serve(t)
+	f.SetToken("tok")
+	g := &ghfake.Remote{BaseURL: srv.URL}
+	ctx := t.Context()
+	run, err := g.AddRun(ctx, "acme/app", "ci")
+	if err != nil {
+		t.Fatal(err)
+	}
+	build, err := g.AddJob(ctx, run, "build", "runner-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.AddJob(ctx, run+999, "x", ""); !ghfake.IsNotFound(err) {
+		t.Errorf("job of an unknown run: %v, want 404", err)
+	}
+	if err := g.FinishJob(ctx, build, ghfake.ConclusionFailure); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.CompleteRun(ctx, run, ghfake.ConclusionFailure); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.SetTokenRights(ctx, ghfake.TokenRights{Scopes: []string{"admin:org"}}); err != nil {
+		t.Fatal(err)
+	}
+	if a := do(t, http.MethodPost, fmt.Sprintf("%s/repos/acme/app/actions/jobs/%d/rerun", srv.URL, build), bearer("tok")); a.status != 403 {
+		t.Errorf("re-run with a token without repo: %d, want 403", a.status)
+	}
+	_ = g.SetTokenRights(ctx, ghfake.TokenRights{Scopes: []string{"repo"}})
+	if a := do(t, http.MethodPost, fmt.Sprintf("%s/repos/acme/app/actions/jobs/%d/rerun", srv.URL, build), bearer("tok")); a.status != 201 {
+		t.Errorf("re-run with repo: %d, want 201", a.status)
+	}
+	st, err := g.RunState(ctx, run, 0)
+	if err != nil || st.Run.RunAttempt != 2 || len(st.Jobs) != 1 || st.Jobs[0].Status != ghfake.StatusQueued {
+		t.Errorf("run state after the re-run: %+v, %v", st, err)
+	}
+	if st, _ = g.RunState(ctx, run, 1); len(st.Jobs) != 1 || *st.Jobs[0].Conclusion != "failure" {
+		t.Errorf("attempt 1: %+v", st)
+	}
+	if _, err := g.RunState(ctx, run+999, 0); !ghfake.IsNotFound(err) {
+		t.Errorf("unknown run: %v, want 404", err)
+	}
+	inst := f.AddInstallation(42, "acme")
+	if err := g.SetInstallationPermissions(ctx, inst, map[string]string{"actions": "read"}); err != nil {
+		t.Fatal(err)
+	}
+}
