@@ -1,0 +1,209 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/ghclient/ghfake"
+	"github.com/runner-guard/runner-guard/rerun"
+	"github.com/runner-guard/runner-guard/test/e2e/framework"
+)
+
+// recordNamespace holds the lost-job records: runner-guard's own namespace
+// (the leader election's, without POD_NAMESPACE).
+const recordNamespace = "runner-guard-system"
+
+// lostJob is a busy scale-set runner holding job "build" of a workflow run
+// of ORG/app on the fake GitHub, its EphemeralRunner naming the job.
+type lostJob struct {
+	runner   scaleSetRunner
+	run, job int64
+	repo     string
+	fake     *ghfake.Fake
+}
+
+func (s *scaleSet) lostJob(name string) lostJob {
+	s.t.Helper()
+	f := fakeGitHub(s.t)
+	org := s.scope.Name
+	scope := mustScope(ghclient.OrgScope(org))
+	r := s.runner(name, "https://github.com/"+org, scope, true, nil)
+	repo := org + "/app"
+	run := f.AddRun(repo, "ci")
+	job, err := f.AddJob(run, "build", name)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{
+		"jobRequestId": 7, "jobId": "7", "jobRepositoryName": repo, "workflowRunId": run, "jobDisplayName": "build",
+	}})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if _, err := s.dyn.Resource(framework.EphemeralRunnerResource()).Namespace(s.ns).Patch(s.ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		s.t.Fatalf("set the job fields of EphemeralRunner %s: %v", name, err)
+	}
+	// The hint on the pod says the controllers' caches saw the job fields.
+	s.eventually("the job hint on pod "+name, 20*time.Second, func() error {
+		if s.annotations(name)["karpenter.sh/do-not-disrupt"] != "true" {
+			return fmt.Errorf("annotations %v", s.annotations(name))
+		}
+		return nil
+	})
+	return lostJob{runner: r, run: run, job: job, repo: repo, fake: f}
+}
+
+// forceDelete deletes the pod at once, as an operator would (the force
+// annotation gets it past runner-guard).
+func (s *scaleSet) forceDelete(name string) {
+	s.t.Helper()
+	if _, stderr, err := s.kubectl("annotate", "pod", name, "runner-guard.io/force-delete=true"); err != nil {
+		s.t.Fatalf("annotate %s: %v: %s", name, err, stderr)
+	}
+	zero := int64(0)
+	if err := env.Client.CoreV1().Pods(s.ns).Delete(s.ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		s.t.Fatalf("force-delete pod %s: %v", name, err)
+	}
+}
+
+// record waits for the lost-job record of the run and returns its data.
+func (s *scaleSet) record(run int64, state rerun.State) map[string]string {
+	s.t.Helper()
+	var data map[string]string
+	s.eventually(fmt.Sprintf("a lost-job record of run %d in state %q", run, state), 90*time.Second, func() error {
+		list, err := env.Client.CoreV1().ConfigMaps(recordNamespace).List(s.ctx, metav1.ListOptions{LabelSelector: fmt.Sprintf("%s=%d", rerun.LabelRun, run)})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) != 1 {
+			return fmt.Errorf("%d records", len(list.Items))
+		}
+		data = list.Items[0].Data
+		if state != "" && data["state"] != string(state) {
+			return fmt.Errorf("record %v", data)
+		}
+		return nil
+	})
+	return data
+}
+
+// withRerunsOn restarts runner-guard with args and restores it after t.
+func withRerunsOn(t *testing.T, s *scaleSet, args ...string) {
+	t.Helper()
+	if err := env.RestartWebhook(s.ctx, args...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := env.RestartWebhook(ctx); err != nil {
+			t.Errorf("restore webhook: %v", err)
+		}
+	})
+}
+
+func (j lostJob) reruns() int {
+	return j.fake.CountMatching(ghfake.RequestMatch{Op: ghfake.OpRerunJob}) + j.fake.CountMatching(ghfake.RequestMatch{Op: ghfake.OpRerunFailedJobs})
+}
+
+// A busy runner's pod force-deleted, runner-guard restarted while the run
+// goes on, then the run completes failed: the job is re-run once and an
+// Event on the pod says why.
+func TestLostJobRerunOnce(t *testing.T) {
+	s := newScaleSet(t, "lost-rerun")
+	withRerunsOn(t, s, "--rerun-lost-jobs")
+	j := s.lostJob("lost-rerun-1")
+	s.forceDelete(j.runner.name)
+	rec := s.record(j.run, rerun.StateWaiting)
+	if rec["runner"] != j.runner.name || rec["repository"] != j.repo || rec["cause"] == "" {
+		t.Errorf("record %v", rec)
+	}
+
+	if err := env.RestartWebhook(s.ctx, "--rerun-lost-jobs"); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.fake.FinishJob(j.job, ghfake.ConclusionFailure); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.fake.CompleteRun(j.run, ghfake.ConclusionFailure); err != nil {
+		t.Fatal(err)
+	}
+	ev := s.waitForEventWithin(j.runner.name, rerun.ReasonJobRerun, 90*time.Second)
+	if !strings.Contains(ev, `job "build"`) || !strings.Contains(ev, j.repo) {
+		t.Errorf("event %q does not name the job and its repository", ev)
+	}
+	s.record(j.run, rerun.StateRerun)
+	if n := j.reruns(); n != 1 {
+		t.Errorf("%d re-run requests, want 1", n)
+	}
+	if r, _ := j.fake.Run(j.run); r.RunAttempt != 2 {
+		t.Errorf("run attempt %d, want 2", r.RunAttempt)
+	}
+}
+
+// A job the user cancelled is never re-run, and no Event says it was lost.
+func TestLostJobCancelledByUser(t *testing.T) {
+	s := newScaleSet(t, "lost-cancel")
+	withRerunsOn(t, s, "--rerun-lost-jobs")
+	j := s.lostJob("lost-cancel-1")
+	s.forceDelete(j.runner.name)
+	s.record(j.run, rerun.StateWaiting)
+	if err := j.fake.CompleteRun(j.run, ghfake.ConclusionCancelled); err != nil {
+		t.Fatal(err)
+	}
+	s.record(j.run, rerun.StateFinished)
+	if n := j.reruns(); n != 0 {
+		t.Errorf("%d re-run requests for a cancelled job", n)
+	}
+	for _, e := range s.events(j.runner.name) {
+		if strings.Contains(e, rerun.ReasonJobLost) || strings.Contains(e, rerun.ReasonJobRerun) {
+			t.Errorf("event %q about a cancelled job", e)
+		}
+	}
+}
+
+// Re-runs off (the default): the Event says the job was lost and what to
+// do; nothing is re-run.
+func TestLostJobRerunOff(t *testing.T) {
+	s := newScaleSet(t, "lost-off")
+	j := s.lostJob("lost-off-1")
+	s.forceDelete(j.runner.name)
+	s.record(j.run, rerun.StateWaiting)
+	_ = j.fake.FinishJob(j.job, ghfake.ConclusionFailure)
+	_ = j.fake.CompleteRun(j.run, ghfake.ConclusionFailure)
+	ev := s.waitForEventWithin(j.runner.name, rerun.ReasonJobLost, 90*time.Second)
+	if !strings.Contains(ev, "--rerun-lost-jobs") || !strings.Contains(ev, "Warning") {
+		t.Errorf("event %q: want a warning naming --rerun-lost-jobs", ev)
+	}
+	if n := j.reruns(); n != 0 {
+		t.Errorf("%d re-run requests with re-runs off", n)
+	}
+}
+
+// A token whose rights cannot be read: the first refusal says what to grant.
+func TestLostJobRerunRefused(t *testing.T) {
+	s := newScaleSet(t, "lost-refused")
+	withRerunsOn(t, s, "--rerun-lost-jobs")
+	j := s.lostJob("lost-refused-1")
+	j.fake.SetTokenRights(ghfake.TokenRights{NoActionsWrite: true})
+	t.Cleanup(func() { j.fake.SetTokenRights(ghfake.TokenRights{}) })
+	s.forceDelete(j.runner.name)
+	s.record(j.run, rerun.StateWaiting)
+	_ = j.fake.FinishJob(j.job, ghfake.ConclusionFailure)
+	_ = j.fake.CompleteRun(j.run, ghfake.ConclusionFailure)
+	ev := s.waitForEventWithin(j.runner.name, rerun.ReasonJobLost, 90*time.Second)
+	if !strings.Contains(ev, "actions: write") || !strings.Contains(ev, "403") {
+		t.Errorf("event %q: want it to say GitHub refused and what to grant", ev)
+	}
+	if n := j.fake.CountMatching(ghfake.RequestMatch{Op: ghfake.OpRerunJob, Status: 403}); n != 1 {
+		t.Errorf("%d refused re-runs, want 1", n)
+	}
+}
