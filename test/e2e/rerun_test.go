@@ -110,6 +110,20 @@ func withRerunsOn(t *testing.T, s *scaleSet, args ...string) {
 	})
 }
 
+// loseAndFail force-deletes the job's pod, waits for its record, then fails
+// the job and completes its run.
+func (s *scaleSet) loseAndFail(j lostJob) {
+	s.t.Helper()
+	s.forceDelete(j.runner.name)
+	s.record(j.run, rerun.StateWaiting)
+	if err := j.fake.FinishJob(j.job, ghfake.ConclusionFailure); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := j.fake.CompleteRun(j.run, ghfake.ConclusionFailure); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
 func (j lostJob) reruns() int {
 	return j.fake.CountMatching(ghfake.RequestMatch{Op: ghfake.OpRerunJob}) + j.fake.CountMatching(ghfake.RequestMatch{Op: ghfake.OpRerunFailedJobs})
 }
@@ -175,10 +189,7 @@ func TestLostJobCancelledByUser(t *testing.T) {
 func TestLostJobRerunOff(t *testing.T) {
 	s := newScaleSet(t, "lost-off")
 	j := s.lostJob("lost-off-1")
-	s.forceDelete(j.runner.name)
-	s.record(j.run, rerun.StateWaiting)
-	_ = j.fake.FinishJob(j.job, ghfake.ConclusionFailure)
-	_ = j.fake.CompleteRun(j.run, ghfake.ConclusionFailure)
+	s.loseAndFail(j)
 	ev := s.waitForEventWithin(j.runner.name, rerun.ReasonJobLost, 90*time.Second)
 	if !strings.Contains(ev, "--rerun-lost-jobs") || !strings.Contains(ev, "Warning") {
 		t.Errorf("event %q: want a warning naming --rerun-lost-jobs", ev)
@@ -195,10 +206,7 @@ func TestLostJobRerunRefused(t *testing.T) {
 	j := s.lostJob("lost-refused-1")
 	j.fake.SetTokenRights(ghfake.TokenRights{NoActionsWrite: true})
 	t.Cleanup(func() { j.fake.SetTokenRights(ghfake.TokenRights{}) })
-	s.forceDelete(j.runner.name)
-	s.record(j.run, rerun.StateWaiting)
-	_ = j.fake.FinishJob(j.job, ghfake.ConclusionFailure)
-	_ = j.fake.CompleteRun(j.run, ghfake.ConclusionFailure)
+	s.loseAndFail(j)
 	ev := s.waitForEventWithin(j.runner.name, rerun.ReasonJobLost, 90*time.Second)
 	if !strings.Contains(ev, "actions: write") || !strings.Contains(ev, "403") {
 		t.Errorf("event %q: want it to say GitHub refused and what to grant", ev)
