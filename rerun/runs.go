@@ -241,6 +241,7 @@ func (r *runReconciler) decide(ctx context.Context, it item, lost bool) error {
 		return err
 	}
 	rec := it.rec
+	r.creds.drop(rec.Name())
 	if lost {
 		r.metrics.jobLost(rec.Cause)
 	}
