@@ -140,9 +140,9 @@ const (
 
 // CheckRerunRight tells what can be told of the credential's right to
 // re-run jobs: an App's fixed installation's permissions (one GET of
-// /app/installations/{id} with the App's JWT, at recheck priority), or the
-// scopes GitHub named in a classic token's answers so far. It makes no
-// request for a token.
+// /app/installations/{id} with the App's JWT), or a classic token's scopes
+// (one GET of /rate_limit, whose answer names them); both at recheck
+// priority. A fine-grained token's rights show nowhere: unknown.
 func (c *Client) CheckRerunRight(ctx context.Context) (RerunRight, string, error) {
 	if c.install > 0 && c.appAPI != nil {
 		inst, resp, err := c.appAPI.Apps.GetInstallation(WithPriority(ctx, PriorityRecheck), c.install)
@@ -154,6 +154,15 @@ func (c *Client) CheckRerunRight(ctx context.Context) (RerunRight, string, error
 			return RerunRightMissing, fmt.Sprintf("the GitHub App installation %d has actions: %q, re-runs need actions: write", c.install, level), nil
 		}
 		return RerunRightGranted, "", nil
+	}
+	if !c.isApp {
+		// GET /rate_limit costs nothing of the hourly limit; a classic
+		// token's answer names its scopes.
+		_, resp, err := c.gh.RateLimit.Get(WithPriority(ctx, PriorityRecheck))
+		if err != nil {
+			return RerunRightUnknown, "", c.wrap("read the token's scopes (GET /rate_limit)", resp, err)
+		}
+		c.noteScopes(resp)
 	}
 	return c.scopeRight()
 }

@@ -27,7 +27,9 @@ import (
 //     tokens need the repo scope); 404 for a job the repository does not
 //     have;
 //   - POST .../actions/runs/{run_id}/rerun-failed-jobs: the same for every
-//     job of the latest attempt that failed.
+//     job of the latest attempt that failed;
+//   - GET /rate_limit: free of the primary limit; like every answer to a
+//     classic token it carries X-OAuth-Scopes.
 //
 // Each is one request at the points of its method (GET 1, POST 5) and one
 // of the primary limit, as every other route.
@@ -39,6 +41,7 @@ const (
 	OpRerunJob        Op = "rerun-job"         // POST .../actions/jobs/{job_id}/rerun
 	OpRerunFailedJobs Op = "rerun-failed-jobs" // POST .../actions/runs/{run_id}/rerun-failed-jobs
 	OpGetInstallation Op = "get-installation"  // GET /app/installations/{installation_id}
+	OpRateLimit       Op = "rate-limit"        // GET /rate_limit
 )
 
 // Run statuses and conclusions the fake uses.
@@ -282,6 +285,9 @@ type workflowRoute struct {
 // parseWorkflowRoute matches the workflow routes (parts: the path split on
 // "/", without /api/v3).
 func parseWorkflowRoute(method string, parts []string) (workflowRoute, bool) {
+	if method == http.MethodGet && len(parts) == 1 && parts[0] == "rate_limit" {
+		return workflowRoute{op: OpRateLimit}, true
+	}
 	if method == http.MethodGet && len(parts) == 3 && parts[0] == "app" && parts[1] == "installations" {
 		id, err := strconv.ParseInt(parts[2], 10, 64)
 		return workflowRoute{op: OpGetInstallation, id: id}, err == nil
@@ -509,5 +515,20 @@ func (f *Fake) workflowLocked(r *http.Request, h http.Header, rt workflowRoute, 
 		return errorResponse(http.StatusUnauthorized, h, "Bad credentials")
 	}
 	f.oauthScopesLocked(r, h)
+	if rt.op == OpRateLimit {
+		return f.rateLimitLocked(h)
+	}
 	return f.answerWorkflowLocked(r, h, install, rt)
+}
+
+// rateLimitLocked answers GET /rate_limit, which GitHub does not count
+// against the primary limit: the request answerLocked counted is given back.
+func (f *Fake) rateLimitLocked(h http.Header) response {
+	if f.style != StyleGHES {
+		f.rateRemaining++
+		f.rateHeadersLocked(h)
+	}
+	core := map[string]int64{"limit": int64(f.rateLimit), "remaining": int64(max(f.rateRemaining, 0)),
+		"used": int64(f.rateLimit - max(f.rateRemaining, 0)), "reset": f.rateReset.Unix()}
+	return jsonResponse(http.StatusOK, h, map[string]any{"resources": map[string]any{"core": core}, "rate": core})
 }

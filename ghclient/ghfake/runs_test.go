@@ -297,3 +297,29 @@ func TestRemoteWorkflowControls(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// GET /rate_limit is free of the primary limit and names a classic token's scopes.
+func TestRateLimitEndpoint(t *testing.T) {
+	f, srv := serve(t)
+	f.SetToken("tok")
+	f.SetTokenRights(ghfake.TokenRights{Scopes: []string{"repo"}})
+	for range 3 {
+		a := do(t, http.MethodGet, srv.URL+"/rate_limit", bearer("tok"))
+		if a.status != 200 || a.header.Get("X-RateLimit-Used") != "0" || a.header.Get("X-OAuth-Scopes") != "repo" {
+			t.Fatalf("GET /rate_limit: %d used %q scopes %q", a.status, a.header.Get("X-RateLimit-Used"), a.header.Get("X-OAuth-Scopes"))
+		}
+		body := decodeJSON[struct {
+			Resources struct {
+				Core struct {
+					Remaining int `json:"remaining"`
+				} `json:"core"`
+			} `json:"resources"`
+		}](t, a)
+		if body.Resources.Core.Remaining != 5000 {
+			t.Errorf("core remaining %d, want 5000", body.Resources.Core.Remaining)
+		}
+	}
+	if a := do(t, http.MethodGet, srv.URL+"/rate_limit", bearer("wrong")); a.status != 401 {
+		t.Errorf("wrong token: %d, want 401", a.status)
+	}
+}
