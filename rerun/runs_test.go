@@ -118,7 +118,7 @@ func TestAdvanceSeveralLostInOneRun(t *testing.T) {
 		lost        int
 		otherFails  bool
 		otherEnd    string // the other job's conclusion when it did not fail
-		reruns      int // of the run, before
+		reruns      int    // of the run, before
 		wantOp      ghfake.Op
 		wantRerun   int
 		wantLostMsg string
