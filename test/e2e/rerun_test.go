@@ -152,7 +152,7 @@ func TestLostJobRerunOnce(t *testing.T) {
 	j := s.lostJob("lost-rerun-1")
 	s.forceDelete(j.runner.name)
 	rec := s.record(j.run, rerun.StateWaiting)
-	if rec["runner"] != j.runner.name || rec["repository"] != j.repo || rec["cause"] == "" {
+	if rec["runner"] != j.runner.name || rec["repository"] != j.repo || rec["cause"] != string(rerun.CauseForceDeleted) {
 		t.Errorf("record %v", rec)
 	}
 
