@@ -30,20 +30,25 @@ type lostJob struct {
 	fake     *ghfake.Fake
 }
 
-func (s *scaleSet) lostJob(name string) lostJob {
+func (s *scaleSet) lostJob(name string) lostJob { return s.lostJobIn(name, 0, "build") }
+
+// lostJobIn is lostJob for job jobName of run (0: a new run).
+func (s *scaleSet) lostJobIn(name string, run int64, jobName string) lostJob {
 	s.t.Helper()
 	f := fakeGitHub(s.t)
 	org := s.scope.Name
 	scope := mustScope(ghclient.OrgScope(org))
 	r := s.runner(name, "https://github.com/"+org, scope, true, nil)
 	repo := org + "/app"
-	run := f.AddRun(repo, "ci")
-	job, err := f.AddJob(run, "build", name)
+	if run == 0 {
+		run = f.AddRun(repo, "ci")
+	}
+	job, err := f.AddJob(run, jobName, name)
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{
-		"jobRequestId": 7, "jobId": "7", "jobRepositoryName": repo, "workflowRunId": run, "jobDisplayName": "build",
+		"jobRequestId": 7, "jobId": "7", "jobRepositoryName": repo, "workflowRunId": run, "jobDisplayName": jobName,
 	}})
 	if err != nil {
 		s.t.Fatal(err)
@@ -77,22 +82,32 @@ func (s *scaleSet) forceDelete(name string) {
 // record waits for the lost-job record of the run and returns its data.
 func (s *scaleSet) record(run int64, state rerun.State) map[string]string {
 	s.t.Helper()
-	var data map[string]string
-	s.eventually(fmt.Sprintf("a lost-job record of run %d in state %q", run, state), 90*time.Second, func() error {
+	return s.records(run, 1, state)[0]
+}
+
+// records waits for n lost-job records of the run, all in state (any when
+// empty), and returns their data.
+func (s *scaleSet) records(run int64, n int, state rerun.State) []map[string]string {
+	s.t.Helper()
+	var out []map[string]string
+	s.eventually(fmt.Sprintf("%d lost-job records of run %d in state %q", n, run, state), 90*time.Second, func() error {
 		list, err := env.Client.CoreV1().ConfigMaps(recordNamespace).List(s.ctx, metav1.ListOptions{LabelSelector: fmt.Sprintf("%s=%d", rerun.LabelRun, run)})
 		if err != nil {
 			return err
 		}
-		if len(list.Items) != 1 {
+		if len(list.Items) != n {
 			return fmt.Errorf("%d records", len(list.Items))
 		}
-		data = list.Items[0].Data
-		if state != "" && data["state"] != string(state) {
-			return fmt.Errorf("record %v", data)
+		out = out[:0]
+		for _, cm := range list.Items {
+			if state != "" && cm.Data["state"] != string(state) {
+				return fmt.Errorf("record %v", cm.Data)
+			}
+			out = append(out, cm.Data)
 		}
 		return nil
 	})
-	return data
+	return out
 }
 
 // withRerunsOn restarts runner-guard with args and restores it after t.
@@ -228,5 +243,47 @@ func TestLostJobRerunRefused(t *testing.T) {
 	}
 	if n := j.rerunsAnswered(403); n != 1 {
 		t.Errorf("%d refused re-runs, want 1", n)
+	}
+}
+
+// Three jobs of one run lost together, the attempt's only failures: one
+// rerun-failed-jobs re-runs them all (a re-run starts a new attempt, after
+// which no other job of the old one could be re-run).
+func TestLostJobsOfOneRun(t *testing.T) {
+	s := newScaleSet(t, "lost-many")
+	withRerunsOn(t, s, "--rerun-lost-jobs")
+	jobs := []lostJob{s.lostJob("lost-many-0")}
+	for i := 1; i < 3; i++ {
+		jobs = append(jobs, s.lostJobIn(fmt.Sprintf("lost-many-%d", i), jobs[0].run, fmt.Sprintf("matrix-%d", i)))
+	}
+	for _, j := range jobs {
+		s.forceDelete(j.runner.name)
+	}
+	s.records(jobs[0].run, len(jobs), "")
+	for _, j := range jobs {
+		if err := j.fake.FinishJob(j.job, ghfake.ConclusionFailure); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := jobs[0].fake.CompleteRun(jobs[0].run, ghfake.ConclusionFailure); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		if ev := s.waitForEventWithin(j.runner.name, rerun.ReasonJobRerun, 90*time.Second); !strings.Contains(ev, "failed jobs") {
+			t.Errorf("event %q does not say the run's failed jobs were re-run", ev)
+		}
+	}
+	s.records(jobs[0].run, len(jobs), rerun.StateRerun)
+	if n := jobs[0].reruns(); n != 1 {
+		t.Errorf("%d re-run requests for the run, want one rerun-failed-jobs", n)
+	}
+	queued := 0
+	for _, j := range jobs[0].fake.Jobs(jobs[0].run, 2) {
+		if j.Status == ghfake.StatusQueued {
+			queued++
+		}
+	}
+	if queued != len(jobs) {
+		t.Errorf("%d jobs queued again in attempt 2, want %d", queued, len(jobs))
 	}
 }
