@@ -168,8 +168,10 @@ func (d *drainReports) ended(rep *drainReport, h *heldJob, cause string) {
 	}
 	held := now.Sub(h.since).Round(time.Second)
 	if cause != "" {
+		// Counted in runner_guard_jobs_lost_total by the re-run controller,
+		// once GitHub says the job did not succeed: counted here too, it
+		// would be counted twice.
 		rep.lost++
-		d.metrics.JobLost(cause)
 		d.events.Eventf(h.pod, nil, corev1.EventTypeWarning, EventDrainHeldByJob, "Drain",
 			"%s held node %s for %s, then was lost with its pod (%s)", h.job, rep.node.Name, held, cause)
 		return

@@ -34,7 +34,7 @@ func NewMetrics() *Metrics {
 		}),
 		JobsLost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runner_guard_jobs_lost_total",
-			Help: "Jobs lost with their runner's pod, by cause: deleted (a delete of a busy runner's pod went through: forced, bypassed, a deadline, runner-guard down), node-gone (the node went while the job held it).",
+			Help: "Jobs that did not succeed after their runner pod went away holding them (GitHub's word, once the run completed), by why the pod went.",
 		}, []string{"cause"}),
 	}
 }

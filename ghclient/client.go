@@ -103,10 +103,17 @@ type Client struct {
 	failures *scopeFailures
 	// tokenFile is the token's file, nil for other credentials.
 	tokenFile *fileToken
+	// install and appAPI are an App's fixed installation and a client
+	// authenticated as the App, for CheckRerunRight (runs.go).
+	install int64
+	appAPI  *github.Client
 
 	mu    sync.Mutex
 	cache map[lookupKey]cacheEntry
 	calls map[lookupKey]*lookupCall
+	// scopes are the X-OAuth-Scopes a classic token's last answer named.
+	scopes     string
+	scopesSeen bool
 }
 
 type lookupKey struct {
@@ -280,7 +287,15 @@ func (c *Client) setupApp(a auth, rt http.RoundTripper, userAgent string) error 
 	// Installation tokens come from the same API root (GHES: HOST/api/v3).
 	atr.BaseURL = strings.TrimSuffix(a.base, "/")
 	if a.app.install > 0 {
-		c.gh, err = newGitHub(a.base, userAgent, ghinstallation.NewFromAppsTransport(atr, a.app.install))
+		// A copy for the installation: ghinstallation writes the apps
+		// transport's fields on each token refresh, and appAPI uses it too.
+		itr := *atr
+		c.gh, err = newGitHub(a.base, userAgent, ghinstallation.NewFromAppsTransport(&itr, a.app.install))
+		if err != nil {
+			return err
+		}
+		c.install = a.app.install
+		c.appAPI, err = newGitHub(a.base, userAgent, atr)
 		return err
 	}
 	appAPI, err := newGitHub(a.base, userAgent, atr)

@@ -53,6 +53,12 @@ type env struct {
 func newEnv(t *testing.T, mods ...func(*ghclient.Config)) *env {
 	t.Helper()
 	f := ghfake.New(ghfake.WithToken(testToken), ghfake.WithScopes(org, repo, ent))
+	return newEnvWith(t, f, mods...)
+}
+
+// newEnvWith serves f and builds a Client for it.
+func newEnvWith(t *testing.T, f *ghfake.Fake, mods ...func(*ghclient.Config)) *env {
+	t.Helper()
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	m := ghclient.NewMetrics()

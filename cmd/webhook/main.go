@@ -34,6 +34,7 @@ import (
 	"github.com/runner-guard/runner-guard/explain"
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/metricsauth"
+	"github.com/runner-guard/runner-guard/rerun"
 	"github.com/runner-guard/runner-guard/webhook"
 	"github.com/runner-guard/runner-guard/webhook/activation"
 	"github.com/runner-guard/runner-guard/webhook/arc"
@@ -133,6 +134,9 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	if err := opts.disruption.check(); err != nil {
 		return err
 	}
+	if err := opts.rerun.check(); err != nil {
+		return err
+	}
 	eventsSecret, err := opts.events.secret()
 	if err != nil {
 		return err
@@ -156,6 +160,9 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		if static, err = ghclient.New(gcfg); err != nil {
 			return githubConfigError(err)
 		}
+	}
+	if err := opts.rerun.checkRight(ctx, static, log); err != nil {
+		return err
 	}
 	gh, err := ghclient.NewRouter(ghclient.RouterConfig{Default: static, AllowHTTP: opts.githubAllowHTTP,
 		CABundle: ca, UserAgent: gcfg.UserAgent, Metrics: ghMetrics, Budgets: budgets})
@@ -231,7 +238,9 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 
 	hMetrics := webhook.NewMetrics()
 	dMetrics := disruption.NewMetrics()
-	for _, c := range slices.Concat(hMetrics.Collectors(), ghMetrics.Collectors(), gh.Collectors(), dMetrics.Collectors(), []prometheus.Collector{buildInfo(version)}) {
+	// One runner_guard_jobs_lost_total, defined in disruption, counted by the re-run controller.
+	rerunMetrics := rerun.NewMetrics(dMetrics.JobsLost)
+	for _, c := range slices.Concat(hMetrics.Collectors(), ghMetrics.Collectors(), gh.Collectors(), dMetrics.Collectors(), rerunMetrics.Collectors(), []prometheus.Collector{buildInfo(version)}) {
 		if err := metrics.Registry.Register(c); err != nil {
 			return fmt.Errorf("register metrics: %w", err)
 		}
@@ -282,14 +291,18 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	if opts.disruption.enabled() {
 		controllers := newLeaderElected(restCfg, cacheOpts, opts.disruption.leaderElect, opts.disruption.leaseNamespace(getenv),
 			logger.WithName("disruption"), func(ctx context.Context, cmgr ctrl.Manager) error {
-				return disruption.Setup(ctx, cmgr, disruption.Options{
+				if err := disruption.Setup(ctx, cmgr, disruption.Options{
 					Guard: handler, GitHub: gh, Listing: disruption.RouterListing{Router: gh, Refresh: true},
 					HintListing: opts.disruption.hintListing(gh), Retirer: retirer,
 					Hints: opts.disruption.hints(), Budgets: opts.disruption.budgets, Drain: opts.disruption.drain,
 					BusyRetryMax: opts.disruption.busyRetryMax, Events: events, Metrics: dMetrics, Log: logger.WithName("disruption"),
 					// Watched only where runner-guard guards pods (and is granted them).
 					Namespaces: hcfg.RunnerNamespaces, EventsSecret: eventsSecret,
-				})
+				}); err != nil {
+					return err
+				}
+				return opts.rerun.setup(cmgr, rerunSetup{handler: handler, router: gh, namespace: opts.disruption.leaseNamespace(getenv),
+					runnerNamespaces: hcfg.RunnerNamespaces, events: events, metrics: rerunMetrics, log: logger.WithName("rerun")})
 			})
 		if controllers.restart, err = addARCServed(mgr, restCfg, logger.WithName("disruption")); err != nil {
 			return err

@@ -45,6 +45,7 @@ type options struct {
 	credentialsMode     string
 	retireRunners       string
 	disruption          disruptionFlags
+	rerun               rerunFlags
 	activation          activationFlags
 	selfCerts           selfCertFlags
 	events              eventsFlags
@@ -79,6 +80,7 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	fs.StringVar(&o.credentialsMode, "credentials-mode", "", `Where runners' GitHub credentials come from: "static" (these flags, the default) or "arc" (each scale-set runner's EphemeralRunner githubConfigSecret in its namespace, with ARC's keys; legacy pods still use these flags). Overrides credentialsMode from --config.`)
 	fs.StringVar(&o.retireRunners, "retire-ephemeral-runners", "", `"true" (default) or "false": delete the EphemeralRunner of a scale-set runner runner-guard unregistered, so ARC creates a fresh runner. Overrides retireEphemeralRunners from --config.`)
 	o.disruption.bind(fs)
+	o.rerun.bind(fs)
 	o.activation.bind(fs)
 	o.selfCerts.bind(fs)
 	o.events.bind(fs)

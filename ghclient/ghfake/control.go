@@ -120,6 +120,7 @@ func (f *Fake) ControlHandler() http.Handler {
 	f.handleSecondaryControls(mux)
 	f.handleStrictnessControls(mux)
 	f.handleEventControls(mux)
+	f.handleWorkflowControls(mux) // runs_control.go
 	mux.HandleFunc("POST /_fake/runners", func(w http.ResponseWriter, r *http.Request) {
 		var req RunnerRequest
 		scope, ok := decodeRunner(w, r, &req)

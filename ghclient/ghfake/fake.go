@@ -259,6 +259,8 @@ type Fake struct {
 
 	log []Request
 
+	wf workflows // runs.go
+
 	secondary  SecondaryLimit
 	usage      map[string]*credUsage // by credential
 	requestSeq int64
@@ -801,6 +803,10 @@ func (f *Fake) arriveLocked(r *http.Request) Request {
 			e.Op = OpInstallation
 			return e
 		}
+		if rt, ok := parseWorkflowRoute(r.Method, parts); ok {
+			e.Op = rt.op
+			return e
+		}
 	}
 	k, rest, ok := parseScope(parts)
 	if !ok {
@@ -924,6 +930,9 @@ func (f *Fake) answerLocked(r *http.Request, cred string) response {
 			return limited
 		}
 		return f.findInstallationLocked(h, appID, owner, repo)
+	}
+	if rt, ok := parseWorkflowRoute(r.Method, parts); ok {
+		return f.workflowLocked(r, h, rt, now)
 	}
 	install, ok := f.authorizedLocked(r, now)
 	if !ok {

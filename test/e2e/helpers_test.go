@@ -351,8 +351,14 @@ func (s *scenario) eventsAbout(namespace, kind, name string) []string {
 
 func (s *scenario) waitForEvent(pod, reason string) string {
 	s.t.Helper()
+	return s.waitForEventWithin(pod, reason, 20*time.Second)
+}
+
+// waitForEventWithin is waitForEvent waiting up to within.
+func (s *scenario) waitForEventWithin(pod, reason string, within time.Duration) string {
+	s.t.Helper()
 	var found string
-	s.eventually("event "+reason+" on "+pod, 20*time.Second, func() error {
+	s.eventually("event "+reason+" on "+pod, within, func() error {
 		for _, e := range s.events(pod) {
 			if strings.Contains(e, " "+reason+" ") {
 				found = e

@@ -74,6 +74,12 @@ default install's args are those of dist/install.yaml plus --config.
 - --events-bind-address=:{{ .Values.events.port }}
 - --github-webhook-secret-file={{ include "runner-guard.eventsDir" . }}/webhook-secret
 {{- end }}
+{{- if .Values.rerun.enabled }}
+- --rerun-lost-jobs
+{{- end }}
+{{- if ne (int .Values.rerun.maxPerRun) 3 }}
+- --rerun-max-per-run={{ .Values.rerun.maxPerRun }}
+{{- end }}
 {{- if .Values.webhook.clientCAConfigMap }}
 - --client-ca-file={{ include "runner-guard.clientCADir" . }}/ca.crt
 {{- end }}

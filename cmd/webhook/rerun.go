@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/rerun"
+	"github.com/runner-guard/runner-guard/webhook"
+)
+
+// rerunFlags configure the re-run of jobs lost with their runner (package rerun).
+type rerunFlags struct {
+	enabled   bool
+	maxPerRun int
+}
+
+func (f *rerunFlags) bind(fs *flag.FlagSet) {
+	fs.BoolVar(&f.enabled, "rerun-lost-jobs", false, "Re-run once a job whose runner pod went away holding it (node lost, force-deleted, ...) once its workflow run completed without it succeeding; the credential needs the repo scope (classic token) or actions: write (App, fine-grained token). Off, an Event still says the job was lost and why.")
+	fs.IntVar(&f.maxPerRun, "rerun-max-per-run", rerun.DefaultMaxPerRun, "At most this many lost jobs of one workflow run are re-run (--rerun-lost-jobs).")
+}
+
+// check validates the flags, naming the one at fault.
+func (f *rerunFlags) check() error {
+	if f.maxPerRun < 1 {
+		return fmt.Errorf("--rerun-max-per-run: must be at least 1, got %d", f.maxPerRun)
+	}
+	return nil
+}
+
+// checkRight fails start-up when the static credentials are an App
+// installation without actions: write and re-runs are on; a right that
+// cannot be read is said at the first refusal instead.
+func (f *rerunFlags) checkRight(ctx context.Context, static *ghclient.Client, log logr.Logger) error {
+	if !f.enabled || static == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	right, why, err := static.CheckRerunRight(ctx)
+	switch {
+	case err != nil:
+		log.Info("cannot tell whether the GitHub credential may re-run jobs: the first refusal will say so", "flag", "--rerun-lost-jobs", "error", err.Error())
+	case right == ghclient.RerunRightMissing:
+		return fmt.Errorf("--rerun-lost-jobs: %s: grant it, or turn re-runs off", why)
+	}
+	return nil
+}
+
+// setup adds the lost-job and re-run controllers to the leader's manager.
+func (f *rerunFlags) setup(mgr ctrl.Manager, o rerunSetup) error {
+	var creds func(context.Context, *corev1.Pod) *ghclient.Credentials
+	if o.handler != nil {
+		creds = func(ctx context.Context, pod *corev1.Pod) *ghclient.Credentials {
+			res, err := o.handler.Resolve(ctx, pod)
+			if err != nil {
+				return nil
+			}
+			return res.Runner.Creds
+		}
+	}
+	return rerun.Setup(mgr, rerun.Options{
+		Namespace: o.namespace, RunnerNamespaces: o.runnerNamespaces,
+		Credentials: creds,
+		Client: func(c *ghclient.Credentials) (rerun.Runs, error) {
+			cl, err := o.router.ClientFor(c)
+			if err != nil {
+				return nil, err
+			}
+			return cl, nil
+		},
+		RunnerContainer: o.handler.RunnerContainer,
+		Enabled:         f.enabled, MaxPerRun: f.maxPerRun,
+		Events: o.events, Metrics: o.metrics, Log: o.log,
+	})
+}
+
+// rerunSetup is what the controllers share with the rest of the binary.
+type rerunSetup struct {
+	handler          *webhook.Handler
+	router           *ghclient.Router
+	namespace        string
+	runnerNamespaces []string
+	events           events.EventRecorder
+	metrics          *rerun.Metrics
+	log              logr.Logger
+}

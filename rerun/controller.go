@@ -1,0 +1,347 @@
+package rerun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/webhook/arc"
+)
+
+// Defaults of the re-run controller.
+const (
+	DefaultMaxPerRun = 3
+	// DefaultPoll is how often a waiting run is asked about: a completed
+	// run's lost job is re-run within about that long.
+	DefaultPoll = 15 * time.Second
+	// keepDone is how long a decided record stays: GitHub re-runs nothing
+	// older than 30 days, so a replayed record can do no harm after.
+	keepDone = 31 * 24 * time.Hour
+)
+
+// Event reasons, shared by Events, logs and metrics' meaning.
+const (
+	ReasonJobRerun = "JobRerun"
+	ReasonJobLost  = "JobLost"
+)
+
+// Runs is the GitHub side of the re-run path; *ghclient.Client implements it.
+type Runs interface {
+	WorkflowRun(ctx context.Context, repo ghclient.Scope, runID int64) (ghclient.WorkflowRun, error)
+	AttemptJobs(ctx context.Context, repo ghclient.Scope, runID int64, attempt int) ([]ghclient.WorkflowJob, error)
+	RerunJob(ctx context.Context, repo ghclient.Scope, jobID int64) error
+	RerunFailedJobs(ctx context.Context, repo ghclient.Scope, runID int64) error
+	CheckRerunRight(ctx context.Context) (ghclient.RerunRight, string, error)
+}
+
+var _ Runs = &ghclient.Client{}
+
+// Options configure Setup.
+type Options struct {
+	// Namespace holds the records (runner-guard's own).
+	Namespace string
+	// RunnerNamespaces limits the pod and EphemeralRunner watches; empty: all.
+	RunnerNamespaces []string
+	// Credentials names a lost pod's credentials (nil: the default ones);
+	// nil: always the default ones.
+	Credentials func(ctx context.Context, pod *corev1.Pod) *ghclient.Credentials
+	// Client returns the GitHub client of credentials (nil: the default).
+	Client func(*ghclient.Credentials) (Runs, error)
+	// RunnerContainer names a guarded pod's runner container (false: not a runner pod).
+	RunnerContainer func(pod *corev1.Pod) (string, bool)
+	// Enabled re-runs lost jobs; off, their Events only say they were lost.
+	Enabled   bool
+	MaxPerRun int
+	Poll      time.Duration
+	Events    events.EventRecorder
+	Metrics   *Metrics
+	Log       logr.Logger
+	Now       func() time.Time
+}
+
+// Setup adds the lost-job watch and the re-run controller to mgr (a
+// leader-elected manager), each reading a cache of its own, trimmed to the
+// fields it reads.
+func Setup(mgr ctrl.Manager, o Options) error {
+	switch {
+	case o.Namespace == "":
+		return errors.New("rerun: Options.Namespace is required")
+	case o.Client == nil || o.RunnerContainer == nil:
+		return errors.New("rerun: Options.Client and Options.RunnerContainer are required")
+	}
+	if o.MaxPerRun <= 0 {
+		o.MaxPerRun = DefaultMaxPerRun
+	}
+	if o.Poll <= 0 {
+		o.Poll = DefaultPoll
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Events == nil {
+		o.Events = &events.FakeRecorder{}
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+	er := &unstructured.Unstructured{}
+	er.SetGroupVersionKind(arc.GroupVersionKind())
+	copts := cache.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), ByObject: map[client.Object]cache.ByObject{
+		&corev1.Pod{}:  {Transform: trimPod},
+		&corev1.Node{}: {Transform: trimNode},
+		er:             {Transform: trimEphemeralRunner},
+		&corev1.ConfigMap{}: {
+			Namespaces: map[string]cache.Config{o.Namespace: {}},
+			Label:      labels.SelectorFromSet(labels.Set{LabelLostJob: "true"}),
+		},
+	}}
+	if len(o.RunnerNamespaces) > 0 {
+		copts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range o.RunnerNamespaces {
+			copts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	c, err := cache.New(mgr.GetConfig(), copts)
+	if err != nil {
+		return fmt.Errorf("rerun cache: %w", err)
+	}
+	if err := mgr.Add(c); err != nil {
+		return fmt.Errorf("rerun cache: %w", err)
+	}
+	cl, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), Cache: &client.CacheOptions{Reader: c}})
+	if err != nil {
+		return fmt.Errorf("rerun client: %w", err)
+	}
+	w := &lossWatch{
+		reader: c, writer: cl, namespace: o.Namespace, runnerContainer: o.RunnerContainer, credentials: o.Credentials,
+		creds: &credsMemo{m: map[string]*ghclient.Credentials{}}, now: o.Now, log: o.Log.WithName("lost"),
+		pending: map[types.NamespacedName]Record{}, jobs: map[types.NamespacedName]Job{},
+	}
+	erServed := true
+	if _, err := mgr.GetRESTMapper().RESTMapping(arc.GroupVersionKind().GroupKind(), arc.GroupVersionKind().Version); err != nil {
+		erServed = false
+		o.Log.Info("the API server serves no EphemeralRunners: no job is known lost until a restart after ARC's CRDs are installed", "error", err.Error())
+	}
+	b := ctrl.NewControllerManagedBy(mgr).Named("lost-jobs").
+		WatchesRawSource(source.Kind(c, &corev1.Pod{}, handler.TypedFuncs[*corev1.Pod, reconcile.Request]{DeleteFunc: w.podDeleted})).
+		// Nodes are only read (lossCause); watched so the cache holds them
+		// from the start and a pod's delete never waits for their sync.
+		WatchesRawSource(source.Kind(c, &corev1.Node{}, handler.TypedFuncs[*corev1.Node, reconcile.Request]{}))
+	if erServed {
+		b = b.WatchesRawSource(source.Kind(c, er, handler.TypedFuncs[*unstructured.Unstructured, reconcile.Request]{
+			CreateFunc: func(_ context.Context, e event.TypedCreateEvent[*unstructured.Unstructured], _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				w.runnerSeen(e.Object)
+			},
+			UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[*unstructured.Unstructured], _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				w.runnerSeen(e.ObjectNew)
+			},
+			DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[*unstructured.Unstructured], _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				w.runnerGone(ctx, e.Object)
+			},
+		}))
+	}
+	if err := b.WithOptions(controller.Options{MaxConcurrentReconciles: 2}).Complete(w); err != nil {
+		return fmt.Errorf("lost-job controller: %w", err)
+	}
+	r := &runReconciler{
+		reader: c, writer: cl, namespace: o.Namespace, client: o.Client, creds: w.creds,
+		enabled: o.Enabled, maxPerRun: o.MaxPerRun, poll: o.Poll, events: o.Events, metrics: o.Metrics,
+		now: o.Now, log: o.Log.WithName("rerun"),
+	}
+	// A record's creation (also the cache's first listing after a restart
+	// or a change of leader) starts its run's reconciles; they requeue
+	// themselves. Updates are the reconciler's own writes: reacting to them
+	// would only ask GitHub again.
+	created := predicate.TypedFuncs[*corev1.ConfigMap]{
+		UpdateFunc: func(event.TypedUpdateEvent[*corev1.ConfigMap]) bool { return false },
+		DeleteFunc: func(event.TypedDeleteEvent[*corev1.ConfigMap]) bool { return false },
+	}
+	err = ctrl.NewControllerManagedBy(mgr).Named("job-reruns").
+		WatchesRawSource(source.Kind(c, &corev1.ConfigMap{}, handler.TypedEnqueueRequestsFromMapFunc(runOf), created)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("re-run controller: %w", err)
+	}
+	return nil
+}
+
+// runOf maps a record to its run: one reconcile decides a run's records together.
+func runOf(_ context.Context, cm *corev1.ConfigMap) []reconcile.Request {
+	run := cm.Labels[LabelRun]
+	if run == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: cm.Namespace, Name: run}}}
+}
+
+// credsMemo remembers the credentials of a record's runner for as long as
+// this process lives: after a restart, a record's run is asked about with
+// the default credentials.
+type credsMemo struct {
+	mu sync.Mutex
+	m  map[string]*ghclient.Credentials // by record name
+}
+
+func (c *credsMemo) put(name string, creds *ghclient.Credentials) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m[name] = creds
+}
+
+func (c *credsMemo) get(name string) *ghclient.Credentials {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[name]
+}
+
+func (c *credsMemo) drop(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, name)
+}
+
+// lossWatch records the jobs of runner pods that went away holding them.
+type lossWatch struct {
+	reader          client.Reader
+	writer          client.Client
+	namespace       string
+	runnerContainer func(*corev1.Pod) (string, bool)
+	credentials     func(context.Context, *corev1.Pod) *ghclient.Credentials
+	creds           *credsMemo
+	now             func() time.Time
+	log             logr.Logger
+
+	mu sync.Mutex
+	// pending are records the reconcile writes, by pod.
+	pending map[types.NamespacedName]Record
+	// pods are the final state of the pods of pending records.
+	pods map[types.NamespacedName]*corev1.Pod
+	// jobs are the job fields EphemeralRunners showed, by name: one can be
+	// gone from the cache before its pod.
+	jobs map[types.NamespacedName]Job
+}
+
+func (w *lossWatch) runnerSeen(er *unstructured.Unstructured) {
+	if job, ok := jobOf(nil, er); ok && !runnerDone(er) {
+		w.mu.Lock()
+		w.jobs[types.NamespacedName{Namespace: er.GetNamespace(), Name: er.GetName()}] = job
+		w.mu.Unlock()
+		return
+	}
+	w.forgetRunner(types.NamespacedName{Namespace: er.GetNamespace(), Name: er.GetName()})
+}
+
+func (w *lossWatch) forgetRunner(k types.NamespacedName) {
+	w.mu.Lock()
+	delete(w.jobs, k)
+	w.mu.Unlock()
+}
+
+// runnerGone forgets an EphemeralRunner's job unless its pod is still there
+// to be lost.
+func (w *lossWatch) runnerGone(ctx context.Context, er *unstructured.Unstructured) {
+	k := types.NamespacedName{Namespace: er.GetNamespace(), Name: er.GetName()}
+	if err := w.reader.Get(ctx, k, &corev1.Pod{}); apierrors.IsNotFound(err) {
+		w.forgetRunner(k)
+	}
+}
+
+// podDeleted notes a runner pod that went away holding its job.
+func (w *lossWatch) podDeleted(ctx context.Context, e event.TypedDeleteEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	pod := e.Object
+	k := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
+	container, ok := w.runnerContainer(pod)
+	if !ok {
+		return
+	}
+	er := &unstructured.Unstructured{}
+	er.SetGroupVersionKind(arc.GroupVersionKind())
+	if err := w.reader.Get(ctx, k, er); err != nil {
+		er = nil
+	}
+	node, known := w.node(ctx, pod.Spec.NodeName)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	job, named := jobOf(pod, er)
+	if !named {
+		job, named = w.jobs[k]
+	}
+	delete(w.jobs, k)
+	if !named || finishedNormally(pod, container) || runnerDone(er) {
+		return
+	}
+	w.pending[k] = Record{
+		Job: job, Cause: lossCause(pod, node, known), PodNamespace: pod.Namespace, PodName: pod.Name,
+		PodUID: string(pod.UID), State: StateWaiting, Recorded: w.now(),
+	}
+	if w.pods == nil {
+		w.pods = map[types.NamespacedName]*corev1.Pod{}
+	}
+	w.pods[k] = pod
+	q.Add(reconcile.Request{NamespacedName: k})
+}
+
+// node reads the pod's node; known is false when that could not be told.
+func (w *lossWatch) node(ctx context.Context, name string) (*corev1.Node, bool) {
+	if name == "" {
+		return nil, false
+	}
+	n := &corev1.Node{}
+	switch err := w.reader.Get(ctx, types.NamespacedName{Name: name}, n); {
+	case err == nil:
+		return n, true
+	case apierrors.IsNotFound(err):
+		return nil, true
+	}
+	return nil, false
+}
+
+// Reconcile writes a pending record into its ConfigMap; one already there
+// (a replayed delete) is left as it is.
+func (w *lossWatch) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	w.mu.Lock()
+	rec, ok := w.pending[req.NamespacedName]
+	pod := w.pods[req.NamespacedName]
+	w.mu.Unlock()
+	if !ok {
+		return reconcile.Result{}, nil
+	}
+	if w.credentials != nil && pod != nil {
+		w.creds.put(rec.Name(), w.credentials(ctx, pod))
+	}
+	err := w.writer.Create(ctx, rec.ConfigMap(w.namespace))
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return reconcile.Result{}, fmt.Errorf("record %s: %w", rec.Job, err)
+	}
+	if err == nil {
+		w.log.Info("a runner pod went away holding its job: recorded until its run completes",
+			"pod", req.NamespacedName, "repository", rec.Repository, "runID", rec.RunID, "runner", rec.Runner, "cause", rec.Cause)
+	}
+	w.mu.Lock()
+	delete(w.pending, req.NamespacedName)
+	delete(w.pods, req.NamespacedName)
+	w.mu.Unlock()
+	return reconcile.Result{}, nil
+}

@@ -1,0 +1,237 @@
+package rerun
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+)
+
+// AnnotationJob names a legacy runner pod's job; another change adds it.
+const AnnotationJob = "runner-guard.io/job"
+
+// jobOf names the job a runner pod held: its EphemeralRunner's job fields
+// (jobRepositoryName "owner/repo", workflowRunId, runnerName), else the
+// pod's AnnotationJob. A runner whose job is not named cannot be re-run.
+func jobOf(pod *corev1.Pod, er *unstructured.Unstructured) (Job, bool) {
+	if er != nil {
+		repo, _, _ := unstructured.NestedString(er.Object, "status", "jobRepositoryName")
+		runID, _, _ := unstructured.NestedInt64(er.Object, "status", "workflowRunId")
+		runner, _, _ := unstructured.NestedString(er.Object, "status", "runnerName")
+		if runner == "" {
+			runner = er.GetName()
+		}
+		if strings.Count(repo, "/") == 1 && runID > 0 {
+			return Job{Repository: repo, RunID: runID, Runner: runner}, true
+		}
+	}
+	return legacyJob(pod)
+}
+
+// legacyJob is the hook for AnnotationJob on legacy (summerwind) runner
+// pods: the annotation's format is not settled yet, so no pod names its
+// job this way and such pods get no record.
+func legacyJob(*corev1.Pod) (Job, bool) { return Job{}, false }
+
+// finishedNormally reports whether the pod ended its job itself: it
+// succeeded, or its runner container exited 0 (an ephemeral runner exits
+// after its one job, whatever the job's result, a cancelled one too).
+func finishedNormally(pod *corev1.Pod, container string) bool {
+	if pod.Status.Phase == corev1.PodSucceeded {
+		return true
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == container && cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// runnerDone reports whether ARC saw the runner end (EphemeralRunner phase
+// Succeeded): its job finished.
+func runnerDone(er *unstructured.Unstructured) bool {
+	if er == nil {
+		return false
+	}
+	phase, _, _ := unstructured.NestedString(er.Object, "status", "phase")
+	return phase == "Succeeded"
+}
+
+// lossCause says why the pod went: its node's state first (node is nil when
+// the node is gone), then how it was deleted.
+func lossCause(pod *corev1.Pod, node *corev1.Node, nodeKnown bool) Cause {
+	switch {
+	case pod.Spec.NodeName != "" && nodeKnown && node == nil:
+		return CauseNodeGone
+	case node != nil && !nodeReady(node):
+		return CauseNodeNotReady
+	case node != nil && nodeDraining(node):
+		return CauseNodeDraining
+	case evicted(pod):
+		return CauseEvicted
+	case pod.DeletionGracePeriodSeconds != nil && *pod.DeletionGracePeriodSeconds == 0:
+		return CauseForceDeleted
+	case pod.Status.Phase == corev1.PodFailed:
+		return CausePodFailed
+	}
+	return CauseDeleted
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func nodeDraining(n *corev1.Node) bool {
+	if n.Spec.Unschedulable || n.DeletionTimestamp != nil {
+		return true
+	}
+	for _, t := range n.Spec.Taints {
+		switch t.Key {
+		case "karpenter.sh/disrupted", "ToBeDeletedByClusterAutoscaler", corev1.TaintNodeUnschedulable:
+			return true
+		}
+	}
+	return false
+}
+
+func evicted(pod *corev1.Pod) bool {
+	if pod.Status.Reason == "Evicted" {
+		return true
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// conclusionKind sorts a job's conclusion: did it succeed, was it cancelled
+// or skipped (never re-run), or did it fail (lost with its runner).
+type conclusionKind int
+
+const (
+	concluded conclusionKind = iota // success, neutral
+	cancelled                       // cancelled, skipped
+	failedJob                       // failure, timed_out, startup_failure, ...
+)
+
+func kindOf(conclusion string) conclusionKind {
+	switch conclusion {
+	case "success", "neutral":
+		return concluded
+	case "cancelled", "skipped":
+		return cancelled
+	}
+	return failedJob
+}
+
+// actionKind is the one request a completed run's lost jobs need.
+type actionKind int
+
+const (
+	actNone        actionKind = iota
+	actRerunJob               // POST .../jobs/{id}/rerun
+	actRerunFailed            // POST .../runs/{id}/rerun-failed-jobs
+)
+
+type action struct {
+	kind  actionKind
+	jobID int64
+}
+
+// outcome is what becomes of one record.
+type outcome struct {
+	index   int // into plan's records
+	state   State
+	jobID   int64
+	jobName string
+	message string
+	// lost: the job did not succeed (counted in jobs_lost_total).
+	lost bool
+}
+
+// plan decides a completed run's waiting records of its latest attempt:
+// which jobs were lost, and the one request that re-runs them. A re-run
+// starts a new attempt of the whole run, after which no other job of the
+// old attempt can be re-run; so two or more lost jobs are re-run together
+// with rerun-failed-jobs when they are the attempt's only failed or
+// cancelled jobs (it re-runs both), and
+// otherwise only the first is. room is how many more re-runs the run may
+// have (maxPerRun less those done).
+func plan(run ghclient.WorkflowRun, jobs []ghclient.WorkflowJob, recs []Record, enabled bool, room, maxPerRun int) (action, []outcome) {
+	byRunner := map[string]ghclient.WorkflowJob{}
+	for _, j := range jobs {
+		if _, ok := byRunner[j.RunnerName]; !ok && j.RunnerName != "" {
+			byRunner[j.RunnerName] = j
+		}
+	}
+	var outs []outcome
+	var lost []int // into outs
+	lostRunners := map[string]bool{}
+	for i, r := range recs {
+		j, ok := byRunner[r.Runner]
+		switch {
+		case !ok:
+			outs = append(outs, outcome{index: i, state: StateUnknown,
+				message: fmt.Sprintf("GitHub's jobs of attempt %d name no job run by %q", run.Attempt, r.Runner)})
+		case kindOf(j.Conclusion) != failedJob:
+			outs = append(outs, outcome{index: i, state: StateFinished, jobID: j.ID, jobName: j.Name,
+				message: fmt.Sprintf("job %q ended %s: nothing to re-run", j.Name, j.Conclusion)})
+		default:
+			lost = append(lost, len(outs))
+			lostRunners[r.Runner] = true
+			outs = append(outs, outcome{index: i, state: StateLost, jobID: j.ID, jobName: j.Name, lost: true})
+		}
+	}
+	lostMsg := func(o *outcome, why string) {
+		o.message = fmt.Sprintf("job %q ended %s after its runner pod went (%s); not re-run: %s", o.jobName, byRunner[recs[o.index].Runner].Conclusion, recs[o.index].Cause, why)
+	}
+	if len(lost) == 0 {
+		return action{}, outs
+	}
+	if !enabled {
+		for _, k := range lost {
+			lostMsg(&outs[k], "re-runs are off (--rerun-lost-jobs); re-run it on GitHub")
+		}
+		return action{}, outs
+	}
+	if room <= 0 {
+		for _, k := range lost {
+			lostMsg(&outs[k], fmt.Sprintf("the run had its %d re-runs (--rerun-max-per-run)", maxPerRun))
+		}
+		return action{}, outs
+	}
+	// rerun-failed-jobs re-runs the attempt's cancelled jobs too.
+	othersFailed := false
+	for _, j := range jobs {
+		if (kindOf(j.Conclusion) == failedJob || j.Conclusion == "cancelled") && j.Conclusion != "" && !lostRunners[j.RunnerName] {
+			othersFailed = true
+		}
+	}
+	rerun := func(o *outcome, how string) {
+		o.state = StateRerun
+		o.message = fmt.Sprintf("job %q ended %s after its runner pod went (%s): %s", o.jobName, byRunner[recs[o.index].Runner].Conclusion, recs[o.index].Cause, how)
+	}
+	if len(lost) > 1 && !othersFailed && len(lost) <= room {
+		for _, k := range lost {
+			rerun(&outs[k], fmt.Sprintf("re-ran the run's failed jobs, the %d lost with their runners", len(lost)))
+		}
+		return action{kind: actRerunFailed}, outs
+	}
+	first := &outs[lost[0]]
+	rerun(first, "re-ran it and the jobs that need it")
+	for _, k := range lost[1:] {
+		lostMsg(&outs[k], fmt.Sprintf("job %q of the same attempt was re-run, and a run re-runs one attempt at a time", first.jobName))
+	}
+	return action{kind: actRerunJob, jobID: first.jobID}, outs
+}

@@ -1,0 +1,120 @@
+package rerun
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+func ephemeralRunner(status map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"status": status}}
+	u.SetName("runner-1")
+	u.SetNamespace("ci")
+	return u
+}
+
+func TestJobOf(t *testing.T) {
+	tests := map[string]struct {
+		er   *unstructured.Unstructured
+		want Job
+		ok   bool
+	}{
+		"job fields": {er: ephemeralRunner(map[string]any{"jobRepositoryName": "acme/app", "workflowRunId": int64(77), "runnerName": "rn"}),
+			want: Job{Repository: "acme/app", RunID: 77, Runner: "rn"}, ok: true},
+		"runner name from the object": {er: ephemeralRunner(map[string]any{"jobRepositoryName": "acme/app", "workflowRunId": int64(77)}),
+			want: Job{Repository: "acme/app", RunID: 77, Runner: "runner-1"}, ok: true},
+		"no job yet":           {er: ephemeralRunner(map[string]any{"phase": "Running"})},
+		"repository not named": {er: ephemeralRunner(map[string]any{"workflowRunId": int64(77)})},
+		"no run ID":            {er: ephemeralRunner(map[string]any{"jobRepositoryName": "acme/app"})},
+		"no EphemeralRunner":   {},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, ok := jobOf(&corev1.Pod{}, tc.er)
+			if ok != tc.ok || got != tc.want {
+				t.Errorf("jobOf = %+v, %v; want %+v, %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+func TestFinishedNormally(t *testing.T) {
+	exited := func(code int32) corev1.PodStatus {
+		return corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
+			{Name: "runner", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code}}},
+		}}
+	}
+	tests := map[string]struct {
+		status corev1.PodStatus
+		want   bool
+	}{
+		"succeeded":              {status: corev1.PodStatus{Phase: corev1.PodSucceeded}, want: true},
+		"runner exited 0":        {status: exited(0), want: true},
+		"runner exited 1":        {status: exited(1)},
+		"running":                {status: corev1.PodStatus{Phase: corev1.PodRunning}},
+		"failed":                 {status: corev1.PodStatus{Phase: corev1.PodFailed}},
+		"another container at 0": {status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "sidecar", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}}}}}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := finishedNormally(&corev1.Pod{Status: tc.status}, "runner"); got != tc.want {
+				t.Errorf("finishedNormally = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestLossCause(t *testing.T) {
+	zero := int64(0)
+	ready := func(s corev1.ConditionStatus) *corev1.Node {
+		return &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: s}}}}
+	}
+	cordoned := ready(corev1.ConditionTrue)
+	cordoned.Spec.Unschedulable = true
+	onNode := corev1.PodSpec{NodeName: "n1"}
+	tests := map[string]struct {
+		pod       corev1.Pod
+		node      *corev1.Node
+		nodeKnown bool
+		want      Cause
+	}{
+		"node gone":      {pod: corev1.Pod{Spec: onNode}, nodeKnown: true, want: CauseNodeGone},
+		"node not ready": {pod: corev1.Pod{Spec: onNode}, node: ready(corev1.ConditionUnknown), nodeKnown: true, want: CauseNodeNotReady},
+		"node draining":  {pod: corev1.Pod{Spec: onNode}, node: cordoned, nodeKnown: true, want: CauseNodeDraining},
+		"evicted": {pod: corev1.Pod{Spec: onNode, Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}}}},
+			node: ready(corev1.ConditionTrue), nodeKnown: true, want: CauseEvicted},
+		"force-deleted": {pod: corev1.Pod{Spec: onNode, ObjectMeta: metav1.ObjectMeta{DeletionGracePeriodSeconds: &zero}}, node: ready(corev1.ConditionTrue), nodeKnown: true, want: CauseForceDeleted},
+		"pod failed":    {pod: corev1.Pod{Spec: onNode, Status: corev1.PodStatus{Phase: corev1.PodFailed}}, node: ready(corev1.ConditionTrue), nodeKnown: true, want: CausePodFailed},
+		"deleted":       {pod: corev1.Pod{Spec: onNode}, node: ready(corev1.ConditionTrue), nodeKnown: true, want: CauseDeleted},
+		"node unknown":  {pod: corev1.Pod{Spec: onNode}, want: CauseDeleted},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := lossCause(&tc.pod, tc.node, tc.nodeKnown); got != tc.want {
+				t.Errorf("lossCause = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestRecordRoundTrip(t *testing.T) {
+	rec := lostRecord(77, "runner-1")
+	rec.Attempt, rec.JobID, rec.JobName, rec.State, rec.Message = 2, 9, "build", StateRerun, "re-ran it"
+	cm := rec.ConfigMap("runner-guard-system")
+	if cm.Labels[LabelRun] != "77" || cm.Labels[LabelLostJob] != "true" || cm.Name != rec.Name() {
+		t.Fatalf("ConfigMap %s labels %v", cm.Name, cm.Labels)
+	}
+	got, err := parseRecord(cm)
+	if err != nil || got != rec {
+		t.Fatalf("parseRecord = %+v, %v; want %+v", got, err, rec)
+	}
+	if other := lostRecord(77, "runner-2"); other.Name() == rec.Name() {
+		t.Error("two jobs of one run share a record name")
+	}
+	cm.Data["runID"] = "x"
+	if _, err := parseRecord(cm); err == nil {
+		t.Error("a record without a run ID parsed")
+	}
+}
