@@ -108,7 +108,7 @@ func TestHelmInstallOnControlPlane(t *testing.T) {
 	// over: it succeeds with no flag, and the entries stay Fail (the chart
 	// renders the live policy), so there is no unguarded moment.
 	e.deploy("upgrade", "policy.busyRetryAfter=20s")
-	e.requireFailurePolicies(admissionregistrationv1.Fail)
+	e.requireActivated()
 	window.passes(2)
 	window.stop()
 	// A rollout: a new webhook takes over, then the old one stops. Over

@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/runner-guard/runner-guard/webhook/activation"
 )
 
 // The install window: from before helm install until after an upgrade's
@@ -186,19 +188,60 @@ func (e *installEnv) requireFailurePolicies(p admissionregistrationv1.FailurePol
 	}
 }
 
-// waitActivated waits until the webhook has set every entry to the
-// annotated policy: Fail, with the external-url values.
+// activatedPolicies is each entry's failurePolicy once a replica has
+// activated it: the one the configuration's annotation for its kind names
+// (with job budgets on, the evictions entry stays Ignore).
+func (e *installEnv) activatedPolicies() map[string]admissionregistrationv1.FailurePolicyType {
+	e.t.Helper()
+	vwc, err := e.env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(e.ctx, releaseName, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	wanted, err := activation.Wanted(vwc)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string]admissionregistrationv1.FailurePolicyType{}
+	for _, wh := range vwc.Webhooks {
+		p, ok := wanted[activation.KindOf(wh)]
+		if !ok {
+			p = deref(wh.FailurePolicy)
+		}
+		out[wh.Name] = p
+	}
+	return out
+}
+
+// requireActivated checks every entry has its activated policy now.
+func (e *installEnv) requireActivated() {
+	e.t.Helper()
+	want := e.activatedPolicies()
+	for name, got := range e.policies() {
+		if got != want[name] {
+			e.t.Errorf("%s failurePolicy %s, want %s", name, got, want[name])
+		}
+	}
+}
+
+// waitActivated waits until the webhook has set every entry to the policy
+// its annotation names, and at least one entry to Fail.
 func (e *installEnv) waitActivated() {
 	e.t.Helper()
-	e.eventually("webhook configuration activated (every entry Fail)", 60*time.Second, func() error {
-		var ignored []string
+	e.eventually("webhook configuration activated (every entry at its annotated policy)", 60*time.Second, func() error {
+		want := e.activatedPolicies()
+		var pending []string
+		fail := false
 		for name, p := range e.policies() {
-			if p != admissionregistrationv1.Fail {
-				ignored = append(ignored, name+"="+string(p))
+			if p != want[name] {
+				pending = append(pending, name+"="+string(p))
 			}
+			fail = fail || p == admissionregistrationv1.Fail
 		}
-		if len(ignored) > 0 {
-			return fmt.Errorf("entries not activated: %s", strings.Join(ignored, ", "))
+		if len(pending) > 0 {
+			return fmt.Errorf("entries not activated: %s", strings.Join(pending, ", "))
+		}
+		if !fail {
+			return fmt.Errorf("no entry activated to Fail")
 		}
 		return nil
 	})
