@@ -558,13 +558,15 @@ func (e *installEnv) waitGuarded(what, ns string, scope ghclient.Scope) {
 	})
 }
 
-// scenario makes a namespace and a GitHub organization of that name.
+// scenario makes a namespace and a GitHub organization of that name (the
+// fake answers 404 for an organization it does not hold, as GitHub does).
 func (e *installEnv) scenario(name string) (ghclient.Scope, string) {
 	e.t.Helper()
 	scope, err := ghclient.OrgScope("org-" + name)
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	e.fake.AddScope(scope)
 	ns := "chart-" + name
 	if err := e.env.CreateNamespace(e.ctx, ns); err != nil {
 		e.t.Fatal(err)
