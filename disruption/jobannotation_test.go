@@ -51,7 +51,7 @@ func TestHintReconcilerFollowsJobAnnotation(t *testing.T) {
 				pod.Annotations = map[string]string{jobannotation.Annotation: c.annotation(string(pod.UID))}
 			}
 			cl := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(pod).Build()
-			r := &hintReconciler{pods: cl, guard: &guardStub{}, enabled: AllHints(), eventsSecret: c.secret}
+			r := &hintReconciler{pods: cl, guard: &guardStub{}, enabled: []Hint{DoNotDisrupt, SafeToEvict}, eventsSecret: c.secret}
 			hints := hintsAfterReconcile(t, r, cl, pod)
 			if c.completed {
 				if !maps.Equal(hints, ours) {

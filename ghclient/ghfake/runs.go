@@ -332,6 +332,9 @@ func (f *Fake) answerAppInstallationLocked(r *http.Request, h http.Header, rt wo
 	if !ok {
 		return denied
 	}
+	if limited, ok := f.spendPrimaryLocked(h, f.credentialLocked(r), now); !ok {
+		return limited
+	}
 	in, known := f.installations[rt.id]
 	if !known || len(f.apps) > 0 && in.AppID != appID {
 		return notFound(h)
@@ -518,17 +521,18 @@ func (f *Fake) workflowLocked(r *http.Request, h http.Header, rt workflowRoute, 
 	if rt.op == OpRateLimit {
 		return f.rateLimitLocked(r, h)
 	}
+	if limited, ok := f.spendPrimaryLocked(h, f.credentialLocked(r), now); !ok {
+		return limited
+	}
 	return f.answerWorkflowLocked(r, h, install, rt)
 }
 
 // rateLimitLocked answers GET /rate_limit, which GitHub does not count
-// against the primary limit: the request answerLocked counted is given back
-// to the asking credential's window.
+// against the primary limit: the asking credential's window as it is.
 func (f *Fake) rateLimitLocked(r *http.Request, h http.Header) response {
 	cred := f.credentialLocked(r)
 	w := f.primaryLocked(cred, f.now())
 	if f.style != StyleGHES {
-		w.Remaining++
 		f.rateHeadersLocked(h, cred)
 	}
 	core := map[string]int64{"limit": int64(w.Limit), "remaining": int64(max(w.Remaining, 0)),

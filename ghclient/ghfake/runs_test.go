@@ -182,7 +182,7 @@ func TestRerunNeedsActionsWrite(t *testing.T) {
 }
 
 func TestInstallationPermissions(t *testing.T) {
-	f, srv := serve(t)
+	f, srv := serve(t, ghfake.WithScopes(org, repo)) // authentication on: a call without the JWT is refused
 	key := newKey(t)
 	f.AddApp(appID, &key.PublicKey)
 	full := f.AddInstallation(appID, "acme")
@@ -300,7 +300,7 @@ func TestRemoteWorkflowControls(t *testing.T) {
 
 // GET /rate_limit is free of the primary limit and names a classic token's scopes.
 func TestRateLimitEndpoint(t *testing.T) {
-	f, srv := serve(t)
+	f, srv := serve(t, ghfake.WithScopes(org, repo)) // authentication on: a wrong token is refused
 	f.SetToken("tok")
 	f.SetTokenRights(ghfake.TokenRights{Scopes: []string{"repo"}})
 	for range 3 {
