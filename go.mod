@@ -14,7 +14,6 @@ require (
 	github.com/prometheus/client_model v0.6.2
 	github.com/spf13/pflag v1.0.10
 	go.uber.org/goleak v1.3.0
-	go.yaml.in/yaml/v3 v3.0.4
 	golang.org/x/net v0.57.0
 	golang.org/x/sys v0.47.0
 	k8s.io/api v0.37.2
@@ -67,6 +66,7 @@ require (
 	go.uber.org/multierr v1.11.0 // indirect
 	go.uber.org/zap v1.27.1 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
+	go.yaml.in/yaml/v3 v3.0.4 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/term v0.45.0 // indirect
