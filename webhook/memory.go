@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/runner-guard/runner-guard/internal/lru"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
@@ -191,24 +192,18 @@ func (m *fallbackMemory) report(ctx context.Context, pod *corev1.Pod, err *arc.U
 // forged or not, costs GitHub at most one request per runner per window.
 // Only read-only look-ups read it: an unregister always asks GitHub.
 type statusMemory struct {
-	ttl time.Duration
-	now func() time.Time
-
-	mu      sync.Mutex
-	entries map[string]statusEntry
+	entries *lru.Cache[string, githubResult] // nil: TTL 0, nothing remembered
 }
 
-type statusEntry struct {
-	res     githubResult
-	expires time.Time
-}
-
-// maxStatusEntries bounds the memory; past it, expired entries are swept and
-// then new answers are not remembered until some expire.
+// maxStatusEntries bounds the memory; past it, the least recently used
+// answer is dropped (a dropped answer costs one look-up).
 const maxStatusEntries = 10000
 
 func newStatusMemory(ttl time.Duration, now func() time.Time) *statusMemory {
-	return &statusMemory{ttl: ttl, now: now, entries: map[string]statusEntry{}}
+	if ttl <= 0 {
+		return &statusMemory{}
+	}
+	return &statusMemory{entries: lru.New[string, githubResult](maxStatusEntries, ttl, now)}
 }
 
 func statusKey(t Target) string {
@@ -221,37 +216,17 @@ func statusKey(t Target) string {
 
 // recall returns the remembered answer for the runner, if one is fresh.
 func (m *statusMemory) recall(t Target) (githubResult, bool) {
-	if m.ttl <= 0 {
+	if m.entries == nil {
 		return githubResult{}, false
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.entries[statusKey(t)]
-	if !ok || !m.now().Before(e.expires) {
-		return githubResult{}, false
-	}
-	return e.res, true
+	return m.entries.Get(statusKey(t))
 }
 
 // remember stores a read-only answer.
 func (m *statusMemory) remember(t Target, res githubResult) {
-	if m.ttl <= 0 {
-		return
+	if m.entries != nil {
+		m.entries.Add(statusKey(t), res)
 	}
-	now := m.now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.entries) >= maxStatusEntries {
-		for k, e := range m.entries {
-			if !now.Before(e.expires) {
-				delete(m.entries, k)
-			}
-		}
-		if len(m.entries) >= maxStatusEntries {
-			return
-		}
-	}
-	m.entries[statusKey(t)] = statusEntry{res: res, expires: now.Add(m.ttl)}
 }
 
 // failureMemory remembers, per pod UID and runner, that GitHub failed its

@@ -36,8 +36,10 @@ func (c *Cache[K, V]) Get(k K) (V, bool) {
 }
 
 // Add stores v at k for the cache's ttl, evicting the least recently used
-// entry when full.
-func (c *Cache[K, V]) Add(k K, v V) { c.c.Add(k, v, c.ttl) }
+// entry when full. The entry is gone at now+ttl: LRUExpireCache keeps one
+// through its expiry instant, so it is given a nanosecond less, the finest
+// a time.Time tells apart.
+func (c *Cache[K, V]) Add(k K, v V) { c.c.Add(k, v, c.ttl-time.Nanosecond) }
 
 // Remove drops k.
 func (c *Cache[K, V]) Remove(k K) { c.c.Remove(k) }

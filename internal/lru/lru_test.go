@@ -29,9 +29,13 @@ func TestCache(t *testing.T) {
 		t.Error("c cached after Remove")
 	}
 
-	now = now.Add(time.Minute + time.Nanosecond)
+	now = now.Add(time.Minute - time.Nanosecond)
+	if _, ok := c.Get("a"); !ok {
+		t.Error("a gone before its TTL")
+	}
+	now = now.Add(time.Nanosecond)
 	if _, ok := c.Get("a"); ok {
-		t.Error("a cached past its TTL")
+		t.Error("a still cached at its TTL; want gone at now+ttl")
 	}
 	if v, ok := c.Get("missing"); ok || v != 0 {
 		t.Errorf("Get(missing) = %v, %v; want zero, false", v, ok)
