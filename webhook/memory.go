@@ -19,11 +19,7 @@ import (
 // three times; the repeats are answered from here so one delete costs one
 // unregister. Denials are never stored.
 type admittedMemory struct {
-	ttl time.Duration
-	now func() time.Time
-
-	mu      sync.Mutex
-	entries map[admittedKey]time.Time // value: expiry
+	entries *lru.Cache[admittedKey, struct{}] // nil: TTL 0, nothing remembered
 }
 
 type admittedKey struct {
@@ -31,34 +27,31 @@ type admittedKey struct {
 	runner string // scope and name, so a reused UID with another runner never matches
 }
 
+// maxAdmittedEntries bounds the memory to far more deletions than one TTL
+// sees; past it, the least recently admitted pod is forgotten (its repeat
+// review asks GitHub, which answers "not found").
+const maxAdmittedEntries = 10000
+
 func newAdmittedMemory(ttl time.Duration, now func() time.Time) *admittedMemory {
-	return &admittedMemory{ttl: ttl, now: now, entries: map[admittedKey]time.Time{}}
+	if ttl <= 0 {
+		return &admittedMemory{}
+	}
+	return &admittedMemory{entries: lru.New[admittedKey, struct{}](maxAdmittedEntries, ttl, now)}
 }
 
 func (m *admittedMemory) remember(uid types.UID, t Target) {
-	if m.ttl <= 0 || uid == "" {
+	if m.entries == nil || uid == "" {
 		return
 	}
-	now := m.now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	// Sweep on insert: the map stays as small as the deletions of the last TTL.
-	for k, exp := range m.entries {
-		if !now.Before(exp) {
-			delete(m.entries, k)
-		}
-	}
-	m.entries[admittedKey{uid, targetKey(t)}] = now.Add(m.ttl)
+	m.entries.Add(admittedKey{uid, targetKey(t)}, struct{}{})
 }
 
 func (m *admittedMemory) admitted(uid types.UID, t Target) bool {
-	if uid == "" {
+	if m.entries == nil || uid == "" {
 		return false
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	exp, ok := m.entries[admittedKey{uid, targetKey(t)}]
-	return ok && m.now().Before(exp)
+	_, ok := m.entries.Get(admittedKey{uid, targetKey(t)})
+	return ok
 }
 
 func targetKey(t Target) string { return t.Scope.String() + "\x00" + t.Name }
