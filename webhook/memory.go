@@ -74,77 +74,42 @@ type busyMemo struct {
 // retryAfterSeconds says: without it one busy pod costs 720 GitHub requests
 // an hour. Remembering a refusal is always safe: at worst a pod waits longer.
 type busyMemory struct {
-	first, cap time.Duration
-	now        func() time.Time
-
-	mu      sync.Mutex
-	entries map[string]busyEntry
-}
-
-type busyEntry struct {
-	until   time.Time
-	backoff time.Duration
-	seen    time.Time // last busy answer; a runner idle for long starts over
+	entries *lru.Backoff[string, struct{}] // nil: busyRetryAfter 0, nothing remembered
 }
 
 // maxBusyEntries bounds the memory; busy runners are few next to all runners.
 const maxBusyEntries = 10000
 
 func newBusyMemory(first, cap time.Duration, now func() time.Time) *busyMemory {
-	return &busyMemory{first: first, cap: max(cap, first), now: now, entries: map[string]busyEntry{}}
+	if first <= 0 {
+		return &busyMemory{}
+	}
+	return &busyMemory{entries: lru.NewBackoff[string, struct{}](maxBusyEntries, first, cap, now)}
 }
 
 // recall returns what is remembered of the runner: whether it was busy
 // lately, and how long that is still trusted (0 if no longer).
 func (m *busyMemory) recall(t Target) busyMemo {
-	if m.first <= 0 {
+	if m.entries == nil {
 		return busyMemo{}
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.entries[targetKey(t)]
-	now := m.now()
-	if !ok || now.Sub(e.seen) > 2*m.cap {
-		return busyMemo{}
-	}
-	return busyMemo{Known: true, Wait: max(e.until.Sub(now), 0)}
+	_, left, ok := m.entries.Recall(targetKey(t))
+	return busyMemo{Known: ok, Wait: left}
 }
 
 // busy records a "busy" answer and returns how long it will be trusted.
 func (m *busyMemory) busy(t Target) time.Duration {
-	if m.first <= 0 {
+	if m.entries == nil {
 		return 0
 	}
-	now := m.now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	key := targetKey(t)
-	e, ok := m.entries[key]
-	switch {
-	case !ok || now.Sub(e.seen) > 2*m.cap:
-		e.backoff = m.first
-	default:
-		e.backoff = min(2*e.backoff, m.cap)
-	}
-	e.until, e.seen = now.Add(e.backoff), now
-	if len(m.entries) >= maxBusyEntries {
-		for k, old := range m.entries {
-			if now.Sub(old.seen) > 2*m.cap {
-				delete(m.entries, k)
-			}
-		}
-	}
-	if len(m.entries) < maxBusyEntries || ok {
-		m.entries[key] = e
-	}
-	return e.backoff
+	return m.entries.Next(targetKey(t), struct{}{})
 }
 
 // forget drops a runner GitHub no longer reports busy.
 func (m *busyMemory) forget(t Target) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.entries, targetKey(t))
+	if m.entries != nil {
+		m.entries.Forget(targetKey(t))
+	}
 }
 
 // fallbackMemory reports each cause of reading labels instead of an

@@ -1,0 +1,52 @@
+package lru_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/runner-guard/runner-guard/internal/lru"
+)
+
+func TestBackoff(t *testing.T) {
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	b := lru.NewBackoff[string, string](2, time.Second, 4*time.Second, clock)
+
+	if _, _, ok := b.Recall("a"); ok {
+		t.Fatal("Recall of a key never failed: ok")
+	}
+	for i, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second} {
+		if got := b.Next("a", "err"); got != want {
+			t.Fatalf("failure %d: wait %s, want %s", i+1, got, want)
+		}
+	}
+	now = now.Add(time.Second)
+	if v, left, ok := b.Recall("a"); !ok || v != "err" || left != 3*time.Second {
+		t.Fatalf("Recall = %q, %s, %v; want err, 3s, true", v, left, ok)
+	}
+	// Quiet for exactly twice the limit after the last failure: the run goes on.
+	now = now.Add(7 * time.Second)
+	if _, left, ok := b.Recall("a"); !ok || left != 0 {
+		t.Fatalf("Recall at 2*limit = %s, %v; want 0, true", left, ok)
+	}
+	now = now.Add(time.Nanosecond)
+	if _, _, ok := b.Recall("a"); ok {
+		t.Fatal("Recall past 2*limit: ok, want the run over")
+	}
+	if got := b.Next("a", "err"); got != time.Second {
+		t.Fatalf("wait after a quiet spell = %s, want the first 1s", got)
+	}
+
+	b.Forget("a")
+	if _, _, ok := b.Recall("a"); ok {
+		t.Fatal("Recall after Forget: ok")
+	}
+
+	// Bounded: a third key evicts the least recently failed.
+	b.Next("x", "")
+	b.Next("y", "")
+	b.Next("z", "")
+	if _, _, ok := b.Recall("x"); ok {
+		t.Error("x remembered past the size; want the least recently failed forgotten")
+	}
+}
