@@ -193,29 +193,19 @@ func (m *statusMemory) remember(t Target, res githubResult) {
 // A pod deleted in a loop (its repository misspelt, GitHub down) then costs
 // the credential every team shares a request now and then, not one each.
 type failureMemory struct {
-	now func() time.Time
-
-	mu      sync.Mutex
-	entries map[admittedKey]failureEntry
-}
-
-type failureEntry struct {
-	err     error
-	until   time.Time
-	backoff time.Duration
-	seen    time.Time // last failure; past 2*failureCap the backoff starts over
+	entries *lru.Backoff[admittedKey, error]
 }
 
 const (
 	failureFirst = time.Second
 	failureCap   = 2 * time.Minute
-	// maxFailureEntries bounds the memory; past it, old entries are swept
-	// and then new failures are not remembered until some expire.
+	// maxFailureEntries bounds the memory; past it, the least recently
+	// failed pod is forgotten.
 	maxFailureEntries = 10000
 )
 
 func newFailureMemory(now func() time.Time) *failureMemory {
-	return &failureMemory{now: now, entries: map[admittedKey]failureEntry{}}
+	return &failureMemory{entries: lru.NewBackoff[admittedKey, error](maxFailureEntries, failureFirst, failureCap, now)}
 }
 
 // recalledFailure is what the failure memory says of a pod's runner.
@@ -233,14 +223,11 @@ func (m *failureMemory) recall(uid types.UID, t Target) recalledFailure {
 	if uid == "" {
 		return recalledFailure{}
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.entries[admittedKey{uid, targetKey(t)}]
-	now := m.now()
-	if !ok || now.Sub(e.seen) > 2*failureCap {
+	err, left, ok := m.entries.Recall(admittedKey{uid, targetKey(t)})
+	if !ok {
 		return recalledFailure{}
 	}
-	return recalledFailure{Known: true, Err: e.err, Left: max(e.until.Sub(now), 0)}
+	return recalledFailure{Known: true, Err: err, Left: left}
 }
 
 // failed records err for the pod's runner and returns the backoff.
@@ -248,35 +235,11 @@ func (m *failureMemory) failed(uid types.UID, t Target, err error) time.Duration
 	if uid == "" {
 		return 0
 	}
-	now := m.now()
-	key := admittedKey{uid, targetKey(t)}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.entries[key]
-	if !ok || now.Sub(e.seen) > 2*failureCap {
-		e.backoff = failureFirst
-	} else {
-		e.backoff = min(2*e.backoff, failureCap)
-	}
-	e.err, e.until, e.seen = err, now.Add(e.backoff), now
-	if !ok && len(m.entries) >= maxFailureEntries {
-		for k, old := range m.entries {
-			if now.Sub(old.seen) > 2*failureCap {
-				delete(m.entries, k)
-			}
-		}
-		if len(m.entries) >= maxFailureEntries {
-			return e.backoff
-		}
-	}
-	m.entries[key] = e
-	return e.backoff
+	return m.entries.Next(admittedKey{uid, targetKey(t)}, err)
 }
 
 func (m *failureMemory) forget(uid types.UID, t Target) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.entries, admittedKey{uid, targetKey(t)})
+	m.entries.Forget(admittedKey{uid, targetKey(t)})
 }
 
 // recentFailure is a decision's GitHub failure answered from the failure
