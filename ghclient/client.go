@@ -102,7 +102,7 @@ type Client struct {
 	// listings are the shared per-scope runner listings (listing.go).
 	listings *listings
 	// failures are scopes GitHub answered 404, 401 or 403 (failures.go).
-	failures *scopeFailures
+	failures *lru.Cache[Scope, scopeFailure]
 	// tokenFile is the token's file, nil for other credentials.
 	tokenFile *fileToken
 	// install and appAPI are an App's fixed installation and a client
@@ -230,7 +230,6 @@ func newClient(a auth, o clientOptions) (*Client, error) {
 		budgets:  budgets,
 		base:     base,
 		listings: newListings(),
-		failures: newScopeFailures(),
 		isApp:    a.app != nil,
 		cloud:    a.cloud,
 		ttl:      o.ttl,
@@ -245,6 +244,7 @@ func newClient(a auth, o clientOptions) (*Client, error) {
 		c.now = time.Now
 	}
 	c.ids = lru.New[lookupKey, int64](maxCacheEntries, c.ttl, c.now)
+	c.failures = lru.New[Scope, scopeFailure](maxFailures, FailureTTL, c.now)
 	var err error
 	switch {
 	case a.app != nil:
