@@ -6,15 +6,18 @@ import (
 )
 
 // Backoff remembers, per key, the last of a run of failures (or refusals) and
-// a wait that doubles from first up to a limit while they go on; a key quiet
-// for more than twice the limit starts over, as client-go's flowcontrol.Backoff does. It is
+// a wait that doubles from first up to a limit while they go on (or longer
+// when a failure says so, as GitHub's Retry-After does); a key quiet for more
+// than twice the limit, and past its wait, starts over, as client-go's
+// flowcontrol.Backoff does. It is
 // kept in a Cache, so it is bounded: past size keys the least recently
 // failed is forgotten.
 //
 // flowcontrol.Backoff itself is not used: it cannot say how long a key's wait
 // still runs (its last update is private; IsInBackOffSinceUpdate only says
-// whether), it holds no value (the failure answered meanwhile), and it grows
-// without bound between the GC calls its user must schedule.
+// whether), takes no floor for a wait, holds no value (the failure answered
+// meanwhile), and grows without bound between the GC calls its user must
+// schedule.
 type Backoff[K comparable, V any] struct {
 	first, limit time.Duration
 	now          func() time.Time
@@ -36,10 +39,8 @@ func NewBackoff[K comparable, V any](size int, first, limit time.Duration, now f
 		now = time.Now
 	}
 	limit = max(limit, first)
-	// Kept through 2*limit after the last failure: Cache drops an entry at
-	// its TTL, the nanosecond after which the run starts over.
 	return &Backoff[K, V]{first: first, limit: limit, now: now,
-		entries: New[K, backoffEntry[V]](size, 2*limit+time.Nanosecond, now)}
+		entries: New[K, backoffEntry[V]](size, 2*limit, now)} // TTL set by NextAtLeast
 }
 
 // Recall returns the value of k's last failure and how long its wait still
@@ -55,16 +56,25 @@ func (b *Backoff[K, V]) Recall(k K) (v V, left time.Duration, ok bool) {
 // Next records a failure of k with value v and returns its wait: first for a
 // new run, else double the last one up to the limit.
 func (b *Backoff[K, V]) Next(k K, v V) time.Duration {
+	return b.NextAtLeast(k, 0, func(V) V { return v })
+}
+
+// NextAtLeast is Next with a wait of at least least, and the value update
+// makes of the last one (the zero V for a new run).
+func (b *Backoff[K, V]) NextAtLeast(k K, least time.Duration, update func(last V) V) time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e, ok := b.entries.Get(k)
 	if ok {
 		e.wait = min(2*e.wait, b.limit)
 	} else {
-		e.wait = b.first
+		e = backoffEntry[V]{wait: b.first}
 	}
-	e.value, e.until = v, b.now().Add(e.wait)
-	b.entries.Add(k, e)
+	e.wait = max(e.wait, least)
+	e.value, e.until = update(e.value), b.now().Add(e.wait)
+	// Kept through 2*limit after the failure (or its longer wait): Cache
+	// drops an entry at its TTL, the nanosecond after which the run starts over.
+	b.entries.addFor(k, e, max(2*b.limit, e.wait)+time.Nanosecond)
 	return e.wait
 }
 

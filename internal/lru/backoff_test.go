@@ -50,3 +50,25 @@ func TestBackoff(t *testing.T) {
 		t.Error("x remembered past the size; want the least recently failed forgotten")
 	}
 }
+
+func TestBackoffAtLeast(t *testing.T) {
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	b := lru.NewBackoff[string, bool](10, time.Second, 4*time.Second, clock)
+	or := func(v bool) func(bool) bool { return func(last bool) bool { return last || v } }
+
+	if got := b.NextAtLeast("a", 0, or(true)); got != time.Second {
+		t.Fatalf("first wait = %s, want 1s", got)
+	}
+	// A Retry-After longer than twice the limit: kept, and not started over, past 2*limit.
+	if got := b.NextAtLeast("a", time.Minute, or(false)); got != time.Minute {
+		t.Fatalf("wait with a 1m floor = %s, want 1m", got)
+	}
+	now = now.Add(30 * time.Second)
+	if busy, left, ok := b.Recall("a"); !ok || !busy || left != 30*time.Second {
+		t.Fatalf("Recall = %v, %s, %v; want true (kept), 30s, true", busy, left, ok)
+	}
+	if got := b.NextAtLeast("a", 0, or(false)); got != 4*time.Second {
+		t.Fatalf("wait after the floor = %s, want the 4s limit", got)
+	}
+}

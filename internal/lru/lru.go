@@ -39,7 +39,10 @@ func (c *Cache[K, V]) Get(k K) (V, bool) {
 // entry when full. The entry is gone at now+ttl: LRUExpireCache keeps one
 // through its expiry instant, so it is given a nanosecond less, the finest
 // a time.Time tells apart.
-func (c *Cache[K, V]) Add(k K, v V) { c.c.Add(k, v, c.ttl-time.Nanosecond) }
+func (c *Cache[K, V]) Add(k K, v V) { c.addFor(k, v, c.ttl) }
+
+// addFor is Add with the entry's own ttl.
+func (c *Cache[K, V]) addFor(k K, v V, ttl time.Duration) { c.c.Add(k, v, ttl-time.Nanosecond) }
 
 // Remove drops k.
 func (c *Cache[K, V]) Remove(k K) { c.c.Remove(k) }
