@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/runner-guard/runner-guard/events/jobannotation"
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/webhook"
 	"github.com/runner-guard/runner-guard/webhook/arc"
@@ -293,6 +294,7 @@ func (r *drainReconciler) released(ctx context.Context, node *corev1.Node, why s
 	key := client.ObjectKeyFromObject(pod)
 	// This replica's webhook answers the pod's eviction without asking GitHub again.
 	r.guard.Unregistered(pod, res.Target)
+	r.dropJobHold(ctx, pod)
 	err := r.evict(ctx, pod)
 	switch {
 	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
@@ -326,6 +328,26 @@ func (r *drainReconciler) released(ctx context.Context, node *corev1.Node, why s
 		"node %s is %s: runner %q of pod %s was idle and is %s on GitHub; its pod is evicted so it takes no job here", node.Name, why, res.Runner.Name, key, what)
 	r.forget(pod)
 	return true
+}
+
+// dropJobHold lets the pod of a runner GitHub no longer has go: no job can
+// hold it, whatever a job annotation whose completed delivery was lost still
+// says. Its job budget would refuse the eviction for good, and the
+// annotation would bring the budget back, so both go before the eviction.
+func (r *drainReconciler) dropJobHold(ctx context.Context, pod *corev1.Pod) {
+	key := client.ObjectKeyFromObject(pod)
+	if _, ok := pod.Annotations[jobannotation.Annotation]; ok {
+		patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+jobannotation.Annotation+`":null}}}`))
+		if err := r.cached.Patch(ctx, pod, patch); client.IgnoreNotFound(err) != nil {
+			r.log.Info("cannot remove the job annotation of a released runner's pod", "pod", key, "error", err.Error())
+		}
+	}
+	if pod.Labels[webhook.LabelJobBudget] == "" {
+		return
+	}
+	if err := deleteJobBudgets(ctx, r.cached, pod, []string{jobBudgetName(pod)}); err != nil {
+		r.log.Info("cannot delete the job budget of a released runner's pod; the eviction may wait for it", "pod", key, "error", err.Error())
+	}
 }
 
 // outcomeWord says what GitHub answered, for messages.

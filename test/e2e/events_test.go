@@ -75,7 +75,8 @@ func (s *scenario) eventsMetric(outcome string) float64 {
 }
 
 var hinted = map[string]string{
-	disruption.AnnotationDoNotDisrupt: "true", disruption.AnnotationSafeToEvict: "false", disruption.AnnotationOwned: "do-not-disrupt,safe-to-evict",
+	disruption.AnnotationDoNotDisrupt: "true", disruption.AnnotationSafeToEvict: "false", disruption.AnnotationOwned: "do-not-disrupt,safe-to-evict,deletion-cost",
+	disruption.AnnotationDeletionCost: disruption.DeletionCost.Value,
 }
 
 // A legacy runner pod gets its job from GitHub's in_progress delivery, and
@@ -132,7 +133,9 @@ func TestEventsGiveLegacyPodsTheirJob(t *testing.T) {
 	if _, ok := s.jobOf("ev-runner"); ok {
 		t.Fatalf("completed left the job: %v", s.annotations("ev-runner"))
 	}
-	s.wantAnnotations("ev-runner", map[string]string{})
+	// The job's end makes the runner cheap to lose: its deletion cost goes
+	// low, and runner-guard's other hints go.
+	s.wantAnnotations("ev-runner", map[string]string{disruption.AnnotationOwned: "deletion-cost", disruption.AnnotationDeletionCost: disruption.DeletionCost.Idle})
 	for _, d := range env.Fake().Deliveries() {
 		if d.Status != http.StatusOK {
 			t.Errorf("delivery %+v answered %d, want 200", d, d.Status)

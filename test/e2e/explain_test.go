@@ -77,7 +77,8 @@ func TestExplain(t *testing.T) {
 	idle := s.runner("explain-idle", url, scope, false, nil)
 	s.setJob(busy.name, 301, "build")
 	s.wantAnnotations(busy.name, map[string]string{
-		disruption.AnnotationDoNotDisrupt: "true", disruption.AnnotationSafeToEvict: "false", disruption.AnnotationOwned: "do-not-disrupt,safe-to-evict",
+		disruption.AnnotationDoNotDisrupt: "true", disruption.AnnotationSafeToEvict: "false", disruption.AnnotationOwned: "do-not-disrupt,safe-to-evict,deletion-cost",
+		disruption.AnnotationDeletionCost: disruption.DeletionCost.Value,
 	})
 	if _, err := s.deletePod(busy.name, scope); err == nil || !strings.Contains(err.Error(), "runner busy") {
 		t.Fatalf("delete of the busy runner's pod: %v; want runner busy", err)
@@ -102,7 +103,7 @@ func TestExplain(t *testing.T) {
 		if !r.Binding.Allowed {
 			t.Errorf("binding = %+v; want allowed (no scopeBindings in the harness)", r.Binding)
 		}
-		if r.Hints.Annotations[disruption.AnnotationDoNotDisrupt] != "true" || len(r.Hints.Owned) != 2 {
+		if r.Hints.Annotations[disruption.AnnotationDoNotDisrupt] != "true" || len(r.Hints.Owned) != 3 {
 			t.Errorf("hints = %+v; want do-not-disrupt set by runner-guard", r.Hints)
 		}
 		if r.LastDecision.EventReason != "RunnerBusy" || r.LastDecision.Reason == "" {

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/runner-guard/runner-guard/disruption"
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/e2e/framework"
@@ -157,6 +158,7 @@ func (s *scaleSet) runner(name, configURL string, scope ghclient.Scope, busy boo
 	}
 	pod.Spec.NodeName = s.node
 	s.create(pod)
+	s.settleHints(name)
 	return scaleSetRunner{name: name, scope: scope, id: id, uid: created.GetUID()}
 }
 
@@ -267,6 +269,27 @@ func (s *scaleSet) setPhase(name, phase string) {
 
 // deletePod deletes the pod as a controller would, returning the GitHub
 // requests the decision made for scope and the API error.
+// settleHints waits until the hint controller has annotated a new runner
+// pod (its deletion cost), when it runs. A delete racing that patch is
+// admitted twice: the API server re-runs validating admission when its
+// graceful-deletion update meets a conflict, and tests that count GitHub
+// requests would count the second decision's look-up. Without the
+// controller nothing is patched, and the wait ends at its bound.
+func (s *scaleSet) settleHints(name string) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	defer cancel()
+	for ctx.Err() == nil {
+		if p := s.pod(name); p == nil || p.Annotations[disruption.AnnotationOwned] != "" {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 func (s *scaleSet) deletePod(name string, scope ghclient.Scope) ([]ghfake.Request, error) {
 	s.t.Helper()
 	before := len(env.GitHub.Requests())
