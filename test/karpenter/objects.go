@@ -245,6 +245,18 @@ func (c *Cluster) DeletePods(ctx context.Context, ns string, names ...string) er
 // DeleteAllPods deletes every pod in ns at once (grace period 0) and waits
 // until they are gone. runner-guard still decides on runner pods.
 func (c *Cluster) DeleteAllPods(ctx context.Context, ns string) error {
+	// A runner whose EphemeralRunner still records a job is refused without
+	// GitHub; clean-up cancels such jobs the documented way.
+	pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list the pods of %s: %w", ns, err)
+	}
+	force := []byte(`{"metadata":{"annotations":{"runner-guard.io/force-delete":"true"}}}`)
+	for _, p := range pods.Items {
+		if _, err := c.Client.CoreV1().Pods(ns).Patch(ctx, p.Name, types.MergePatchType, force, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("annotate pod %s/%s for clean-up: %w", ns, p.Name, err)
+		}
+	}
 	zero := int64(0)
 	if err := c.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
 		return fmt.Errorf("delete the pods of %s: %w", ns, err)
