@@ -324,12 +324,14 @@ func TestRBACIsMinimal(t *testing.T) {
 	}
 	binding := render.Get[rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding", "runner-guard")
 	render.CheckBinding(t, "ClusterRoleBinding runner-guard", binding.RoleRef, binding.Subjects, "ClusterRole", "runner-guard")
-	// The leader election Role may touch Leases (and their Events) in
-	// runner-guard's own namespace only.
+	// The leader election Role may touch Leases (and their Events), and the
+	// re-run controller's lost-job records (ConfigMaps), in runner-guard's
+	// own namespace only.
 	lease := render.Get[rbacv1.Role](t, objs, "Role", "runner-guard-leader-election")
 	wantLease := []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
 		{APIGroups: []string{"events.k8s.io", ""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 	}
 	if !reflect.DeepEqual(lease.Rules, wantLease) || lease.Namespace != namespace {
 		t.Errorf("leader election Role in %q: rules = %+v\nwant %+v in %s", lease.Namespace, lease.Rules, wantLease, namespace)

@@ -23,10 +23,12 @@ import (
 
 // The objects only one side has, and why: the Namespace with its Pod Security
 // labels. Helm installs into a namespace the user creates (helm install
-// --create-namespace).
+// --create-namespace). The chart's pre-delete hook removes runner-guard's job
+// budgets on uninstall; kustomize has no uninstall step (docs/karpenter.md
+// gives the kubectl command).
 var (
 	kustomizeOnly = []string{"Namespace/" + namespace}
-	chartOnly     = []string{}
+	chartOnly     = []string{"Job/runner-guard-remove-job-budgets"}
 )
 
 // The only flags the chart adds to the default install, and the one flag whose
@@ -44,7 +46,10 @@ var (
 // own render, and the --config files, which must mean the same to the binary.
 func TestChartAgreesWithKustomize(t *testing.T) {
 	kust := render.MustParse(t, render.Kustomize(t, "default"))
-	chart := render.MustTemplate(t, "--values", "testdata/values/certmanager-token.yaml", "--values", bindingsOf(t, kust), "--set", "image.tag=latest")
+	// dist/install.yaml keeps evictions at Fail; the chart, with job budgets
+	// on, defaults them to Ignore unless told.
+	chart := render.MustTemplate(t, "--values", "testdata/values/certmanager-token.yaml", "--values", bindingsOf(t, kust), "--set", "image.tag=latest",
+		"--set", "policy.evictionsFailurePolicy=Fail")
 
 	kNames, cNames := kust.Names(), chart.Names()
 	for _, n := range kNames {
