@@ -277,6 +277,21 @@ func (s *scenario) countDeletes(status int) int {
 	return n
 }
 
+// countBusyAnswers counts GitHub's answers that a runner is busy: a DELETE
+// refused with 422, or a listing of a scope's runners (the webhook reads a
+// runner's busy state from a fresh listing, a point where a DELETE costs
+// five).
+func (s *scenario) countBusyAnswers() int {
+	n := 0
+	for _, r := range s.githubRequests() {
+		listing := r.Method == "GET" && strings.HasSuffix(strings.SplitN(r.Path, "?", 2)[0], "/actions/runners")
+		if r.Method == "DELETE" && r.Status == 422 || listing && (r.Status == 200 || r.Status == 304) {
+			n++
+		}
+	}
+	return n
+}
+
 // waitLog waits for a line in the runner's output.
 func (s *scenario) waitLog(name, line string) {
 	s.t.Helper()

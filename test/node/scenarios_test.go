@@ -206,8 +206,8 @@ func TestNodeDrainWaitsForBusyRunner(t *testing.T) {
 	}
 
 	s.eventually("drain retries the refused eviction", 60*time.Second, func() error {
-		if n := s.countDeletes(422); n < 2 {
-			return fmt.Errorf("%d refused unregisters so far; drain output %q", n, out.String())
+		if n := s.countBusyAnswers(); n < 2 {
+			return fmt.Errorf("%d answers that the runner is busy so far; drain output %q", n, out.String())
 		}
 		return nil
 	})
