@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/runner-guard/runner-guard/disruption"
 )
 
@@ -28,6 +31,10 @@ func TestBudgetsKeepBusyRunnerNodeWithWebhookStopped(t *testing.T) {
 	if err := cluster.WaitJobBudget(s.ctx, s.name, string(uid), time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	// As the chart installs it with job budgets on: the evictions entry is
+	// Ignore, so runner-guard's outage holds no eviction, and the budget
+	// alone holds the busy runner.
+	setEvictionsPolicy(t, admissionregistrationv1.Ignore)
 	if err := cluster.StopWebhook(); err != nil {
 		t.Fatal(err)
 	}
@@ -37,6 +44,7 @@ func TestBudgetsKeepBusyRunnerNodeWithWebhookStopped(t *testing.T) {
 		if err := cluster.StartWebhook(ctx); err != nil {
 			t.Errorf("cleanup: start the webhook again: %v", err)
 		}
+		setEvictionsPolicy(t, admissionregistrationv1.Fail)
 	})
 	s.scaleDown(fillers...)
 
@@ -74,5 +82,31 @@ func TestDeletionCostPrefersIdleRunnersNode(t *testing.T) {
 	if !held.Tainted.IsZero() && held.Tainted.Before(first.Tainted) {
 		t.Errorf("Karpenter chose the busy runner's node %s (at %s) before the idle runners' node %s (at %s)",
 			busyNode, held.Tainted, idleNode, first.Tainted)
+	}
+}
+
+// setEvictionsPolicy sets the failurePolicy of the evictions entry of the
+// harness's webhook configuration.
+func setEvictionsPolicy(t *testing.T, p admissionregistrationv1.FailurePolicyType) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	vwcs := cluster.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	vwc, err := vwcs.Get(ctx, "runner-guard", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("webhook configuration: %v", err)
+	}
+	found := false
+	for i := range vwc.Webhooks {
+		if vwc.Webhooks[i].Name == "evictions.runner-guard.io" {
+			vwc.Webhooks[i].FailurePolicy = &p
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("webhook configuration runner-guard has no evictions entry")
+	}
+	if _, err := vwcs.Update(ctx, vwc, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("set the evictions entry to %s: %v", p, err)
 	}
 }
