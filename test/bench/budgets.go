@@ -41,13 +41,8 @@ func (d *disruptionBench) setStatus(ctx context.Context, ns, name string, patch 
 func (d *disruptionBench) budgetLag(ctx context.Context, e *env) error {
 	const ns = "bench-budget-lag"
 	scope := org("bench-budget-lag")
-	if err := d.fenv.CreateNamespace(ctx, ns); err != nil {
+	if err := d.runners(ctx, ns, "lag", budgetLagRuns, framework.NodeName, scope); err != nil {
 		return err
-	}
-	for i := range budgetLagRuns {
-		if err := d.runner(ctx, ns, fmt.Sprintf("lag-%03d", i), framework.NodeName, scope); err != nil {
-			return err
-		}
 	}
 	before := len(d.fenv.GitHub.Requests())
 	var lags []time.Duration

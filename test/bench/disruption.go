@@ -110,18 +110,27 @@ func (d *disruptionBench) runner(ctx context.Context, ns, name, node string, sco
 	return err
 }
 
+// runners creates namespace ns and n idle scale-set runners named
+// prefix-000, prefix-001, ... on node.
+func (d *disruptionBench) runners(ctx context.Context, ns, prefix string, n int, node string, scope ghclient.Scope) error {
+	if err := d.fenv.CreateNamespace(ctx, ns); err != nil {
+		return err
+	}
+	for i := range n {
+		if err := d.runner(ctx, ns, fmt.Sprintf("%s-%03d", prefix, i), node, scope); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // hintLag: job fields set on the EphemeralRunner (the listener's patch) →
 // karpenter.sh/do-not-disrupt on the pod, one runner at a time.
 func (d *disruptionBench) hintLag(ctx context.Context, e *env) error {
 	const ns = "bench-hints"
 	scope := org("bench-hints")
-	if err := d.fenv.CreateNamespace(ctx, ns); err != nil {
+	if err := d.runners(ctx, ns, "hint", hintRuns, framework.NodeName, scope); err != nil {
 		return err
-	}
-	for i := range hintRuns {
-		if err := d.runner(ctx, ns, fmt.Sprintf("hint-%03d", i), framework.NodeName, scope); err != nil {
-			return err
-		}
 	}
 	before := len(d.fenv.GitHub.Requests())
 	var lags []time.Duration
