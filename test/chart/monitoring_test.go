@@ -13,6 +13,7 @@ import (
 
 	"github.com/runner-guard/runner-guard/disruption"
 	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/rerun"
 	"github.com/runner-guard/runner-guard/test/render"
 	"github.com/runner-guard/runner-guard/webhook"
 )
@@ -65,7 +66,8 @@ func servedMetrics(t *testing.T) map[string]servedFamily {
 	if err != nil {
 		t.Fatal(err)
 	}
-	collectors := slices.Concat(webhook.NewMetrics().Collectors(), gm.Collectors(), router.Collectors(), disruption.NewMetrics().Collectors())
+	dm := disruption.NewMetrics()
+	collectors := slices.Concat(webhook.NewMetrics().Collectors(), gm.Collectors(), router.Collectors(), dm.Collectors(), rerun.NewMetrics(dm.JobsLost).Collectors())
 	reg := prometheus.NewPedanticRegistry()
 	families := map[string]servedFamily{}
 	for _, c := range collectors {

@@ -302,8 +302,11 @@ func TestScopes(t *testing.T) {
 			if sc.registered(idleName) || !sc.registered(busyName) {
 				t.Errorf("registered: idle %v busy %v; want false true", sc.registered(idleName), sc.registered(busyName))
 			}
-			if n := sc.count("DELETE"); n != 2 {
-				t.Errorf("DELETEs under %s = %d, want 2", scopePath(tc.scope), n)
+			// The idle runner's DELETE, and GitHub's busy answer for the
+			// other: its DELETE's 422, or (while the credential's budget
+			// is pressed by earlier scenarios) a listing showing it busy.
+			if n := sc.count("DELETE"); n < 1 || n > 2 {
+				t.Errorf("DELETEs under %s = %d, want the idle runner's and at most one for the busy runner", scopePath(tc.scope), n)
 			}
 		})
 	}
