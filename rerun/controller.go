@@ -70,6 +70,9 @@ type Options struct {
 	Client func(*ghclient.Credentials) (Runs, error)
 	// RunnerContainer names a guarded pod's runner container (false: not a runner pod).
 	RunnerContainer func(pod *corev1.Pod) (string, bool)
+	// EventsSecret verifies the job annotation (AnnotationJob) that names a
+	// legacy runner pod's job; nil: legacy pods name no job.
+	EventsSecret []byte
 	// Enabled re-runs lost jobs; off, their Events only say they were lost.
 	Enabled   bool
 	MaxPerRun int
@@ -134,7 +137,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("rerun client: %w", err)
 	}
 	w := &lossWatch{
-		reader: c, writer: cl, namespace: o.Namespace, runnerContainer: o.RunnerContainer, credentials: o.Credentials,
+		reader: c, writer: cl, namespace: o.Namespace, runnerContainer: o.RunnerContainer, credentials: o.Credentials, eventsSecret: o.EventsSecret,
 		creds: &credsMemo{m: map[string]*ghclient.Credentials{}}, now: o.Now, log: o.Log.WithName("lost"),
 		pending: map[types.NamespacedName]Record{}, jobs: map[types.NamespacedName]Job{},
 	}
@@ -229,6 +232,7 @@ type lossWatch struct {
 	namespace       string
 	runnerContainer func(*corev1.Pod) (string, bool)
 	credentials     func(context.Context, *corev1.Pod) *ghclient.Credentials
+	eventsSecret    []byte
 	creds           *credsMemo
 	now             func() time.Time
 	log             logr.Logger
@@ -244,7 +248,7 @@ type lossWatch struct {
 }
 
 func (w *lossWatch) runnerSeen(er *unstructured.Unstructured) {
-	if job, ok := jobOf(nil, er); ok && !runnerDone(er) {
+	if job, ok := jobOf(nil, er, nil); ok && !runnerDone(er) {
 		w.mu.Lock()
 		w.jobs[types.NamespacedName{Namespace: er.GetNamespace(), Name: er.GetName()}] = job
 		w.mu.Unlock()
@@ -284,7 +288,7 @@ func (w *lossWatch) podDeleted(ctx context.Context, e event.TypedDeleteEvent[*co
 	node, known := w.node(ctx, pod.Spec.NodeName)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	job, named := jobOf(pod, er)
+	job, named := jobOf(pod, er, w.eventsSecret)
 	if !named {
 		job, named = w.jobs[k]
 	}

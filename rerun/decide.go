@@ -7,16 +7,19 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/runner-guard/runner-guard/events/jobannotation"
 	"github.com/runner-guard/runner-guard/ghclient"
 )
 
-// AnnotationJob names a legacy runner pod's job; another change adds it.
-const AnnotationJob = "runner-guard.io/job"
+// AnnotationJob names a legacy runner pod's job: the events endpoint writes
+// it from a signed workflow_job delivery (package jobannotation).
+const AnnotationJob = jobannotation.Annotation
 
 // jobOf names the job a runner pod held: its EphemeralRunner's job fields
 // (jobRepositoryName "owner/repo", workflowRunId, runnerName), else the
-// pod's AnnotationJob. A runner whose job is not named cannot be re-run.
-func jobOf(pod *corev1.Pod, er *unstructured.Unstructured) (Job, bool) {
+// pod's AnnotationJob, verified with the events secret. A runner whose job
+// is not named cannot be re-run.
+func jobOf(pod *corev1.Pod, er *unstructured.Unstructured, eventsSecret []byte) (Job, bool) {
 	if er != nil {
 		repo, _, _ := unstructured.NestedString(er.Object, "status", "jobRepositoryName")
 		runID, _, _ := unstructured.NestedInt64(er.Object, "status", "workflowRunId")
@@ -28,13 +31,24 @@ func jobOf(pod *corev1.Pod, er *unstructured.Unstructured) (Job, bool) {
 			return Job{Repository: repo, RunID: runID, Runner: runner}, true
 		}
 	}
-	return legacyJob(pod)
+	return legacyJob(pod, eventsSecret)
 }
 
-// legacyJob is the hook for AnnotationJob on legacy (summerwind) runner
-// pods: the annotation's format is not settled yet, so no pod names its
-// job this way and such pods get no record.
-func legacyJob(*corev1.Pod) (Job, bool) { return Job{}, false }
+// legacyJob is the job a workflow_job delivery put on a legacy (summerwind)
+// runner pod. Its runner is named after the pod, as ARC names it. An
+// annotation that does not verify (forged, copied from another pod, or
+// written under another secret) names nothing: a tenant who can edit pods
+// cannot make runner-guard re-run a job of their choosing.
+func legacyJob(pod *corev1.Pod, eventsSecret []byte) (Job, bool) {
+	if pod == nil {
+		return Job{}, false
+	}
+	j, ok := jobannotation.JobFromPod(pod, eventsSecret)
+	if !ok || strings.Count(j.Repository, "/") != 1 || j.RunID <= 0 {
+		return Job{}, false
+	}
+	return Job{Repository: j.Repository, RunID: j.RunID, Runner: pod.Name}, true
+}
 
 // finishedNormally reports whether the pod ended its job itself: it
 // succeeded, or its runner container exited 0 (an ephemeral runner exits

@@ -6,6 +6,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/runner-guard/runner-guard/events/jobannotation"
 )
 
 func ephemeralRunner(status map[string]any) *unstructured.Unstructured {
@@ -16,10 +19,18 @@ func ephemeralRunner(status map[string]any) *unstructured.Unstructured {
 }
 
 func TestJobOf(t *testing.T) {
+	secret := []byte("events-secret")
+	annotated := func(uid types.UID, j jobannotation.Job, key []byte) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "legacy-1", Namespace: "ci", UID: uid,
+			Annotations: map[string]string{AnnotationJob: jobannotation.Value(j, "uid-1", key)}}}
+	}
+	delivered := jobannotation.Job{Repository: "acme/app", RunID: 88, Attempt: 1, JobID: 901, Name: "build"}
 	tests := map[string]struct {
-		er   *unstructured.Unstructured
-		want Job
-		ok   bool
+		pod    *corev1.Pod
+		er     *unstructured.Unstructured
+		secret []byte
+		want   Job
+		ok     bool
 	}{
 		"job fields": {er: ephemeralRunner(map[string]any{"jobRepositoryName": "acme/app", "workflowRunId": int64(77), "runnerName": "rn"}),
 			want: Job{Repository: "acme/app", RunID: 77, Runner: "rn"}, ok: true},
@@ -29,10 +40,20 @@ func TestJobOf(t *testing.T) {
 		"repository not named": {er: ephemeralRunner(map[string]any{"workflowRunId": int64(77)})},
 		"no run ID":            {er: ephemeralRunner(map[string]any{"jobRepositoryName": "acme/app"})},
 		"no EphemeralRunner":   {},
+		"legacy pod named by a delivery": {pod: annotated("uid-1", delivered, secret), secret: secret,
+			want: Job{Repository: "acme/app", RunID: 88, Runner: "legacy-1"}, ok: true},
+		"legacy annotation under another secret":  {pod: annotated("uid-1", delivered, []byte("forged")), secret: secret},
+		"legacy annotation copied to another pod": {pod: annotated("uid-2", delivered, secret), secret: secret},
+		"legacy annotation with events off":       {pod: annotated("uid-1", delivered, secret)},
+		"legacy annotation without a run":         {pod: annotated("uid-1", jobannotation.Job{Repository: "acme/app", JobID: 901}, secret), secret: secret},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, ok := jobOf(&corev1.Pod{}, tc.er)
+			pod := tc.pod
+			if pod == nil {
+				pod = &corev1.Pod{}
+			}
+			got, ok := jobOf(pod, tc.er, tc.secret)
 			if ok != tc.ok || got != tc.want {
 				t.Errorf("jobOf = %+v, %v; want %+v, %v", got, ok, tc.want, tc.ok)
 			}

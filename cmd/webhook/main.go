@@ -302,7 +302,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 					return err
 				}
 				return opts.rerun.setup(cmgr, rerunSetup{handler: handler, router: gh, namespace: opts.disruption.leaseNamespace(getenv),
-					runnerNamespaces: hcfg.RunnerNamespaces, events: events, metrics: rerunMetrics, log: logger.WithName("rerun")})
+					runnerNamespaces: hcfg.RunnerNamespaces, eventsSecret: eventsSecret, events: events, metrics: rerunMetrics, log: logger.WithName("rerun")})
 			})
 		if controllers.restart, err = addARCServed(mgr, restCfg, logger.WithName("disruption")); err != nil {
 			return err
