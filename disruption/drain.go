@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/runner-guard/runner-guard/internal/lru"
 )
 
 // Taints the planners put on a node they are about to remove.
@@ -138,33 +140,24 @@ func graceWarning(nodeClaim string, deadline time.Time, tgp time.Duration, pod t
 // backoff is the per-pod wait between DELETEs of a busy runner on a draining
 // node: first, doubling up to limit, so a job's end is seen within limit at
 // the cost of one DELETE each time (5 points of GitHub's secondary limit).
+// Its value says GitHub (or a listing) said busy: the next DELETE is then a
+// re-check. A pod not asked for twice the limit starts over.
 type backoff struct {
-	first, limit time.Duration
-	now          func() time.Time
-
-	mu   sync.Mutex
-	pods map[types.UID]backoffEntry
+	pods *lru.Backoff[types.UID, bool]
 }
 
-type backoffEntry struct {
-	wait time.Duration
-	next time.Time
-	busy bool // GitHub (or a listing) said busy: the next DELETE is a re-check
-}
+// maxBackoffPods bounds the pods remembered, far above the runner pods of
+// the nodes draining at once; past it, the least recently asked is forgotten.
+const maxBackoffPods = 10000
 
 func newBackoff(first, limit time.Duration, now func() time.Time) *backoff {
-	return &backoff{first: first, limit: max(first, limit), now: now, pods: map[types.UID]backoffEntry{}}
+	return &backoff{pods: lru.NewBackoff[types.UID, bool](maxBackoffPods, first, limit, now)}
 }
 
 // due reports how long until the pod may be asked again (0: now).
 func (b *backoff) due(uid types.UID) time.Duration {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	e, ok := b.pods[uid]
-	if !ok {
-		return 0
-	}
-	return max(0, e.next.Sub(b.now()))
+	_, left, _ := b.pods.Recall(uid)
+	return left
 }
 
 // retry records a failed answer and returns the wait before the next.
@@ -180,9 +173,8 @@ func (b *backoff) retryBusy(uid types.UID) time.Duration {
 
 // knownBusy reports whether the pod's runner was last seen busy.
 func (b *backoff) knownBusy(uid types.UID) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.pods[uid].busy
+	busy, _, _ := b.pods.Recall(uid)
+	return busy
 }
 
 // retryAfter is retry with at least the given wait (a rate limit's).
@@ -193,27 +185,10 @@ func (b *backoff) retryAfter(uid types.UID, least time.Duration) time.Duration {
 // record doubles the pod's wait (at least least), and marks it busy when the
 // answer said so; a busy mark stays until forget.
 func (b *backoff) record(uid types.UID, least time.Duration, busy bool) time.Duration {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	e, ok := b.pods[uid]
-	switch {
-	case !ok:
-		e.wait = b.first
-	default:
-		e.wait = min(b.limit, 2*e.wait)
-	}
-	e.wait = max(e.wait, least)
-	e.next = b.now().Add(e.wait)
-	e.busy = e.busy || busy
-	b.pods[uid] = e
-	return e.wait
+	return b.pods.NextAtLeast(uid, least, func(wasBusy bool) bool { return wasBusy || busy })
 }
 
-func (b *backoff) forget(uid types.UID) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.pods, uid)
-}
+func (b *backoff) forget(uid types.UID) { b.pods.Forget(uid) }
 
 // once remembers what was already said about a pod, so an Event is recorded
 // once per pod and kind, not at every retry.

@@ -12,6 +12,8 @@ import (
 
 	"github.com/bradleyfalzon/ghinstallation/v2"
 	"github.com/google/go-github/v93/github"
+
+	"github.com/runner-guard/runner-guard/internal/lru"
 )
 
 const (
@@ -100,7 +102,7 @@ type Client struct {
 	// listings are the shared per-scope runner listings (listing.go).
 	listings *listings
 	// failures are scopes GitHub answered 404, 401 or 403 (failures.go).
-	failures *scopeFailures
+	failures *lru.Cache[Scope, scopeFailure]
 	// tokenFile is the token's file, nil for other credentials.
 	tokenFile *fileToken
 	// install and appAPI are an App's fixed installation and a client
@@ -108,8 +110,10 @@ type Client struct {
 	install int64
 	appAPI  *github.Client
 
+	// ids maps runner names to IDs (bounded, least recently used dropped first).
+	ids *lru.Cache[lookupKey, int64]
+
 	mu    sync.Mutex
-	cache map[lookupKey]cacheEntry
 	calls map[lookupKey]*lookupCall
 	// scopes are the X-OAuth-Scopes a classic token's last answer named.
 	scopes     string
@@ -119,11 +123,6 @@ type Client struct {
 type lookupKey struct {
 	scope Scope
 	name  string
-}
-
-type cacheEntry struct {
-	id      int64
-	expires time.Time
 }
 
 // ConfigError names the Config field New rejected, so a caller can point at
@@ -231,13 +230,11 @@ func newClient(a auth, o clientOptions) (*Client, error) {
 		budgets:  budgets,
 		base:     base,
 		listings: newListings(),
-		failures: newScopeFailures(),
 		isApp:    a.app != nil,
 		cloud:    a.cloud,
 		ttl:      o.ttl,
 		now:      o.now,
 		metrics:  o.metrics,
-		cache:    map[lookupKey]cacheEntry{},
 		calls:    map[lookupKey]*lookupCall{},
 	}
 	if c.ttl == 0 {
@@ -246,6 +243,8 @@ func newClient(a auth, o clientOptions) (*Client, error) {
 	if c.now == nil {
 		c.now = time.Now
 	}
+	c.ids = lru.New[lookupKey, int64](maxCacheEntries, c.ttl, c.now)
+	c.failures = lru.New[Scope, scopeFailure](maxFailures, FailureTTL, c.now)
 	var err error
 	switch {
 	case a.app != nil:
@@ -595,42 +594,10 @@ func (c *Client) wrap(op string, resp *github.Response, err error) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 func (c *Client) cached(k lookupKey) int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.cache[k]
-	if !ok {
-		return 0
-	}
-	if !c.now().Before(e.expires) {
-		delete(c.cache, k)
-		return 0
-	}
-	return e.id
+	id, _ := c.ids.Get(k)
+	return id
 }
 
-func (c *Client) remember(k lookupKey, id int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := c.now()
-	if _, ok := c.cache[k]; !ok && len(c.cache) >= maxCacheEntries {
-		for ck, e := range c.cache {
-			if !now.Before(e.expires) {
-				delete(c.cache, ck)
-			}
-		}
-		// Still full of live entries: drop an arbitrary tenth; a miss costs one list.
-		for ck := range c.cache {
-			if len(c.cache) < maxCacheEntries*9/10 {
-				break
-			}
-			delete(c.cache, ck)
-		}
-	}
-	c.cache[k] = cacheEntry{id: id, expires: now.Add(c.ttl)}
-}
+func (c *Client) remember(k lookupKey, id int64) { c.ids.Add(k, id) }
 
-func (c *Client) forget(k lookupKey) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.cache, k)
-}
+func (c *Client) forget(k lookupKey) { c.ids.Remove(k) }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/bradleyfalzon/ghinstallation/v2"
@@ -18,8 +17,8 @@ import (
 // an App installed) by hand to be seen within a couple of minutes.
 const FailureTTL = time.Minute
 
-// maxFailures bounds the scopes remembered; past it, expired ones are swept
-// and then the oldest-expiring dropped.
+// maxFailures bounds the scopes remembered; past it, the least recently
+// used is dropped.
 const maxFailures = 10000
 
 // RememberedFailure is the error of a request not sent because GitHub
@@ -41,12 +40,8 @@ func (e *RememberedFailure) Error() string {
 
 func (e *RememberedFailure) Unwrap() error { return e.Err }
 
-// scopeFailures remembers GitHub's permanent-looking answers per scope.
-type scopeFailures struct {
-	mu sync.Mutex
-	m  map[Scope]scopeFailure
-}
-
+// scopeFailure is GitHub's permanent-looking answer for a scope, kept in
+// Client.failures for FailureTTL.
 type scopeFailure struct {
 	status int
 	err    error
@@ -55,8 +50,6 @@ type scopeFailure struct {
 	// in the file ends the memory at once.
 	token string
 }
-
-func newScopeFailures() *scopeFailures { return &scopeFailures{m: map[Scope]scopeFailure{}} }
 
 // rememberedStatus is the status of err worth remembering for its scope
 // (404, 401, or a 403 that is not a rate limit), or 0.
@@ -84,40 +77,21 @@ func (c *Client) failed(scope Scope, raw, wrapped error) {
 	if status == http.StatusUnauthorized && c.tokenFile != nil {
 		f.token = c.tokenFile.get()
 	}
-	fs := c.failures
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	if _, ok := fs.m[scope]; !ok && len(fs.m) >= maxFailures {
-		for s, old := range fs.m {
-			if !now.Before(old.until) || len(fs.m) >= maxFailures {
-				delete(fs.m, s)
-			}
-		}
-	}
-	fs.m[scope] = f
+	c.failures.Add(scope, f)
 }
 
 // recall is the remembered failure of scope, or nil. A remembered 401 of a
 // token file ends when the file holds another token.
 func (c *Client) recall(scope Scope) error {
-	now := c.now()
-	fs := c.failures
-	fs.mu.Lock()
-	f, ok := fs.m[scope]
-	if ok && !now.Before(f.until) {
-		delete(fs.m, scope)
-		ok = false
-	}
-	fs.mu.Unlock()
+	now := c.now() // before Get, so RetryAfter stays positive
+	f, ok := c.failures.Get(scope)
 	if !ok {
 		return nil
 	}
 	if f.token != "" && c.tokenFile.get() != f.token {
-		fs.mu.Lock()
-		if cur, still := fs.m[scope]; still && cur.until.Equal(f.until) {
-			delete(fs.m, scope)
-		}
-		fs.mu.Unlock()
+		// Not atomic with Get: a failure of the new token remembered in
+		// between is dropped too, which costs one request.
+		c.failures.Remove(scope)
 		return nil
 	}
 	return &RememberedFailure{Scope: scope, Status: f.status, RetryAfter: f.until.Sub(now), Err: f.err}

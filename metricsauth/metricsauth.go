@@ -25,6 +25,8 @@ import (
 	authzclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/runner-guard/runner-guard/internal/lru"
 )
 
 // How long answers are remembered: controller-runtime's figures, so a
@@ -76,16 +78,11 @@ type Guard struct {
 	users, grants *cache.LRUExpireCache
 }
 
-// clockFunc is a func() time.Time as the caches' clock.
-type clockFunc func() time.Time
-
-func (f clockFunc) Now() time.Time { return f() }
-
 // New returns a Guard asking tokens and access.
 func New(tokens TokenReviewer, access AccessReviewer, now func() time.Time) *Guard {
 	return &Guard{tokens: tokens, access: access, now: now,
-		users:  cache.NewLRUExpireCacheWithClock(maxRemembered, clockFunc(now)),
-		grants: cache.NewLRUExpireCacheWithClock(maxRemembered, clockFunc(now))}
+		users:  cache.NewLRUExpireCacheWithClock(maxRemembered, lru.Clock(now)),
+		grants: cache.NewLRUExpireCacheWithClock(maxRemembered, lru.Clock(now))}
 }
 
 // Filter wraps handler: 401 without a token the API server authenticates,

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/runner-guard/runner-guard/internal/lru"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
@@ -18,11 +19,7 @@ import (
 // three times; the repeats are answered from here so one delete costs one
 // unregister. Denials are never stored.
 type admittedMemory struct {
-	ttl time.Duration
-	now func() time.Time
-
-	mu      sync.Mutex
-	entries map[admittedKey]time.Time // value: expiry
+	entries *lru.Cache[admittedKey, struct{}] // nil: TTL 0, nothing remembered
 }
 
 type admittedKey struct {
@@ -30,34 +27,31 @@ type admittedKey struct {
 	runner string // scope and name, so a reused UID with another runner never matches
 }
 
+// maxAdmittedEntries bounds the memory to far more deletions than one TTL
+// sees; past it, the least recently admitted pod is forgotten (its repeat
+// review asks GitHub, which answers "not found").
+const maxAdmittedEntries = 10000
+
 func newAdmittedMemory(ttl time.Duration, now func() time.Time) *admittedMemory {
-	return &admittedMemory{ttl: ttl, now: now, entries: map[admittedKey]time.Time{}}
+	if ttl <= 0 {
+		return &admittedMemory{}
+	}
+	return &admittedMemory{entries: lru.New[admittedKey, struct{}](maxAdmittedEntries, ttl, now)}
 }
 
 func (m *admittedMemory) remember(uid types.UID, t Target) {
-	if m.ttl <= 0 || uid == "" {
+	if m.entries == nil || uid == "" {
 		return
 	}
-	now := m.now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	// Sweep on insert: the map stays as small as the deletions of the last TTL.
-	for k, exp := range m.entries {
-		if !now.Before(exp) {
-			delete(m.entries, k)
-		}
-	}
-	m.entries[admittedKey{uid, targetKey(t)}] = now.Add(m.ttl)
+	m.entries.Add(admittedKey{uid, targetKey(t)}, struct{}{})
 }
 
 func (m *admittedMemory) admitted(uid types.UID, t Target) bool {
-	if uid == "" {
+	if m.entries == nil || uid == "" {
 		return false
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	exp, ok := m.entries[admittedKey{uid, targetKey(t)}]
-	return ok && m.now().Before(exp)
+	_, ok := m.entries.Get(admittedKey{uid, targetKey(t)})
+	return ok
 }
 
 func targetKey(t Target) string { return t.Scope.String() + "\x00" + t.Name }
@@ -80,77 +74,42 @@ type busyMemo struct {
 // retryAfterSeconds says: without it one busy pod costs 720 GitHub requests
 // an hour. Remembering a refusal is always safe: at worst a pod waits longer.
 type busyMemory struct {
-	first, cap time.Duration
-	now        func() time.Time
-
-	mu      sync.Mutex
-	entries map[string]busyEntry
-}
-
-type busyEntry struct {
-	until   time.Time
-	backoff time.Duration
-	seen    time.Time // last busy answer; a runner idle for long starts over
+	entries *lru.Backoff[string, struct{}] // nil: busyRetryAfter 0, nothing remembered
 }
 
 // maxBusyEntries bounds the memory; busy runners are few next to all runners.
 const maxBusyEntries = 10000
 
 func newBusyMemory(first, cap time.Duration, now func() time.Time) *busyMemory {
-	return &busyMemory{first: first, cap: max(cap, first), now: now, entries: map[string]busyEntry{}}
+	if first <= 0 {
+		return &busyMemory{}
+	}
+	return &busyMemory{entries: lru.NewBackoff[string, struct{}](maxBusyEntries, first, cap, now)}
 }
 
 // recall returns what is remembered of the runner: whether it was busy
 // lately, and how long that is still trusted (0 if no longer).
 func (m *busyMemory) recall(t Target) busyMemo {
-	if m.first <= 0 {
+	if m.entries == nil {
 		return busyMemo{}
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.entries[targetKey(t)]
-	now := m.now()
-	if !ok || now.Sub(e.seen) > 2*m.cap {
-		return busyMemo{}
-	}
-	return busyMemo{Known: true, Wait: max(e.until.Sub(now), 0)}
+	_, left, ok := m.entries.Recall(targetKey(t))
+	return busyMemo{Known: ok, Wait: left}
 }
 
 // busy records a "busy" answer and returns how long it will be trusted.
 func (m *busyMemory) busy(t Target) time.Duration {
-	if m.first <= 0 {
+	if m.entries == nil {
 		return 0
 	}
-	now := m.now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	key := targetKey(t)
-	e, ok := m.entries[key]
-	switch {
-	case !ok || now.Sub(e.seen) > 2*m.cap:
-		e.backoff = m.first
-	default:
-		e.backoff = min(2*e.backoff, m.cap)
-	}
-	e.until, e.seen = now.Add(e.backoff), now
-	if len(m.entries) >= maxBusyEntries {
-		for k, old := range m.entries {
-			if now.Sub(old.seen) > 2*m.cap {
-				delete(m.entries, k)
-			}
-		}
-	}
-	if len(m.entries) < maxBusyEntries || ok {
-		m.entries[key] = e
-	}
-	return e.backoff
+	return m.entries.Next(targetKey(t), struct{}{})
 }
 
 // forget drops a runner GitHub no longer reports busy.
 func (m *busyMemory) forget(t Target) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.entries, targetKey(t))
+	if m.entries != nil {
+		m.entries.Forget(targetKey(t))
+	}
 }
 
 // fallbackMemory reports each cause of reading labels instead of an
@@ -191,24 +150,18 @@ func (m *fallbackMemory) report(ctx context.Context, pod *corev1.Pod, err *arc.U
 // forged or not, costs GitHub at most one request per runner per window.
 // Only read-only look-ups read it: an unregister always asks GitHub.
 type statusMemory struct {
-	ttl time.Duration
-	now func() time.Time
-
-	mu      sync.Mutex
-	entries map[string]statusEntry
+	entries *lru.Cache[string, githubResult] // nil: TTL 0, nothing remembered
 }
 
-type statusEntry struct {
-	res     githubResult
-	expires time.Time
-}
-
-// maxStatusEntries bounds the memory; past it, expired entries are swept and
-// then new answers are not remembered until some expire.
+// maxStatusEntries bounds the memory; past it, the least recently used
+// answer is dropped (a dropped answer costs one look-up).
 const maxStatusEntries = 10000
 
 func newStatusMemory(ttl time.Duration, now func() time.Time) *statusMemory {
-	return &statusMemory{ttl: ttl, now: now, entries: map[string]statusEntry{}}
+	if ttl <= 0 {
+		return &statusMemory{}
+	}
+	return &statusMemory{entries: lru.New[string, githubResult](maxStatusEntries, ttl, now)}
 }
 
 func statusKey(t Target) string {
@@ -221,37 +174,17 @@ func statusKey(t Target) string {
 
 // recall returns the remembered answer for the runner, if one is fresh.
 func (m *statusMemory) recall(t Target) (githubResult, bool) {
-	if m.ttl <= 0 {
+	if m.entries == nil {
 		return githubResult{}, false
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.entries[statusKey(t)]
-	if !ok || !m.now().Before(e.expires) {
-		return githubResult{}, false
-	}
-	return e.res, true
+	return m.entries.Get(statusKey(t))
 }
 
 // remember stores a read-only answer.
 func (m *statusMemory) remember(t Target, res githubResult) {
-	if m.ttl <= 0 {
-		return
+	if m.entries != nil {
+		m.entries.Add(statusKey(t), res)
 	}
-	now := m.now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.entries) >= maxStatusEntries {
-		for k, e := range m.entries {
-			if !now.Before(e.expires) {
-				delete(m.entries, k)
-			}
-		}
-		if len(m.entries) >= maxStatusEntries {
-			return
-		}
-	}
-	m.entries[statusKey(t)] = statusEntry{res: res, expires: now.Add(m.ttl)}
 }
 
 // failureMemory remembers, per pod UID and runner, that GitHub failed its
@@ -260,29 +193,19 @@ func (m *statusMemory) remember(t Target, res githubResult) {
 // A pod deleted in a loop (its repository misspelt, GitHub down) then costs
 // the credential every team shares a request now and then, not one each.
 type failureMemory struct {
-	now func() time.Time
-
-	mu      sync.Mutex
-	entries map[admittedKey]failureEntry
-}
-
-type failureEntry struct {
-	err     error
-	until   time.Time
-	backoff time.Duration
-	seen    time.Time // last failure; past 2*failureCap the backoff starts over
+	entries *lru.Backoff[admittedKey, error]
 }
 
 const (
 	failureFirst = time.Second
 	failureCap   = 2 * time.Minute
-	// maxFailureEntries bounds the memory; past it, old entries are swept
-	// and then new failures are not remembered until some expire.
+	// maxFailureEntries bounds the memory; past it, the least recently
+	// failed pod is forgotten.
 	maxFailureEntries = 10000
 )
 
 func newFailureMemory(now func() time.Time) *failureMemory {
-	return &failureMemory{now: now, entries: map[admittedKey]failureEntry{}}
+	return &failureMemory{entries: lru.NewBackoff[admittedKey, error](maxFailureEntries, failureFirst, failureCap, now)}
 }
 
 // recalledFailure is what the failure memory says of a pod's runner.
@@ -300,14 +223,11 @@ func (m *failureMemory) recall(uid types.UID, t Target) recalledFailure {
 	if uid == "" {
 		return recalledFailure{}
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.entries[admittedKey{uid, targetKey(t)}]
-	now := m.now()
-	if !ok || now.Sub(e.seen) > 2*failureCap {
+	err, left, ok := m.entries.Recall(admittedKey{uid, targetKey(t)})
+	if !ok {
 		return recalledFailure{}
 	}
-	return recalledFailure{Known: true, Err: e.err, Left: max(e.until.Sub(now), 0)}
+	return recalledFailure{Known: true, Err: err, Left: left}
 }
 
 // failed records err for the pod's runner and returns the backoff.
@@ -315,35 +235,11 @@ func (m *failureMemory) failed(uid types.UID, t Target, err error) time.Duration
 	if uid == "" {
 		return 0
 	}
-	now := m.now()
-	key := admittedKey{uid, targetKey(t)}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.entries[key]
-	if !ok || now.Sub(e.seen) > 2*failureCap {
-		e.backoff = failureFirst
-	} else {
-		e.backoff = min(2*e.backoff, failureCap)
-	}
-	e.err, e.until, e.seen = err, now.Add(e.backoff), now
-	if !ok && len(m.entries) >= maxFailureEntries {
-		for k, old := range m.entries {
-			if now.Sub(old.seen) > 2*failureCap {
-				delete(m.entries, k)
-			}
-		}
-		if len(m.entries) >= maxFailureEntries {
-			return e.backoff
-		}
-	}
-	m.entries[key] = e
-	return e.backoff
+	return m.entries.Next(admittedKey{uid, targetKey(t)}, err)
 }
 
 func (m *failureMemory) forget(uid types.UID, t Target) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.entries, admittedKey{uid, targetKey(t)})
+	m.entries.Forget(admittedKey{uid, targetKey(t)})
 }
 
 // recentFailure is a decision's GitHub failure answered from the failure
