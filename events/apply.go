@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -43,8 +44,10 @@ type Options struct {
 	// Remembered bounds the delivery IDs and completed jobs remembered
 	// (default DefaultRemembered).
 	Remembered int
-	Metrics    *Metrics
-	Log        logr.Logger
+	// Now tells time for the memories (time.Now if nil).
+	Now     func() time.Time
+	Metrics *Metrics
+	Log     logr.Logger
 }
 
 // applier writes a delivery's job onto the pods of its runner.

@@ -42,8 +42,8 @@ func NewHandler(o Options) (*Handler, error) {
 		o.Remembered = DefaultRemembered
 	}
 	return &Handler{
-		secret: o.Secret, metrics: o.Metrics, log: o.Log, deliveries: newRecent(o.Remembered),
-		applier: &applier{pods: o.Pods, guard: o.Guard, namespaces: o.Namespaces, secret: o.Secret, completed: newRecent(o.Remembered)},
+		secret: o.Secret, metrics: o.Metrics, log: o.Log, deliveries: newRecent(o.Remembered, o.Now),
+		applier: &applier{pods: o.Pods, guard: o.Guard, namespaces: o.Namespaces, secret: o.Secret, completed: newRecent(o.Remembered, o.Now)},
 	}, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -224,13 +225,18 @@ scopeBindings:
 }
 
 func TestRecentIsBounded(t *testing.T) {
-	r := newRecent(3)
+	now := time.Unix(1000, 0)
+	r := newRecent(3, func() time.Time { return now })
 	for i := range 10 {
 		if !r.add(fmt.Sprint(i)) {
 			t.Fatalf("%d not new", i)
 		}
 	}
-	if r.len() != 3 || r.has("0") || !r.has("9") {
-		t.Fatalf("len %d, has 0 %v, has 9 %v", r.len(), r.has("0"), r.has("9"))
+	if r.add("9") || r.has("0") || !r.has("7") || !r.has("8") {
+		t.Fatalf("after 10 keys in a memory of 3: 9 new again %v, has 0 %v, has 7 %v, has 8 %v", !r.has("9"), r.has("0"), r.has("7"), r.has("8"))
+	}
+	now = now.Add(rememberFor)
+	if r.has("9") || !r.add("9") {
+		t.Fatal("a key is still remembered after rememberFor")
 	}
 }

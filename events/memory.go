@@ -1,8 +1,10 @@
 package events
 
 import (
-	"container/list"
 	"sync"
+	"time"
+
+	"github.com/runner-guard/runner-guard/internal/lru"
 )
 
 // DefaultRemembered is how many delivery IDs (and completed jobs) the
@@ -10,55 +12,40 @@ import (
 // few megabytes at most.
 const DefaultRemembered = 10000
 
-// recent is a bounded set of strings; the oldest is forgotten first.
+// rememberFor is how long a delivery ID or completed job is remembered:
+// GitHub lets a delivery be redelivered for three days.
+const rememberFor = 72 * time.Hour
+
+// recent is a bounded set of strings, each kept for rememberFor; the least
+// recently used is forgotten first when full (the one cache type every
+// bounded memory in runner-guard uses).
 type recent struct {
-	mu    sync.Mutex
-	limit int
-	order *list.List
-	index map[string]*list.Element
+	// mu makes add's look-up and store one step: two copies of a delivery
+	// arriving together are one new and one repeat.
+	mu sync.Mutex
+	c  *lru.Cache[string, struct{}]
 }
 
-func newRecent(limit int) *recent {
-	return &recent{limit: max(1, limit), order: list.New(), index: map[string]*list.Element{}}
+func newRecent(limit int, now func() time.Time) *recent {
+	return &recent{c: lru.New[string, struct{}](max(1, limit), rememberFor, now)}
 }
 
 // add remembers key and reports whether it was new.
 func (r *recent) add(key string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.index[key]; ok {
+	if _, ok := r.c.Get(key); ok {
 		return false
 	}
-	r.index[key] = r.order.PushBack(key)
-	for r.order.Len() > r.limit {
-		oldest := r.order.Front()
-		r.order.Remove(oldest)
-		delete(r.index, oldest.Value.(string))
-	}
+	r.c.Add(key, struct{}{})
 	return true
 }
 
 // has reports whether key is remembered.
 func (r *recent) has(key string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	_, ok := r.index[key]
+	_, ok := r.c.Get(key)
 	return ok
 }
 
 // remove forgets key.
-func (r *recent) remove(key string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if e, ok := r.index[key]; ok {
-		r.order.Remove(e)
-		delete(r.index, key)
-	}
-}
-
-// len is how many keys are remembered.
-func (r *recent) len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.order.Len()
-}
+func (r *recent) remove(key string) { r.c.Remove(key) }
