@@ -58,9 +58,9 @@ type hintReconciler struct {
 	said   *once
 	// eventsSecret verifies legacy pods' job annotations; nil: none read.
 	eventsSecret []byte
-	// annotated are the pods last seen with a verified job annotation
-	// (jobannotation.go).
-	annotated sync.Map // types.NamespacedName -> struct{}
+	// annotated are the pods seen with a verified job annotation: zero
+	// while it is there, then when it was first seen gone (jobannotation.go).
+	annotated sync.Map // types.NamespacedName -> time.Time
 	// now is the clock; nil is time.Now.
 	now func() time.Time
 
@@ -212,7 +212,8 @@ func (r *hintReconciler) state(ctx context.Context, pod *corev1.Pod) (JobState, 
 		}
 		return jobState(f), 0
 	}
-	if state, known := r.annotationState(pod); known {
+	state, known, ended := r.annotationState(pod)
+	if known {
 		return state, 0
 	}
 	if r.listing == nil {
@@ -232,6 +233,12 @@ func (r *hintReconciler) state(ctx context.Context, pod *corev1.Pod) (JobState, 
 	if err != nil {
 		logr.FromContextOrDiscard(ctx).V(1).Info("listing not available for hints", "pod", client.ObjectKeyFromObject(pod), "error", err.Error())
 		return JobUnknown, recheck
+	}
+	if busy && !ended.IsZero() && !r.listing.Taken(ctx, res.Runner).After(ended) {
+		// Taken before the job's completed arrived, the listing still
+		// shows that job: it must not bring back the hints the completed
+		// took off (they would hold the node until they went stale).
+		busy = false
 	}
 	f.Listed = &busy
 	return jobState(f), recheck
@@ -256,10 +263,7 @@ func (r *hintReconciler) unknownFor(key types.NamespacedName, hinted bool) time.
 		r.known(key)
 		return 0
 	}
-	now := time.Now
-	if r.now != nil {
-		now = r.now
-	}
+	now := r.clock
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.unknownSince == nil {
@@ -271,6 +275,14 @@ func (r *hintReconciler) unknownFor(key types.NamespacedName, hinted bool) time.
 		r.unknownSince[key] = since
 	}
 	return max(0, staleHintsAfter-now().Sub(since))
+}
+
+// clock is r.now, or time.Now without one.
+func (r *hintReconciler) clock() time.Time {
+	if r.now != nil {
+		return r.now()
+	}
+	return time.Now()
 }
 
 // known drops the pod's unknown-since record: its job state is known again.

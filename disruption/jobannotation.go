@@ -1,6 +1,8 @@
 package disruption
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -27,15 +29,22 @@ func hasJobAnnotation(cp *cachedPod) bool {
 // running while a verified one is there; not proven once one this replica
 // saw is gone (the job's completed took it off), so the hints set for it go
 // at once. known is false otherwise: the pod's other sources decide, as
-// without events (a lost or late delivery is a missed hint).
-func (r *hintReconciler) annotationState(pod *corev1.Pod) (state JobState, known bool) {
+// without events (a lost or late delivery is a missed hint). ended is when
+// this replica first saw the annotation gone (zero: never): a listing taken
+// before then still shows the job that ended, and proves no other.
+func (r *hintReconciler) annotationState(pod *corev1.Pod) (state JobState, known bool, ended time.Time) {
 	key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
 	if annotatedJob(pod, r.eventsSecret) {
-		r.annotated.Store(key, struct{}{})
-		return JobRunning, true
+		r.annotated.Store(key, time.Time{})
+		return JobRunning, true, time.Time{}
 	}
-	if _, seen := r.annotated.LoadAndDelete(key); seen {
-		return JobNotProven, true
+	v, seen := r.annotated.Load(key)
+	if !seen {
+		return JobUnknown, false, time.Time{}
 	}
-	return JobUnknown, false
+	if ended, _ := v.(time.Time); !ended.IsZero() {
+		return JobUnknown, false, ended
+	}
+	r.annotated.Store(key, r.clock())
+	return JobNotProven, true, time.Time{}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -88,4 +89,42 @@ func hintsAfterReconcile(t *testing.T, r *hintReconciler, cl client.Client, pod 
 		}
 	}
 	return hints
+}
+
+// A listing taken while the job ran still shows the runner busy after the
+// job's completed: it does not bring back the hints the completed took off
+// (they would keep the node from Karpenter until they went stale). A listing
+// taken after the completed that shows the runner busy (a new job of a runner
+// that is not ephemeral) sets them again.
+func TestJobAnnotationCompletedOutranksAnOlderListing(t *testing.T) {
+	secret := []byte("s")
+	ours := map[string]string{AnnotationDoNotDisrupt: "true", AnnotationSafeToEvict: "false", AnnotationOwned: "do-not-disrupt,safe-to-evict"}
+	pod := fixture.MakeLegacyRunnerPod("ci", "r-1").Org("acme").Running().Obj()
+	pod.Labels["runner"] = "true" // the guard stub's runner pods
+	job := jobannotation.Job{Repository: "acme/app", RunID: 1, Attempt: 1, JobID: 9, Name: "build"}
+	pod.Annotations = map[string]string{jobannotation.Annotation: jobannotation.Value(job, string(pod.UID), secret)}
+	cl := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(pod).Build()
+	now := time.Unix(10_000, 0)
+	l := &listingStub{busy: map[string]bool{"r-1": true}}
+	l.take("acme", now.Add(-time.Second)) // guardStub's scope, while the job ran
+	r := &hintReconciler{pods: cl, guard: &guardStub{}, listing: l, enabled: []Hint{DoNotDisrupt, SafeToEvict},
+		eventsSecret: secret, now: func() time.Time { return now }}
+
+	if hints := hintsAfterReconcile(t, r, cl, pod); !maps.Equal(hints, ours) {
+		t.Fatalf("job annotated: hints %v, want %v", hints, ours)
+	}
+	if err := cl.Patch(context.Background(), pod, client.RawPatch(types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"`+jobannotation.Annotation+`":null}}}`))); err != nil {
+		t.Fatal(err)
+	}
+	// The completed's own reconcile, then the one its hint patch triggers.
+	for i := range 2 {
+		if hints := hintsAfterReconcile(t, r, cl, pod); len(hints) != 0 {
+			t.Fatalf("reconcile %d after completed, with a listing older than it: hints %v, want none", i+1, hints)
+		}
+	}
+	l.take("acme", now.Add(time.Second))
+	if hints := hintsAfterReconcile(t, r, cl, pod); !maps.Equal(hints, ours) {
+		t.Errorf("a listing newer than the completed shows the runner busy: hints %v, want %v", hints, ours)
+	}
 }

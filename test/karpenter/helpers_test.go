@@ -150,6 +150,21 @@ func (s *scenario) runnerWith(name, node string, busy bool, edit func(*fixture.E
 	return r
 }
 
+// legacyRunner creates an ARC legacy runner, idle on GitHub, bound to node,
+// and waits until its pod runs.
+func (s *scenario) legacyRunner(name, node string) LegacyRunner {
+	s.t.Helper()
+	r, err := cluster.CreateLegacyRunner(s.ctx, s.name, name, s.scope, false, s.name, node)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.runners = append(s.runners, r)
+	if _, err := cluster.WaitRunning(s.ctx, s.name, name); err != nil {
+		s.t.Fatal(err)
+	}
+	return r
+}
+
 // scaleDown deletes pods and waits until they are gone.
 func (s *scenario) scaleDown(pods ...string) {
 	s.t.Helper()

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/runner-guard/runner-guard/ghclient"
@@ -88,6 +89,43 @@ func (c *Cluster) SetEphemeralRunnerPhase(ctx context.Context, r ScaleSetRunner,
 		return fmt.Errorf("phase of EphemeralRunner %s/%s: %w", r.Namespace, r.Name, err)
 	}
 	return nil
+}
+
+// LegacyRunner is one ARC legacy (summerwind) runner: its Runner and pod
+// (both named Name) and its registration on the fake GitHub. It has a
+// ScaleSetRunner's fields, so Registered and Unregistered read either.
+type LegacyRunner = ScaleSetRunner
+
+// legacyRunnerResource is ARC's legacy Runner (test/e2e/testdata/crds).
+func legacyRunnerResource() schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: "actions.summerwind.dev", Version: "v1alpha1", Resource: "runners"}
+}
+
+// CreateLegacyRunner registers a runner on the fake GitHub, busy or idle,
+// and creates what ARC's legacy runner controller makes for it: a Runner of
+// the organization, without finalizers (no ARC here to drop them), and its
+// pod, controlled by the Runner and carrying the runner's ID, with no job
+// anywhere on it; requesting RunnerCPU, in pool and bound to node. scope
+// must be an organization.
+func (c *Cluster) CreateLegacyRunner(ctx context.Context, ns, name string, scope ghclient.Scope, busy bool, pool, node string) (LegacyRunner, error) {
+	if scope.Kind != ghclient.ScopeOrg {
+		return LegacyRunner{}, fmt.Errorf("scope %s: only organizations are supported here", scope)
+	}
+	id := c.GitHub.AddRunner(scope, name)
+	c.GitHub.SetBusy(scope, name, busy)
+	want := fixture.MakeLegacyRunner(ns, name).Org(scope.Name).Obj()
+	want.SetUID("")
+	created, err := c.Dynamic.Resource(legacyRunnerResource()).Namespace(ns).Create(ctx, want, metav1.CreateOptions{})
+	if err != nil {
+		return LegacyRunner{}, fmt.Errorf("create Runner %s/%s: %w", ns, name, err)
+	}
+	pod := fixture.MakeLegacyRunnerPod(ns, name).Org(scope.Name).RunnerID(id).
+		OwnedByLegacyRunner(&fixture.LegacyRunnerWrapper{Unstructured: *created}).Obj()
+	pod.UID = ""
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, InPool(pod, pool, node, RunnerCPU), metav1.CreateOptions{}); err != nil {
+		return LegacyRunner{}, fmt.Errorf("create runner pod %s/%s: %w", ns, name, err)
+	}
+	return LegacyRunner{Namespace: ns, Name: name, Scope: scope, ID: id}, nil
 }
 
 // Unregistered returns the fake GitHub's answered DELETE that removed the
