@@ -207,7 +207,10 @@ func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why st
 		return refusedRecheck
 	}
 	hold, unlock, budget := r.reserveBudget(ctx, pod)
-	defer unlock()
+	// The hold counts this release in flight under the budget (the ledger),
+	// so the next release under it may read the budget now rather than
+	// wait for this one's GitHub request and eviction.
+	unlock()
 	if budget != "" {
 		// The pod's eviction would be refused: unregistering its runner
 		// first would leave a pod with a dead runner the budget keeps.
@@ -381,8 +384,9 @@ func (r *drainReconciler) evict(ctx context.Context, pod *corev1.Pod) error {
 
 // reserveBudget takes one disruption of the PodDisruptionBudget the pod's
 // eviction is charged to, counting the releases in flight under it, and
-// holds the budget's lock until unlock: releases under one budget go one
-// at a time, each reading the budget after the previous eviction. blocked
+// holds the budget's lock until unlock: reservations under one budget go
+// one at a time, each reading the budget with the previous one counted in
+// flight by the ledger. blocked
 // names what refuses the eviction now ("" when nothing does); hold is zero
 // then, and when no budget selects the pod. A failed list blocks nothing:
 // the eviction checks the budgets itself.
