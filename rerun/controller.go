@@ -110,15 +110,27 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	er := &unstructured.Unstructured{}
 	er.SetGroupVersionKind(arc.GroupVersionKind())
-	copts := cache.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), ByObject: map[client.Object]cache.ByObject{
+	// Without ARC's scale-set CRDs (legacy ARC only, or ARC not installed
+	// yet) the cache must not name EphemeralRunners: it could not start,
+	// and with it every controller of the leader. The controllers restart
+	// when the CRD appears (cmd/webhook's ARC watch).
+	erServed := true
+	if _, err := mgr.GetRESTMapper().RESTMapping(arc.GroupVersionKind().GroupKind(), arc.GroupVersionKind().Version); err != nil {
+		erServed = false
+		o.Log.Info("the API server serves no EphemeralRunners: only legacy runner pods' jobs (named by GitHub's events) are known lost until ARC's CRDs are installed", "error", err.Error())
+	}
+	byObject := map[client.Object]cache.ByObject{
 		&corev1.Pod{}:  {Transform: trimPod},
 		&corev1.Node{}: {Transform: trimNode},
-		er:             {Transform: trimEphemeralRunner},
 		&corev1.ConfigMap{}: {
 			Namespaces: map[string]cache.Config{o.Namespace: {}},
 			Label:      labels.SelectorFromSet(labels.Set{LabelLostJob: "true"}),
 		},
-	}}
+	}
+	if erServed {
+		byObject[er] = cache.ByObject{Transform: trimEphemeralRunner}
+	}
+	copts := cache.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), ByObject: byObject}
 	if len(o.RunnerNamespaces) > 0 {
 		copts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range o.RunnerNamespaces {
@@ -137,14 +149,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("rerun client: %w", err)
 	}
 	w := &lossWatch{
-		reader: c, writer: cl, namespace: o.Namespace, runnerContainer: o.RunnerContainer, credentials: o.Credentials, eventsSecret: o.EventsSecret,
+		reader: c, writer: cl, namespace: o.Namespace, runnerContainer: o.RunnerContainer, credentials: o.Credentials, eventsSecret: o.EventsSecret, erServed: erServed,
 		creds: &credsMemo{m: map[string]*ghclient.Credentials{}}, now: o.Now, log: o.Log.WithName("lost"),
 		pending: map[types.NamespacedName]Record{}, jobs: map[types.NamespacedName]Job{},
-	}
-	erServed := true
-	if _, err := mgr.GetRESTMapper().RESTMapping(arc.GroupVersionKind().GroupKind(), arc.GroupVersionKind().Version); err != nil {
-		erServed = false
-		o.Log.Info("the API server serves no EphemeralRunners: no job is known lost until a restart after ARC's CRDs are installed", "error", err.Error())
 	}
 	b := ctrl.NewControllerManagedBy(mgr).Named("lost-jobs").
 		WatchesRawSource(source.Kind(c, &corev1.Pod{}, handler.TypedFuncs[*corev1.Pod, reconcile.Request]{DeleteFunc: w.podDeleted})).
@@ -233,9 +240,11 @@ type lossWatch struct {
 	runnerContainer func(*corev1.Pod) (string, bool)
 	credentials     func(context.Context, *corev1.Pod) *ghclient.Credentials
 	eventsSecret    []byte
-	creds           *credsMemo
-	now             func() time.Time
-	log             logr.Logger
+	// erServed: the API server serves EphemeralRunners (the cache holds them).
+	erServed bool
+	creds    *credsMemo
+	now      func() time.Time
+	log      logr.Logger
 
 	mu sync.Mutex
 	// pending are records the reconcile writes, by pod.
@@ -280,10 +289,13 @@ func (w *lossWatch) podDeleted(ctx context.Context, e event.TypedDeleteEvent[*co
 	if !ok {
 		return
 	}
-	er := &unstructured.Unstructured{}
-	er.SetGroupVersionKind(arc.GroupVersionKind())
-	if err := w.reader.Get(ctx, k, er); err != nil {
-		er = nil
+	var er *unstructured.Unstructured
+	if w.erServed {
+		er = &unstructured.Unstructured{}
+		er.SetGroupVersionKind(arc.GroupVersionKind())
+		if err := w.reader.Get(ctx, k, er); err != nil {
+			er = nil
+		}
 	}
 	node, known := w.node(ctx, pod.Spec.NodeName)
 	w.mu.Lock()

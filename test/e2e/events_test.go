@@ -184,8 +184,9 @@ func TestEventsLostCompletedLeavesTheDrainToGitHub(t *testing.T) {
 }
 
 // ARC installed after runner-guard: with no EphemeralRunner CRD at start
-// runner_guard_arc_crd_served is 0; once the CRD is installed it becomes 1
-// with no restart, and a scale-set pod's job fields give it hints.
+// runner_guard_arc_crd_served is 0 and the controllers still guard legacy
+// runners; once the CRD is installed it becomes 1 with no restart, and a
+// scale-set pod's job fields give it hints.
 func TestEphemeralRunnerCRDInstalledLater(t *testing.T) {
 	if !env.Local() {
 		t.Skip("needs the local harness: it removes and installs a CRD and restarts runner-guard")
@@ -224,6 +225,25 @@ func TestEphemeralRunnerCRDInstalledLater(t *testing.T) {
 	}
 	s := newScenario(t, "crd-later")
 	s.eventually("runner-guard sees no EphemeralRunners", 30*time.Second, served(0))
+
+	// Meanwhile legacy runners are guarded by every controller: the drain of
+	// a cordoned node releases an idle legacy runner.
+	node := "e2e-node-crd-later"
+	if err := env.EnsureNode(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _, _ = env.Kubectl(context.Background(), "uncordon", node) })
+	pod := legacyRunnerPod(s.ns, "crd-later-legacy", s.scope)
+	pod.Spec.NodeName = node
+	pod.Annotations = map[string]string{"actions-runner/id": fmt.Sprint(env.GitHub.AddRunner(s.scope, "crd-later-legacy"))}
+	if legacyRunnersServed(t) {
+		pod = ownedBy(pod, s.legacyRunner("crd-later-legacy", s.scope))
+	}
+	s.create(pod)
+	if _, stderr, err := s.kubectl("cordon", node); err != nil {
+		t.Fatalf("cordon: %v: %s", err, stderr)
+	}
+	s.waitDeletionAdmitted("the drain releases an idle legacy runner while no EphemeralRunner CRD is served", time.Minute, "crd-later-legacy")
 
 	if _, stderr, err := env.Kubectl(ctx, "apply", "-f", crd); err != nil {
 		t.Fatalf("install the CRD: %v: %s", err, stderr)
