@@ -159,7 +159,9 @@ type cachedContainer struct {
 }
 
 type cachedPodStatus struct {
-	Phase             corev1.PodPhase         `json:"phase,omitempty"`
+	Phase corev1.PodPhase `json:"phase,omitempty"`
+	// Reason is "Evicted" for a pod the kubelet evicted (the lost-job watch).
+	Reason            string                  `json:"reason,omitempty"`
 	StartTime         *metav1.Time            `json:"startTime,omitempty"`
 	Conditions        []cachedCondition       `json:"conditions,omitempty"`
 	ContainerStatuses []cachedContainerStatus `json:"containerStatuses,omitempty"`
@@ -255,7 +257,7 @@ func (p *cachedPod) podInto(out *corev1.Pod) {
 			out.Spec.Containers[i] = corev1.Container{Name: ct.Name, Env: copyEnv(ct.Env)}
 		}
 	}
-	out.Status.Phase, out.Status.StartTime = p.Status.Phase, p.Status.StartTime.DeepCopy()
+	out.Status.Phase, out.Status.Reason, out.Status.StartTime = p.Status.Phase, p.Status.Reason, p.Status.StartTime.DeepCopy()
 	if len(p.Status.Conditions) > 0 {
 		out.Status.Conditions = make([]corev1.PodCondition, len(p.Status.Conditions))
 		for i, cond := range p.Status.Conditions {

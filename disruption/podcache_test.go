@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -26,6 +27,7 @@ func fullRunnerPod(name, node string) *corev1.Pod {
 	full.Spec.Tolerations = []corev1.Toleration{{Key: "k"}}
 	full.Status.ContainerStatuses[0].Image = "runner:1"
 	full.Status.Conditions = append(full.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Message: "evicted"})
+	full.Status.Reason = "Evicted"
 	return full
 }
 
@@ -71,6 +73,7 @@ func TestCachedPodKeepsWhatTheControllersRead(t *testing.T) {
 		"container env":       len(pod.Spec.Containers) == 1 && equality.Semantic.DeepEqual(pod.Spec.Containers[0].Env, full.Spec.Containers[0].Env),
 		"container state":     len(pod.Status.ContainerStatuses) == 1 && pod.Status.ContainerStatuses[0].State.Running != nil && pod.Status.ContainerStatuses[0].Ready,
 		"phase and start":     pod.Status.Phase == corev1.PodRunning && pod.Status.StartTime.Unix() == full.Status.StartTime.Unix(),
+		"status reason":       pod.Status.Reason == "Evicted",
 		"conditions":          len(pod.Status.Conditions) == len(full.Status.Conditions) && podReadyCondition(pod) && pod.Status.Conditions[len(pod.Status.Conditions)-1].Type == corev1.DisruptionTarget,
 		"volumes dropped":     pod.Spec.Volumes == nil,
 		"image dropped":       pod.Spec.Containers[0].Image == "" && pod.Status.ContainerStatuses[0].Image == "",
@@ -210,5 +213,35 @@ func TestCacheConfigAsksForJSON(t *testing.T) {
 	}
 	if in.ContentType != runtime.ContentTypeProtobuf {
 		t.Error("cacheConfig changed the manager's config")
+	}
+}
+
+// The lost-job watch hears of each guarded pod deleted, also one whose
+// deletion the watch missed, and of no other pod.
+func TestPodDeletesHandsOverGuardedPods(t *testing.T) {
+	guarded := decodeCached(t, fullRunnerPod("runner-1", "n1"))
+	other := decodeCached(t, fullRunnerPod("app-1", "n1"))
+	isRunner := func(cp *cachedPod) bool { return cp.Name != "app-1" }
+	tests := map[string]struct {
+		obj  any
+		want string
+	}{
+		"a guarded pod":                    {obj: guarded, want: "runner-1"},
+		"a deletion the watch missed":      {obj: toolscache.DeletedFinalStateUnknown{Key: "ci/runner-1", Obj: guarded}, want: "runner-1"},
+		"another pod":                      {obj: other},
+		"a missed deletion of another pod": {obj: toolscache.DeletedFinalStateUnknown{Key: "ci/app-1", Obj: other}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var got []*corev1.Pod
+			h := podDeletes(context.Background(), isRunner, func(_ context.Context, p *corev1.Pod) { got = append(got, p) })
+			h.OnDelete(tc.obj)
+			switch {
+			case tc.want == "" && len(got) != 0:
+				t.Errorf("handed over %s, want nothing", got[0].Name)
+			case tc.want != "" && (len(got) != 1 || got[0].Name != tc.want || got[0].Spec.NodeName != "n1"):
+				t.Errorf("handed over %v, want pod %s on its node", got, tc.want)
+			}
+		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -37,6 +38,10 @@ const (
 type Options struct {
 	// Guard is the webhook's handler: which pods are guarded, which runner each runs.
 	Guard Guard
+	// PodDeleted, when set, hears of each guarded pod the controllers' cache
+	// sees deleted (the re-run controller's lost-job watch), so runner-guard
+	// keeps one cache of pods, not two.
+	PodDeleted func(ctx context.Context, pod *corev1.Pod)
 	// GitHub unregisters runners of draining nodes (the webhook's Router).
 	GitHub GitHub
 	// Listing is asked by the drain before a DELETE while the budget is
@@ -141,6 +146,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		return o.Guard.Guards(cp.Namespace, cp.labels) || cp.carriesOurs()
 	}
 	runnerPods := predicate.NewTypedPredicateFuncs(isRunnerPod)
+	if o.PodDeleted != nil {
+		inf, err := c.GetInformer(ctx, &cachedPod{})
+		if err != nil {
+			return fmt.Errorf("disruption cache: pods: %w", err)
+		}
+		if _, err := inf.AddEventHandler(podDeletes(ctx, isRunnerPod, o.PodDeleted)); err != nil {
+			return fmt.Errorf("disruption cache: pods: %w", err)
+		}
+	}
 	if !o.Budgets {
 		live, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 		if err != nil {
@@ -250,4 +264,17 @@ func budgetLedgerOf(g Guard, now func() time.Time) *webhook.BudgetLedger {
 		return h.Budgets()
 	}
 	return webhook.NewBudgetLedger(webhook.DefaultWebhookTimeout, now)
+}
+
+// podDeletes hands each deleted guarded pod to deleted, as a *corev1.Pod
+// (also one the watch missed the deletion of, seen gone at a relist).
+func podDeletes(ctx context.Context, isRunnerPod func(*cachedPod) bool, deleted func(context.Context, *corev1.Pod)) toolscache.ResourceEventHandler {
+	return toolscache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if cp, ok := obj.(*cachedPod); ok && isRunnerPod(cp) {
+			deleted(ctx, cp.pod())
+		}
+	}}
 }

@@ -61,7 +61,10 @@ var _ Runs = &ghclient.Client{}
 type Options struct {
 	// Namespace holds the records (runner-guard's own).
 	Namespace string
-	// RunnerNamespaces limits the pod and EphemeralRunner watches; empty: all.
+	// PodDeletes brings the runner pods the controllers' cache saw deleted
+	// (disruption.Options.PodDeleted); nil: no job is known lost.
+	PodDeletes *PodDeletes
+	// RunnerNamespaces limits the EphemeralRunner watch; empty: all.
 	RunnerNamespaces []string
 	// Credentials names a lost pod's credentials (nil: the default ones);
 	// nil: always the default ones.
@@ -120,7 +123,6 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		o.Log.Info("the API server serves no EphemeralRunners: only legacy runner pods' jobs (named by GitHub's events) are known lost until ARC's CRDs are installed", "error", err.Error())
 	}
 	byObject := map[client.Object]cache.ByObject{
-		&corev1.Pod{}:  {Transform: trimPod},
 		&corev1.Node{}: {Transform: trimNode},
 		&corev1.ConfigMap{}: {
 			Namespaces: map[string]cache.Config{o.Namespace: {}},
@@ -149,15 +151,19 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("rerun client: %w", err)
 	}
 	w := &lossWatch{
-		reader: c, writer: cl, namespace: o.Namespace, runnerContainer: o.RunnerContainer, credentials: o.Credentials, eventsSecret: o.EventsSecret, erServed: erServed,
+		reader: c, live: mgr.GetAPIReader(), writer: cl, namespace: o.Namespace, runnerContainer: o.RunnerContainer, credentials: o.Credentials, eventsSecret: o.EventsSecret, erServed: erServed,
 		creds: &credsMemo{m: map[string]*ghclient.Credentials{}}, now: o.Now, log: o.Log.WithName("lost"),
 		pending: map[types.NamespacedName]Record{}, jobs: map[types.NamespacedName]Job{},
 	}
 	b := ctrl.NewControllerManagedBy(mgr).Named("lost-jobs").
-		WatchesRawSource(source.Kind(c, &corev1.Pod{}, handler.TypedFuncs[*corev1.Pod, reconcile.Request]{DeleteFunc: w.podDeleted})).
 		// Nodes are only read (lossCause); watched so the cache holds them
 		// from the start and a pod's delete never waits for their sync.
 		WatchesRawSource(source.Kind(c, &corev1.Node{}, handler.TypedFuncs[*corev1.Node, reconcile.Request]{}))
+	if o.PodDeletes != nil {
+		b = b.WatchesRawSource(source.Channel(o.PodDeletes.ch, handler.TypedFuncs[*corev1.Pod, reconcile.Request]{GenericFunc: w.podDeleted}))
+	} else {
+		o.Log.Info("no pod deletions reach the lost-job watch: no job is known lost")
+	}
 	if erServed {
 		b = b.WatchesRawSource(source.Kind(c, er, handler.TypedFuncs[*unstructured.Unstructured, reconcile.Request]{
 			CreateFunc: func(_ context.Context, e event.TypedCreateEvent[*unstructured.Unstructured], _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
@@ -197,6 +203,30 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	return nil
 }
 
+// PodDeletes carries the guarded pods the controllers' cache saw deleted to
+// the lost-job watch: the watch keeps no cache of pods of its own.
+type PodDeletes struct {
+	ch chan event.TypedGenericEvent[*corev1.Pod]
+}
+
+// NewPodDeletes makes the hand-over of one run of the controllers.
+func NewPodDeletes() *PodDeletes {
+	return &PodDeletes{ch: make(chan event.TypedGenericEvent[*corev1.Pod], podDeletesBuffer)}
+}
+
+// podDeletesBuffer lets a node's pods go at once without the cache's
+// handler waiting on the watch.
+const podDeletesBuffer = 1024
+
+// Deleted hands over a deleted pod; it waits while the watch is behind,
+// until ctx (the controllers' run) ends.
+func (d *PodDeletes) Deleted(ctx context.Context, pod *corev1.Pod) {
+	select {
+	case d.ch <- event.TypedGenericEvent[*corev1.Pod]{Object: pod}:
+	case <-ctx.Done():
+	}
+}
+
 // runOf maps a record to its run: one reconcile decides a run's records together.
 func runOf(_ context.Context, cm *corev1.ConfigMap) []reconcile.Request {
 	run := cm.Labels[LabelRun]
@@ -234,7 +264,10 @@ func (c *credsMemo) drop(name string) {
 
 // lossWatch records the jobs of runner pods that went away holding them.
 type lossWatch struct {
+	// reader reads Nodes and EphemeralRunners from the cache; live reads
+	// a pod (rare: an EphemeralRunner gone).
 	reader          client.Reader
+	live            client.Reader
 	writer          client.Client
 	namespace       string
 	runnerContainer func(*corev1.Pod) (string, bool)
@@ -276,13 +309,13 @@ func (w *lossWatch) forgetRunner(k types.NamespacedName) {
 // to be lost.
 func (w *lossWatch) runnerGone(ctx context.Context, er *unstructured.Unstructured) {
 	k := types.NamespacedName{Namespace: er.GetNamespace(), Name: er.GetName()}
-	if err := w.reader.Get(ctx, k, &corev1.Pod{}); apierrors.IsNotFound(err) {
+	if err := w.live.Get(ctx, k, &corev1.Pod{}); apierrors.IsNotFound(err) {
 		w.forgetRunner(k)
 	}
 }
 
 // podDeleted notes a runner pod that went away holding its job.
-func (w *lossWatch) podDeleted(ctx context.Context, e event.TypedDeleteEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+func (w *lossWatch) podDeleted(ctx context.Context, e event.TypedGenericEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	pod := e.Object
 	k := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
 	container, ok := w.runnerContainer(pod)

@@ -11,36 +11,6 @@ import (
 // The caches keep only what the lost-job watch reads: runner pods are most
 // of a cluster's pods, and a full pod costs kilobytes.
 
-// trimPod keeps a pod's identity, labels, owners, node, deletion, phase,
-// conditions and container states.
-func trimPod(obj any) (any, error) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj, nil
-	}
-	out := &corev1.Pod{
-		TypeMeta: pod.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{
-			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
-			Labels: pod.Labels, OwnerReferences: pod.OwnerReferences,
-			DeletionTimestamp: pod.DeletionTimestamp, DeletionGracePeriodSeconds: pod.DeletionGracePeriodSeconds,
-		},
-		Spec: corev1.PodSpec{NodeName: pod.Spec.NodeName},
-		Status: corev1.PodStatus{
-			Phase: pod.Status.Phase, Reason: pod.Status.Reason, Conditions: pod.Status.Conditions,
-			ContainerStatuses: pod.Status.ContainerStatuses,
-		},
-	}
-	if v, ok := pod.Annotations[AnnotationJob]; ok {
-		out.Annotations = map[string]string{AnnotationJob: v}
-	}
-	// The runner container is told by name (and, for legacy pods, env).
-	for _, c := range pod.Spec.Containers {
-		out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Env: c.Env})
-	}
-	return out, nil
-}
-
 // trimNode keeps what lossCause reads.
 func trimNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)

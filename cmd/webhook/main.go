@@ -291,8 +291,11 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	if opts.disruption.enabled() {
 		controllers := newLeaderElected(restCfg, cacheOpts, opts.disruption.leaderElect, opts.disruption.leaseNamespace(getenv),
 			logger.WithName("disruption"), func(ctx context.Context, cmgr ctrl.Manager) error {
+				// The lost-job watch hears of deleted pods from the disruption
+				// controllers' cache: one cache of pods.
+				deletes := rerun.NewPodDeletes()
 				if err := disruption.Setup(ctx, cmgr, disruption.Options{
-					Guard: handler, GitHub: gh, Listing: disruption.RouterListing{Router: gh, Refresh: true},
+					Guard: handler, PodDeleted: deletes.Deleted, GitHub: gh, Listing: disruption.RouterListing{Router: gh, Refresh: true},
 					HintListing: opts.disruption.hintListing(gh), Retirer: retirer,
 					Hints: opts.disruption.hints(), Budgets: opts.disruption.budgets, Drain: opts.disruption.drain,
 					BusyRetryMax: opts.disruption.busyRetryMax, Events: events, Metrics: dMetrics, Log: logger.WithName("disruption"),
@@ -302,7 +305,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 					return err
 				}
 				return opts.rerun.setup(cmgr, rerunSetup{handler: handler, router: gh, namespace: opts.disruption.leaseNamespace(getenv),
-					runnerNamespaces: hcfg.RunnerNamespaces, eventsSecret: eventsSecret, events: events, metrics: rerunMetrics, log: logger.WithName("rerun")})
+					runnerNamespaces: hcfg.RunnerNamespaces, podDeletes: deletes, eventsSecret: eventsSecret, events: events, metrics: rerunMetrics, log: logger.WithName("rerun")})
 			})
 		if controllers.restart, err = addARCServed(mgr, restCfg, logger.WithName("disruption")); err != nil {
 			return err

@@ -77,6 +77,7 @@ func (f *rerunFlags) setup(mgr ctrl.Manager, o rerunSetup) error {
 			return cl, nil
 		},
 		RunnerContainer: o.handler.RunnerContainer,
+		PodDeletes:      o.podDeletes,
 		EventsSecret:    o.eventsSecret,
 		Enabled:         f.enabled, MaxPerRun: f.maxPerRun,
 		Events: o.events, Metrics: o.metrics, Log: o.log,
@@ -89,6 +90,7 @@ type rerunSetup struct {
 	router           *ghclient.Router
 	namespace        string
 	runnerNamespaces []string
+	podDeletes       *rerun.PodDeletes
 	eventsSecret     []byte
 	events           events.EventRecorder
 	metrics          *rerun.Metrics

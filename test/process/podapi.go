@@ -91,7 +91,8 @@ func (a *PodAPI) serve(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/api/v1":
 		writeJSON(w, resources("v1", metav1.APIResource{Name: "pods", Kind: "Pod", Namespaced: true, Verbs: []string{"get", "list", "watch"}},
 			metav1.APIResource{Name: "nodes", Kind: "Node", Verbs: []string{"get", "list", "watch"}},
-			metav1.APIResource{Name: "events", Kind: "Event", Namespaced: true, Verbs: []string{"create"}}))
+			metav1.APIResource{Name: "events", Kind: "Event", Namespaced: true, Verbs: []string{"create"}},
+			metav1.APIResource{Name: "configmaps", Kind: "ConfigMap", Namespaced: true, Verbs: []string{"get", "list", "watch", "create", "update"}}))
 	case r.URL.Path == "/apis/policy/v1":
 		writeJSON(w, resources("policy/v1", metav1.APIResource{Name: "poddisruptionbudgets", Kind: "PodDisruptionBudget", Namespaced: true, Verbs: []string{"list", "watch", "create", "delete"}}))
 	case r.URL.Path == "/apis/events.k8s.io/v1":
@@ -111,6 +112,10 @@ func (a *PodAPI) serve(w http.ResponseWriter, r *http.Request) {
 		len(parts) == 4 && parts[1] == "policy" && parts[3] == "poddisruptionbudgets":
 		// None: the job budgets' watch, and rule 5d's list, see an empty namespace.
 		serveListOf(w, r, "policy/v1", "PodDisruptionBudgetList", nil, nil)
+	case len(parts) == 5 && parts[0] == "api" && parts[4] == "configmaps",
+		len(parts) == 3 && parts[0] == "api" && parts[2] == "configmaps":
+		// None: the lost-job records' watch sees an empty namespace.
+		serveListOf(w, r, "v1", "ConfigMapList", nil, nil)
 	default:
 		notFound(w)
 	}
