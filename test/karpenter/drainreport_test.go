@@ -8,10 +8,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/runner-guard/runner-guard/disruption"
 	"github.com/runner-guard/runner-guard/test/process"
+	"github.com/runner-guard/runner-guard/webhook"
 )
 
 // A drain report for a node Karpenter removed. With the hints and budgets
@@ -143,4 +145,65 @@ func (s *scenario) requireDrainReport(node string, uid types.UID) DrainReport {
 		s.t.Errorf("drain report of node %s does not say it left the cluster: %s", node, report.Note)
 	}
 	return report
+}
+
+// A job lost to a forced delete: while Karpenter drains the busy runner's
+// node, its user marks the pod runner-guard.io/force-delete, and
+// runner-guard lets Karpenter's next eviction go with the job still
+// running. The drain report on the gone Node counts the job waited for and
+// lost; the job's own Event, in its namespace, says it was lost.
+//
+// The pod's runner takes a few seconds to stop, as under a kubelet (KWOK's
+// delay before it deletes a terminating pod, held by a finalizer: the
+// harness's pods have no grace period of their own). A pod removed at once
+// is never seen terminating, and the drain then counts its job as ended,
+// not lost: the report cannot yet tell a forced removal from a job's end.
+func TestDrainReportCountsJobLostToForcedDelete(t *testing.T) {
+	s := newScenario(t, "lost", NodePoolSpec{})
+	s.webhookFlags("--hint-do-not-disrupt=false", "--hint-safe-to-evict=false", "--hint-deletion-cost=false", "--disruption-budgets=false")
+	fillers, nodes := s.launch(2)
+	node, anchorNode := nodes[0], nodes[1]
+	uid, err := cluster.NodeUID(s.ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.pod("anchor", anchorNode, map[string]string{DoNotDisrupt: "true"})
+	busy := s.jobRunner("busy", node, 1905)
+	stopping := []byte(`{"metadata":{"finalizers":["test.runner-guard.io/stopping"],"annotations":{"pod-delete.stage.kwok.x-k8s.io/delay":"5s"}}}`)
+	if _, err := cluster.Client.CoreV1().Pods(s.name).Patch(s.ctx, busy.Name, types.MergePatchType, stopping, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	refused, err := cluster.RefusedPOSTs(s.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.scaleDown(fillers...)
+
+	s.waitPodEvent(busy.Name, disruption.EventDrainWaitsForJob)
+	if err := cluster.WaitRefusedPOSTs(s.ctx, refused+1, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.SetAnnotation(s.ctx, s.name, busy.Name, webhook.DefaultForceAnnotation, "true", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitNodeGone(s.ctx, node, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	s.requireKept(anchorNode, "anchor")
+
+	report := s.requireDrainReport(node, uid)
+	t.Logf("drain report of node %s: %s", node, report.Note)
+	if report.Released != 0 || report.Waited != 1 || report.Lost != 1 || report.Hold <= 0 {
+		t.Errorf("drain report counts %d released, %d waited for, %d lost, held %s; want 0 released, 1 waited for, 1 lost, held a while",
+			report.Released, report.Waited, report.Lost, report.Hold)
+	}
+	held := s.podEvents(busy.Name, disruption.EventDrainHeldByJob)
+	switch {
+	case len(held) != 1:
+		t.Errorf("busy runner %s: %d %s Events, want one: %v", busy.Name, len(held), disruption.EventDrainHeldByJob, notes(held))
+	case held[0].Type != corev1.EventTypeWarning || !strings.Contains(held[0].Note, `job "build" of acme/app`) ||
+		!strings.Contains(held[0].Note, "held node "+node) || !strings.Contains(held[0].Note, "was lost with its pod"):
+		t.Errorf("busy runner %s: %s Event %s %q; want a Warning naming the job and node %s, and that it was lost",
+			busy.Name, disruption.EventDrainHeldByJob, held[0].Type, held[0].Note, node)
+	}
 }
