@@ -51,14 +51,7 @@ func TestBalancedConsolidationPrefersIdleRunnersNode(t *testing.T) {
 	s.pod("anchor-b", nodes[3], dnd)
 	busy := s.jobRunner("busy", busyNode, 1903)
 	idle := []ScaleSetRunner{s.runner("idle-a", idleNode, false), s.runner("idle-b", idleNode, false)}
-	if err := cluster.WaitAnnotation(s.ctx, s.name, busy.Name, disruption.AnnotationDeletionCost, disruption.DeletionCost.Value, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range idle {
-		if err := cluster.WaitAnnotation(s.ctx, s.name, r.Name, disruption.AnnotationDeletionCost, disruption.DeletionCost.Idle, time.Minute); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s.waitDeletionCosts(busy, idle...)
 	start := time.Now()
 	s.scaleDown(fillers...)
 
@@ -98,6 +91,20 @@ func TestBalancedConsolidationPrefersIdleRunnersNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.requireConsolidated(busyNode, busy.Name)
+}
+
+// waitDeletionCosts waits until runner-guard has given the busy runner's
+// pod the busy deletion cost and each idle runner's pod the idle one.
+func (s *scenario) waitDeletionCosts(busy ScaleSetRunner, idle ...ScaleSetRunner) {
+	s.t.Helper()
+	if err := cluster.WaitAnnotation(s.ctx, s.name, busy.Name, disruption.AnnotationDeletionCost, disruption.DeletionCost.Value, time.Minute); err != nil {
+		s.t.Fatal(err)
+	}
+	for _, r := range idle {
+		if err := cluster.WaitAnnotation(s.ctx, s.name, r.Name, disruption.AnnotationDeletionCost, disruption.DeletionCost.Idle, time.Minute); err != nil {
+			s.t.Fatal(err)
+		}
+	}
 }
 
 // firstChosen waits until Karpenter has tainted one of nodes and returns it.

@@ -29,15 +29,7 @@ import (
 // its user on the second, which pins Karpenter's choice to the first.
 func TestDrainReportForNodeKarpenterRemoved(t *testing.T) {
 	s := newScenario(t, "report", NodePoolSpec{})
-	s.webhookFlags("--hint-do-not-disrupt=false", "--hint-safe-to-evict=false", "--hint-deletion-cost=false", "--disruption-budgets=false")
-	fillers, nodes := s.launch(2)
-	node, anchorNode := nodes[0], nodes[1]
-	uid, err := cluster.NodeUID(s.ctx, node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.pod("anchor", anchorNode, map[string]string{DoNotDisrupt: "true"})
-	busy := s.jobRunner("busy", node, 1904)
+	fillers, node, uid, anchorNode, busy := s.busyRunnerNode(1904)
 	idle := s.runner("idle", node, false)
 	refused, err := cluster.RefusedPOSTs(s.ctx)
 	if err != nil {
@@ -84,17 +76,44 @@ func TestDrainReportForNodeKarpenterRemoved(t *testing.T) {
 		t.Errorf("drain report: jobs held node %s for %s; want between %s and %s", node, report.Hold, least.Round(time.Second), most.Round(time.Second))
 	}
 
-	held := s.podEvents(busy.Name, disruption.EventDrainHeldByJob)
-	switch {
-	case len(held) != 1:
-		t.Errorf("busy runner %s: %d %s Events, want one: %v", busy.Name, len(held), disruption.EventDrainHeldByJob, notes(held))
-	case held[0].Type != corev1.EventTypeNormal || !strings.Contains(held[0].Note, `job "build" of acme/app`) ||
-		!strings.Contains(held[0].Note, "held node "+node) || !strings.Contains(held[0].Note, "until it ended"):
-		t.Errorf("busy runner %s: %s Event %s %q; want a Normal one naming the job, node %s and that it ended",
-			busy.Name, disruption.EventDrainHeldByJob, held[0].Type, held[0].Note, node)
-	}
+	s.requireHeldByJob(busy.Name, node, corev1.EventTypeNormal, "until it ended")
 	if len(s.podEvents(idle.Name, disruption.EventDrainHeldByJob)) > 0 {
 		t.Errorf("idle runner %s has a %s Event: it held no job", idle.Name, disruption.EventDrainHeldByJob)
+	}
+}
+
+// busyRunnerNode is the start of a drain-report scenario, with the hints,
+// deletion cost and budgets off (Karpenter may choose a busy runner's
+// node): two nodes held by fillers, a busy runner of job id on the first
+// and a pod annotated by its user on the second, which pins Karpenter's
+// choice to the first. It returns the fillers, the first node and its UID,
+// the second node and the busy runner.
+func (s *scenario) busyRunnerNode(id int64) (fillers []string, node string, uid types.UID, anchorNode string, busy ScaleSetRunner) {
+	s.t.Helper()
+	s.webhookFlags("--hint-do-not-disrupt=false", "--hint-safe-to-evict=false", "--hint-deletion-cost=false", "--disruption-budgets=false")
+	fillers, nodes := s.launch(2)
+	node, anchorNode = nodes[0], nodes[1]
+	uid, err := cluster.NodeUID(s.ctx, node)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.pod("anchor", anchorNode, map[string]string{DoNotDisrupt: "true"})
+	return fillers, node, uid, anchorNode, s.jobRunner("busy", node, id)
+}
+
+// requireHeldByJob fails unless the pod has exactly one DrainHeldByJob
+// Event, of type eventType, naming its job (WithJob's) and node, and
+// saying how the hold ended.
+func (s *scenario) requireHeldByJob(pod, node, eventType, ended string) {
+	s.t.Helper()
+	held := s.podEvents(pod, disruption.EventDrainHeldByJob)
+	switch {
+	case len(held) != 1:
+		s.t.Errorf("runner %s: %d %s Events, want one: %v", pod, len(held), disruption.EventDrainHeldByJob, notes(held))
+	case held[0].Type != eventType || !strings.Contains(held[0].Note, `job "build" of acme/app`) ||
+		!strings.Contains(held[0].Note, "held node "+node) || !strings.Contains(held[0].Note, ended):
+		s.t.Errorf("runner %s: %s Event %s %q; want a %s one naming the job and node %s, and %q",
+			pod, disruption.EventDrainHeldByJob, held[0].Type, held[0].Note, eventType, node, ended)
 	}
 }
 
@@ -160,15 +179,7 @@ func (s *scenario) requireDrainReport(node string, uid types.UID) DrainReport {
 // not lost: the report cannot yet tell a forced removal from a job's end.
 func TestDrainReportCountsJobLostToForcedDelete(t *testing.T) {
 	s := newScenario(t, "lost", NodePoolSpec{})
-	s.webhookFlags("--hint-do-not-disrupt=false", "--hint-safe-to-evict=false", "--hint-deletion-cost=false", "--disruption-budgets=false")
-	fillers, nodes := s.launch(2)
-	node, anchorNode := nodes[0], nodes[1]
-	uid, err := cluster.NodeUID(s.ctx, node)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.pod("anchor", anchorNode, map[string]string{DoNotDisrupt: "true"})
-	busy := s.jobRunner("busy", node, 1905)
+	fillers, node, uid, anchorNode, busy := s.busyRunnerNode(1905)
 	stopping := []byte(`{"metadata":{"finalizers":["test.runner-guard.io/stopping"],"annotations":{"pod-delete.stage.kwok.x-k8s.io/delay":"5s"}}}`)
 	if _, err := cluster.Client.CoreV1().Pods(s.name).Patch(s.ctx, busy.Name, types.MergePatchType, stopping, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
@@ -197,13 +208,5 @@ func TestDrainReportCountsJobLostToForcedDelete(t *testing.T) {
 		t.Errorf("drain report counts %d released, %d waited for, %d lost, held %s; want 0 released, 1 waited for, 1 lost, held a while",
 			report.Released, report.Waited, report.Lost, report.Hold)
 	}
-	held := s.podEvents(busy.Name, disruption.EventDrainHeldByJob)
-	switch {
-	case len(held) != 1:
-		t.Errorf("busy runner %s: %d %s Events, want one: %v", busy.Name, len(held), disruption.EventDrainHeldByJob, notes(held))
-	case held[0].Type != corev1.EventTypeWarning || !strings.Contains(held[0].Note, `job "build" of acme/app`) ||
-		!strings.Contains(held[0].Note, "held node "+node) || !strings.Contains(held[0].Note, "was lost with its pod"):
-		t.Errorf("busy runner %s: %s Event %s %q; want a Warning naming the job and node %s, and that it was lost",
-			busy.Name, disruption.EventDrainHeldByJob, held[0].Type, held[0].Note, node)
-	}
+	s.requireHeldByJob(busy.Name, node, corev1.EventTypeWarning, "was lost with its pod")
 }
