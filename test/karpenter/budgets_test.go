@@ -7,8 +7,6 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/runner-guard/runner-guard/disruption"
 )
 
 // Job budgets alone (no do-not-disrupt, no safe-to-evict), with runner-guard
@@ -67,14 +65,7 @@ func TestDeletionCostPrefersIdleRunnersNode(t *testing.T) {
 	s.pod("anchor", anchorNode, map[string]string{DoNotDisrupt: "true"})
 	busy := s.jobRunner("busy", busyNode, 1902)
 	idle := []ScaleSetRunner{s.runner("idle-a", idleNode, false), s.runner("idle-b", idleNode, false)}
-	if err := cluster.WaitAnnotation(s.ctx, s.name, busy.Name, disruption.AnnotationDeletionCost, disruption.DeletionCost.Value, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range idle {
-		if err := cluster.WaitAnnotation(s.ctx, s.name, r.Name, disruption.AnnotationDeletionCost, disruption.DeletionCost.Idle, time.Minute); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s.waitDeletionCosts(busy, idle...)
 	s.scaleDown(fillers...)
 
 	first := s.requireConsolidated(idleNode, idle[0].Name)

@@ -73,17 +73,23 @@ type NodePoolSpec struct {
 	BudgetNodes string
 	// TerminationGracePeriod, when set, is the NodeClaims' terminationGracePeriod.
 	TerminationGracePeriod string
+	// ConsolidationPolicy is disruption.consolidationPolicy
+	// ("WhenEmptyOrUnderutilized" when empty; v1.14+ also "Balanced").
+	ConsolidationPolicy string
 }
 
-// NodePool renders spec: WhenEmptyOrUnderutilized consolidation, the
-// DefaultInstanceTypes' architecture, OS and capacity type, the KWOKNodeClass
-// "default".
+// NodePool renders spec: its consolidation policy (WhenEmptyOrUnderutilized
+// by default), the DefaultInstanceTypes' architecture, OS and capacity type,
+// the KWOKNodeClass "default".
 func NodePool(spec NodePoolSpec) *unstructured.Unstructured {
 	if spec.ConsolidateAfter == "" {
 		spec.ConsolidateAfter = "1s"
 	}
 	if spec.BudgetNodes == "" {
 		spec.BudgetNodes = "1"
+	}
+	if spec.ConsolidationPolicy == "" {
+		spec.ConsolidationPolicy = "WhenEmptyOrUnderutilized"
 	}
 	req := func(key string, values ...string) map[string]any {
 		vs := make([]any, len(values))
@@ -109,7 +115,7 @@ func NodePool(spec NodePoolSpec) *unstructured.Unstructured {
 		"spec": map[string]any{
 			"template": map[string]any{"spec": template},
 			"disruption": map[string]any{
-				"consolidationPolicy": "WhenEmptyOrUnderutilized",
+				"consolidationPolicy": spec.ConsolidationPolicy,
 				"consolidateAfter":    spec.ConsolidateAfter,
 				"budgets":             []any{map[string]any{"nodes": spec.BudgetNodes}},
 			},

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
@@ -215,4 +216,46 @@ func grepLines(text, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// EndJob ends a scale-set runner's job as the runner, GitHub and ARC do:
+// the runner process exits (its pod's containers terminate with code 0 and
+// the pod, restartPolicy Never, is Succeeded: the status a kubelet writes,
+// which KWOK's stages leave alone), GitHub shows the runner idle (and
+// would soon remove it: a DELETE answers 204 either way), and ARC's
+// controller marks the EphemeralRunner Succeeded.
+func (c *Cluster) EndJob(ctx context.Context, r ScaleSetRunner) error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := c.Client.CoreV1().Pods(r.Namespace).Get(ctx, r.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.Now()
+		for i := range p.Status.ContainerStatuses {
+			cs := &p.Status.ContainerStatuses[i]
+			started := now
+			if cs.State.Running != nil {
+				started = cs.State.Running.StartedAt
+			}
+			cs.Ready, cs.Started = false, new(false)
+			cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: 0, Reason: "Completed", StartedAt: started, FinishedAt: now,
+			}}
+		}
+		for i := range p.Status.Conditions {
+			if t := p.Status.Conditions[i].Type; t == corev1.PodReady || t == corev1.ContainersReady {
+				p.Status.Conditions[i].Status = corev1.ConditionFalse
+				p.Status.Conditions[i].Reason = "PodCompleted"
+				p.Status.Conditions[i].LastTransitionTime = now
+			}
+		}
+		p.Status.Phase = corev1.PodSucceeded
+		_, err = c.Client.CoreV1().Pods(r.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("runner %s/%s exits: %w", r.Namespace, r.Name, err)
+	}
+	c.GitHub.SetBusy(r.Scope, r.Name, false)
+	return c.SetEphemeralRunnerPhase(ctx, r, "Succeeded")
 }
