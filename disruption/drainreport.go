@@ -59,6 +59,9 @@ type heldJob struct {
 	job   string
 	since time.Time
 	over  bool
+	// missing: a pass of the drain saw the pod gone before its last state
+	// came (gone); finish then counts the job ended.
+	missing bool
 }
 
 // draining notes that node is draining now (its start, the first time).
@@ -149,12 +152,32 @@ func (d *drainReports) observe(node *corev1.Node, pods []corev1.Pod, g Guard) {
 		pod, ok := present[uid]
 		switch {
 		case !ok:
-			// Gone without being seen deleted while running: it completed.
-			d.ended(rep, h, "")
+			// Gone before its last state came: gone says how it ended.
+			h.missing = true
 		case pod.DeletionTimestamp != nil && g.RunnerRunning(pod):
 			d.ended(rep, h, LostDeleted)
 		case podDone(g, pod):
 			d.ended(rep, h, "")
+		}
+	}
+}
+
+// gone closes the held job of a pod the controllers' cache saw deleted,
+// from the pod's last state: lost with its pod when its runner still ran
+// (a forced delete, a pod with no grace period), else ended.
+func (d *drainReports) gone(pod *corev1.Pod, g Guard) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, rep := range d.nodes {
+		if h := rep.held[pod.UID]; h != nil && !h.over {
+			cause := ""
+			if g.RunnerRunning(pod) {
+				cause = LostDeleted
+			}
+			d.ended(rep, h, cause)
 		}
 	}
 }
@@ -198,6 +221,10 @@ func (d *drainReports) finish(node string, gone bool) {
 	for _, h := range rep.held {
 		switch {
 		case h.over:
+		case h.missing:
+			// Its pod's last state never came: gone unseen while running
+			// would have been a delete the drain saw.
+			d.ended(rep, h, "")
 		case gone:
 			d.ended(rep, h, cause)
 		default:

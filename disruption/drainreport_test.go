@@ -122,6 +122,50 @@ func TestDrainReport(t *testing.T) {
 	}
 }
 
+// A held job's pod the cache saw deleted is judged by its last state,
+// whether or not a pass of the drain saw it gone first: lost when its runner
+// still ran (a forced delete), ended when it had finished. One whose last
+// state never came counts as ended, as before.
+func TestDrainReportJudgesAPodByItsLastState(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "node-uid"}}
+	g := &guardStub{}
+	forced, finished, unseen := runnerPod("forced", "n1"), runnerPod("finished", "n1"), runnerPod("unseen", "n1")
+	rec := events.NewFakeRecorder(20)
+	d := newDrainReports(func() time.Time { return now }, rec, NewMetrics())
+	d.draining(node)
+	for _, p := range []*corev1.Pod{forced, finished, unseen} {
+		d.waitsFor(node, p, "job "+p.Name)
+	}
+	// A pass sees every pod gone before their last states come.
+	d.observe(node, nil, g)
+	last := forced.DeepCopy()
+	last.DeletionTimestamp = &metav1.Time{Time: now}
+	d.gone(last, g) // its runner still ran
+	last = finished.DeepCopy()
+	last.Status.Phase = corev1.PodSucceeded
+	d.gone(last, g)
+	d.gone(runnerPod("not-held", "n1"), g)
+	d.finish("n1", true)
+	var lost, ended []string
+	for _, e := range drainEvents(rec) {
+		switch {
+		case strings.Contains(e, "was lost with its pod"):
+			lost = append(lost, e)
+		case strings.Contains(e, "until it ended"):
+			ended = append(ended, e)
+		case strings.Contains(e, EventDrainReport) && !strings.HasSuffix(e, "3 jobs waited for; 1 jobs lost"):
+			t.Errorf("node report %q, want 3 waited for and 1 lost", e)
+		}
+	}
+	if len(lost) != 1 || !strings.Contains(lost[0], "job forced") {
+		t.Errorf("lost Events %q, want the forced pod's job only", lost)
+	}
+	if len(ended) != 2 || strings.Contains(strings.Join(ended, " "), "job forced") {
+		t.Errorf("ended Events %q, want the finished and the unseen pods' jobs", ended)
+	}
+}
+
 // A drain of a node without runner pods says nothing; finishing twice says once.
 func TestDrainReportQuietWithoutRunners(t *testing.T) {
 	rec := events.NewFakeRecorder(5)

@@ -146,12 +146,24 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		return o.Guard.Guards(cp.Namespace, cp.labels) || cp.carriesOurs()
 	}
 	runnerPods := predicate.NewTypedPredicateFuncs(isRunnerPod)
-	if o.PodDeleted != nil {
+	// The drain's reports learn from a held job's pod's last state how its
+	// job ended, as does the lost-job watch.
+	var reports *drainReports
+	if o.Drain {
+		reports = newDrainReports(o.Now, o.Events, o.Metrics)
+	}
+	if o.PodDeleted != nil || reports != nil {
 		inf, err := c.GetInformer(ctx, &cachedPod{})
 		if err != nil {
 			return fmt.Errorf("disruption cache: pods: %w", err)
 		}
-		if _, err := inf.AddEventHandler(podDeletes(ctx, isRunnerPod, o.PodDeleted)); err != nil {
+		deleted := func(ctx context.Context, pod *corev1.Pod) {
+			reports.gone(pod, o.Guard)
+			if o.PodDeleted != nil {
+				o.PodDeleted(ctx, pod)
+			}
+		}
+		if _, err := inf.AddEventHandler(podDeletes(ctx, isRunnerPod, deleted)); err != nil {
 			return fmt.Errorf("disruption cache: pods: %w", err)
 		}
 	}
@@ -205,7 +217,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		cached: cl, live: mgr.GetAPIReader(), guard: o.Guard, github: o.GitHub, listing: o.Listing, retirer: o.Retirer,
 		events: o.Events, backoff: newBackoff(o.BusyRetryFirst, o.BusyRetryMax, o.Now), said: newOnce(), now: o.Now,
 		log: o.Log.WithName("drain"), budgets: budgetLedgerOf(o.Guard, o.Now), budgetLocks: newKeyedLocks(), grants: newEvictionGrants(o.Now),
-		reports:    newDrainReports(o.Now, o.Events, o.Metrics),
+		reports:    reports,
 		budgetPoll: budgetPollEvery,
 	}
 	// A node drained no more, or gone, is looked at once more for its report.
