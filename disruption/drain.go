@@ -133,7 +133,7 @@ func graceWarning(nodeClaim string, deadline time.Time, tgp time.Duration, pod t
 	if left <= 0 {
 		when = "now"
 	}
-	return fmt.Sprintf("NodeClaim %s's terminationGracePeriod (%s) ends at %s (%s): Karpenter then deletes pod %s whatever runner-guard answers, and its job (%s) is cancelled if it still runs",
+	return fmt.Sprintf("NodeClaim %s's terminationGracePeriod (%s) ends at %s (%s): Karpenter then deletes pod %s past budgets and do-not-disrupt; runner-guard still refuses while its job (%s) runs, so the node outlives its deadline until the job ends, unless the pod is force-deleted (which cancels the job)",
 		nodeClaim, tgp, deadline.UTC().Format(time.RFC3339), when, pod, job)
 }
 
