@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,18 +28,13 @@ func eventsOn(s *scenario, knobs ghfake.Events) string {
 	if !env.Local() {
 		s.t.Skip("events need the local harness: the fake GitHub delivers to a port of this host")
 	}
-	port, err := process.FreePort()
+	args, url, err := process.EventsEndpoint(s.t.TempDir(), eventsSecret)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	secretFile := filepath.Join(s.t.TempDir(), "webhook-secret")
-	if err := os.WriteFile(secretFile, []byte(eventsSecret+"\n"), 0o600); err != nil {
+	if err := env.RestartWebhook(s.ctx, args...); err != nil {
 		s.t.Fatal(err)
 	}
-	if err := env.RestartWebhook(s.ctx, fmt.Sprintf("--events-bind-address=127.0.0.1:%d", port), "--github-webhook-secret-file="+secretFile); err != nil {
-		s.t.Fatal(err)
-	}
-	url := fmt.Sprintf("http://127.0.0.1:%d%s", port, events.Path)
 	knobs.URL, knobs.Secret = url, eventsSecret
 	env.Fake().DeliverEvents(knobs)
 	s.t.Cleanup(func() {

@@ -4,15 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/runner-guard/runner-guard/events"
 	"github.com/runner-guard/runner-guard/events/jobannotation"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/process"
@@ -104,16 +101,12 @@ func (s *scenario) eventsOn() {
 	if cluster.Fake() == nil {
 		s.t.Fatal("events need the in-process fake GitHub: it delivers to a port of this host")
 	}
-	port, err := process.FreePort()
+	args, url, err := process.EventsEndpoint(s.t.TempDir(), eventsSecret)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	secretFile := filepath.Join(s.t.TempDir(), "webhook-secret")
-	if err := os.WriteFile(secretFile, []byte(eventsSecret+"\n"), 0o600); err != nil {
-		s.t.Fatal(err)
-	}
-	s.webhookFlags(fmt.Sprintf("--events-bind-address=127.0.0.1:%d", port), "--github-webhook-secret-file="+secretFile)
-	cluster.Fake().DeliverEvents(ghfake.Events{URL: fmt.Sprintf("http://127.0.0.1:%d%s", port, events.Path), Secret: eventsSecret})
+	s.webhookFlags(args...)
+	cluster.Fake().DeliverEvents(ghfake.Events{URL: url, Secret: eventsSecret})
 	s.t.Cleanup(func() { cluster.Fake().DeliverEvents(ghfake.Events{}) })
 }
 

@@ -140,14 +140,7 @@ func (s *scenario) jobRunner(name, node string, id int64) ScaleSetRunner {
 func (s *scenario) runnerWith(name, node string, busy bool, edit func(*fixture.EphemeralRunnerWrapper)) ScaleSetRunner {
 	s.t.Helper()
 	r, err := cluster.CreateScaleSetRunner(s.ctx, s.name, name, s.scope, busy, s.name, node, edit)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	s.runners = append(s.runners, r)
-	if _, err := cluster.WaitRunning(s.ctx, s.name, name); err != nil {
-		s.t.Fatal(err)
-	}
-	return r
+	return s.started(r, err)
 }
 
 // legacyRunner creates an ARC legacy runner, idle on GitHub, bound to node,
@@ -155,11 +148,18 @@ func (s *scenario) runnerWith(name, node string, busy bool, edit func(*fixture.E
 func (s *scenario) legacyRunner(name, node string) LegacyRunner {
 	s.t.Helper()
 	r, err := cluster.CreateLegacyRunner(s.ctx, s.name, name, s.scope, false, s.name, node)
+	return s.started(r, err)
+}
+
+// started records a runner just created (err: its creation's) for the
+// clean-up and waits until its pod runs.
+func (s *scenario) started(r ScaleSetRunner, err error) ScaleSetRunner {
+	s.t.Helper()
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	s.runners = append(s.runners, r)
-	if _, err := cluster.WaitRunning(s.ctx, s.name, name); err != nil {
+	if _, err := cluster.WaitRunning(s.ctx, s.name, r.Name); err != nil {
 		s.t.Fatal(err)
 	}
 	return r

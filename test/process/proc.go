@@ -34,6 +34,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/runner-guard/runner-guard/certs"
+	"github.com/runner-guard/runner-guard/events"
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/fixture"
@@ -548,4 +549,21 @@ func LoadMix(gh *ghfake.Fake, api *PodAPI, scope ghclient.Scope, n int) (bodies 
 		}
 	}
 	return bodies, allowed, nil
+}
+
+// EventsEndpoint readies runner-guard's GitHub events endpoint for a test:
+// a free loopback port and the webhook secret written to a file in dir. It
+// returns the flags that turn the endpoint on and the URL to deliver to.
+func EventsEndpoint(dir, secret string) (args []string, url string, err error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, "", err
+	}
+	secretFile := filepath.Join(dir, "webhook-secret")
+	// A Secret's value often ends in a newline: runner-guard must trim it.
+	if err := os.WriteFile(secretFile, []byte(secret+"\n"), 0o600); err != nil {
+		return nil, "", err
+	}
+	args = []string{fmt.Sprintf("--events-bind-address=127.0.0.1:%d", port), "--github-webhook-secret-file=" + secretFile}
+	return args, fmt.Sprintf("http://127.0.0.1:%d%s", port, events.Path), nil
 }
