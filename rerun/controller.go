@@ -110,15 +110,25 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	er := &unstructured.Unstructured{}
 	er.SetGroupVersionKind(arc.GroupVersionKind())
+	erServed := true
+	if _, err := mgr.GetRESTMapper().RESTMapping(arc.GroupVersionKind().GroupKind(), arc.GroupVersionKind().Version); err != nil {
+		erServed = false
+		o.Log.Info("the API server serves no EphemeralRunners: no job is known lost until a restart after ARC's CRDs are installed", "error", err.Error())
+	}
 	copts := cache.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), ByObject: map[client.Object]cache.ByObject{
 		&corev1.Pod{}:  {Transform: trimPod},
 		&corev1.Node{}: {Transform: trimNode},
-		er:             {Transform: trimEphemeralRunner},
 		&corev1.ConfigMap{}: {
 			Namespaces: map[string]cache.Config{o.Namespace: {}},
 			Label:      labels.SelectorFromSet(labels.Set{LabelLostJob: "true"}),
 		},
 	}}
+	if erServed {
+		// A cache with an object whose kind is not served fails to start,
+		// and with it every controller of the manager: legacy-only clusters
+		// have no EphemeralRunners.
+		copts.ByObject[er] = cache.ByObject{Transform: trimEphemeralRunner}
+	}
 	if len(o.RunnerNamespaces) > 0 {
 		copts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range o.RunnerNamespaces {
@@ -139,12 +149,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	w := &lossWatch{
 		reader: c, writer: cl, namespace: o.Namespace, runnerContainer: o.RunnerContainer, credentials: o.Credentials, eventsSecret: o.EventsSecret,
 		creds: &credsMemo{m: map[string]*ghclient.Credentials{}}, now: o.Now, log: o.Log.WithName("lost"),
-		pending: map[types.NamespacedName]Record{}, jobs: map[types.NamespacedName]Job{},
-	}
-	erServed := true
-	if _, err := mgr.GetRESTMapper().RESTMapping(arc.GroupVersionKind().GroupKind(), arc.GroupVersionKind().Version); err != nil {
-		erServed = false
-		o.Log.Info("the API server serves no EphemeralRunners: no job is known lost until a restart after ARC's CRDs are installed", "error", err.Error())
+		pending: map[types.NamespacedName]Record{}, jobs: map[types.NamespacedName]Job{}, erServed: erServed,
 	}
 	b := ctrl.NewControllerManagedBy(mgr).Named("lost-jobs").
 		WatchesRawSource(source.Kind(c, &corev1.Pod{}, handler.TypedFuncs[*corev1.Pod, reconcile.Request]{DeleteFunc: w.podDeleted})).
@@ -233,9 +238,11 @@ type lossWatch struct {
 	runnerContainer func(*corev1.Pod) (string, bool)
 	credentials     func(context.Context, *corev1.Pod) *ghclient.Credentials
 	eventsSecret    []byte
-	creds           *credsMemo
-	now             func() time.Time
-	log             logr.Logger
+	// erServed: the API server serves EphemeralRunners (the cache has them).
+	erServed bool
+	creds    *credsMemo
+	now      func() time.Time
+	log      logr.Logger
 
 	mu sync.Mutex
 	// pending are records the reconcile writes, by pod.
@@ -282,7 +289,7 @@ func (w *lossWatch) podDeleted(ctx context.Context, e event.TypedDeleteEvent[*co
 	}
 	er := &unstructured.Unstructured{}
 	er.SetGroupVersionKind(arc.GroupVersionKind())
-	if err := w.reader.Get(ctx, k, er); err != nil {
+	if !w.erServed || w.reader.Get(ctx, k, er) != nil {
 		er = nil
 	}
 	node, known := w.node(ctx, pod.Spec.NodeName)
