@@ -242,11 +242,17 @@ func (s *scenario) registered(name string) bool {
 }
 
 // setBusy is GitHub handing the runner a job (true) or the job ending.
-func (s *scenario) setBusy(name string, busy bool) {
+func (s *scenario) setBusy(name string, busy bool) { s.setRunnerState(name, "busy", busy) }
+
+// setOnline is GitHub seeing the runner connect (true) or losing it.
+func (s *scenario) setOnline(name string, online bool) { s.setRunnerState(name, "online", online) }
+
+// setRunnerState sets one field of the runner's state on the fake GitHub.
+func (s *scenario) setRunnerState(name, field string, value bool) {
 	s.t.Helper()
-	body := map[string]any{"scope": map[string]string{"kind": "org", "name": s.org}, "name": name, "busy": busy}
+	body := map[string]any{"scope": map[string]string{"kind": "org", "name": s.org}, "name": name, field: value}
 	if b, err := s.fake("POST", "/_fake/runners/state", body); err != nil {
-		s.t.Fatalf("set %s busy=%v: %v: %s", name, busy, err, b)
+		s.t.Fatalf("set %s %s=%v: %v: %s", name, field, value, err, b)
 	}
 }
 

@@ -252,15 +252,6 @@ func (s *scenario) forceDeleteAsPodGC(name string) {
 	})
 }
 
-// setOnline is GitHub seeing the runner connect (true) or losing it.
-func (s *scenario) setOnline(name string, online bool) {
-	s.t.Helper()
-	body := map[string]any{"scope": map[string]string{"kind": "org", "name": s.org}, "name": name, "online": online}
-	if b, err := s.fake("POST", "/_fake/runners/state", body); err != nil {
-		s.t.Fatalf("set %s online=%v: %v: %s", name, online, err, b)
-	}
-}
-
 // lostJobRecord waits for the one lost-job record of run, in state, and
 // returns its data.
 func (s *scenario) lostJobRecord(run int64, state rerun.State) map[string]string {
