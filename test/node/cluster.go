@@ -276,7 +276,13 @@ func (c *Cluster) startKubelet(ctx context.Context) error {
 	if err := os.WriteFile(c.file("kubelet.yaml"), []byte(conf), 0o644); err != nil {
 		return err
 	}
-	p, err := c.start("kubelet", c.node("kubelet"),
+	return c.runKubelet(ctx, "kubelet")
+}
+
+// runKubelet starts the kubelet with the configuration startKubelet wrote,
+// its output in logName.log, and waits until the Node is Ready.
+func (c *Cluster) runKubelet(ctx context.Context, logName string) error {
+	p, err := c.start(logName, c.node("kubelet"),
 		"--config="+c.file("kubelet.yaml"),
 		"--kubeconfig="+c.controlPlane.KubeconfigFile("system:node:"+NodeName),
 		"--root-dir="+filepath.Join(StateDir, "kubelet"),

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -66,12 +67,18 @@ func (s *scenario) kubectl(args ...string) string {
 
 // runnerPod is an ARC legacy-mode runner pod running the fake runner.
 func (s *scenario) runnerPod(name string) string {
+	return s.fakeRunnerPod(name, `  labels: {actions-runner: ""}`)
+}
+
+// fakeRunnerPod is a pod running the fake runner as runner name; meta is the
+// rest of its metadata (YAML lines indented by two spaces).
+func (s *scenario) fakeRunnerPod(name, meta string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
   name: %[1]s
   namespace: %[2]s
-  labels: {actions-runner: ""}
+%[6]s
 spec:
   nodeSelector: {kubernetes.io/hostname: %[3]s}
   # As ARC's runner pods: a runner that exits is done, not restarted.
@@ -93,7 +100,7 @@ spec:
       readOnlyRootFilesystem: true
       allowPrivilegeEscalation: false
       capabilities: {drop: [ALL]}
-`, name, s.ns, NodeName, s.org, FakeGitHubURL)
+`, name, s.ns, NodeName, s.org, FakeGitHubURL, meta)
 }
 
 // startRunners creates runner pods and waits until each runs and its runner
@@ -104,11 +111,24 @@ func (s *scenario) startRunners(names ...string) {
 	for _, n := range names {
 		docs = append(docs, s.runnerPod(n))
 	}
+	s.apply(strings.Join(docs, "---\n"))
+	s.waitRegistered(names...)
+}
+
+// apply creates or updates the objects of the YAML documents.
+func (s *scenario) apply(docs string) {
+	s.t.Helper()
 	cmd := cluster.KubectlCommand(s.ctx, "apply", "-f", "-")
-	cmd.Stdin = strings.NewReader(strings.Join(docs, "---\n"))
+	cmd.Stdin = strings.NewReader(docs)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		s.t.Fatalf("create runner pods: %v: %s", err, out)
+		s.t.Fatalf("kubectl apply: %v: %s", err, out)
 	}
+}
+
+// waitRegistered waits until each runner pod runs and its runner is
+// registered with the fake GitHub.
+func (s *scenario) waitRegistered(names ...string) {
+	s.t.Helper()
 	for _, n := range names {
 		s.eventually("runner "+n+" running and registered", 90*time.Second, func() error {
 			if !s.containerRunning(n) {
@@ -222,11 +242,17 @@ func (s *scenario) registered(name string) bool {
 }
 
 // setBusy is GitHub handing the runner a job (true) or the job ending.
-func (s *scenario) setBusy(name string, busy bool) {
+func (s *scenario) setBusy(name string, busy bool) { s.setRunnerState(name, "busy", busy) }
+
+// setOnline is GitHub seeing the runner connect (true) or losing it.
+func (s *scenario) setOnline(name string, online bool) { s.setRunnerState(name, "online", online) }
+
+// setRunnerState sets one field of the runner's state on the fake GitHub.
+func (s *scenario) setRunnerState(name, field string, value bool) {
 	s.t.Helper()
-	body := map[string]any{"scope": map[string]string{"kind": "org", "name": s.org}, "name": name, "busy": busy}
+	body := map[string]any{"scope": map[string]string{"kind": "org", "name": s.org}, "name": name, field: value}
 	if b, err := s.fake("POST", "/_fake/runners/state", body); err != nil {
-		s.t.Fatalf("set %s busy=%v: %v: %s", name, busy, err, b)
+		s.t.Fatalf("set %s %s=%v: %v: %s", name, field, value, err, b)
 	}
 }
 
@@ -322,4 +348,123 @@ func lines(out string, subs ...string) string {
 		}
 	}
 	return b.String()
+}
+
+// withRunnerGuardValues upgrades the release with overrides (values YAML)
+// for this test; the node's values are restored after it.
+func (s *scenario) withRunnerGuardValues(overrides string) {
+	s.t.Helper()
+	s.restoreValuesAfterTest()
+	s.upgradeRunnerGuard(overrides)
+}
+
+// restoreValuesAfterTest upgrades the release back to the node's values once
+// the test ends (before its namespace goes), also after a failed upgrade.
+func (s *scenario) restoreValuesAfterTest() {
+	s.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if err := cluster.UpgradeRunnerGuard(ctx, repoRoot, os.Getenv("HELM"), ""); err != nil {
+			s.t.Errorf("restore runner-guard's values: %v", err)
+		}
+	})
+}
+
+// upgradeRunnerGuard upgrades the release with overrides; its pods restart.
+func (s *scenario) upgradeRunnerGuard(overrides string) {
+	s.t.Helper()
+	start := time.Now()
+	if err := cluster.UpgradeRunnerGuard(s.ctx, repoRoot, os.Getenv("HELM"), overrides); err != nil {
+		s.t.Fatalf("helm upgrade with %q: %v", overrides, err)
+	}
+	// A rollout is complete while the old replicas still run their preStop
+	// pause, leader and controllers included: wait for them to be gone, so
+	// only the new values act (a test that stops the kubelet would otherwise
+	// keep an old one running).
+	s.eventually("the old runner-guard replicas gone", 2*time.Minute, func() error {
+		pods, err := cluster.Client.CoreV1().Pods(rgNamespace).List(s.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=webhook"})
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				return fmt.Errorf("pod %s terminating", p.Name)
+			}
+		}
+		return nil
+	})
+	s.t.Logf("runner-guard upgraded with %q in %s", overrides, time.Since(start).Round(time.Second))
+}
+
+// failurePolicies are the live failurePolicy of each entry of runner-guard's
+// webhook configuration, by entry name.
+func (s *scenario) failurePolicies() map[string]string {
+	s.t.Helper()
+	vwc, err := cluster.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(s.ctx, "runner-guard", metav1.GetOptions{})
+	if err != nil {
+		s.t.Fatalf("runner-guard's webhook configuration: %v", err)
+	}
+	out := map[string]string{}
+	for _, wh := range vwc.Webhooks {
+		out[wh.Name] = "Fail" // the API's default
+		if wh.FailurePolicy != nil {
+			out[wh.Name] = string(*wh.FailurePolicy)
+		}
+	}
+	return out
+}
+
+// scaleRunnerGuardToZero scales the webhook's Deployment to 0 and waits until
+// no replica is left; it scales back to 2 after the test.
+func (s *scenario) scaleRunnerGuardToZero() {
+	s.t.Helper()
+	s.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if out, err := cluster.Kubectl(ctx, "-n", rgNamespace, "scale", "deployment/runner-guard-webhook", "--replicas=2"); err != nil {
+			s.t.Errorf("scale runner-guard back to 2: %v: %s", err, out)
+			return
+		}
+		if out, err := cluster.Kubectl(ctx, "-n", rgNamespace, "rollout", "status", "deployment/runner-guard-webhook", "--timeout=150s"); err != nil {
+			s.t.Errorf("runner-guard back to 2 replicas: %v: %s", err, out)
+		}
+	})
+	s.kubectl("-n", rgNamespace, "scale", "deployment/runner-guard-webhook", "--replicas=0")
+	s.eventually("no runner-guard replica left", 90*time.Second, func() error {
+		pods, err := cluster.Client.CoreV1().Pods(rgNamespace).List(s.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=webhook"})
+		if err != nil {
+			return err
+		}
+		if n := len(pods.Items); n > 0 {
+			return fmt.Errorf("%d webhook pods", n)
+		}
+		return nil
+	})
+}
+
+// uncordonAfterTest uncordons the node once the test ends.
+func (s *scenario) uncordonAfterTest() {
+	s.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if out, err := cluster.Kubectl(ctx, "uncordon", NodeName); err != nil {
+			s.t.Errorf("uncordon: %v: %s", err, out)
+		}
+	})
+}
+
+// logRunnerGuardOnFailure logs runner-guard's recent output and the
+// scenario's pods when the test has failed, before the cleanups registered
+// earlier run.
+func (s *scenario) logRunnerGuardOnFailure() {
+	s.t.Cleanup(func() {
+		if !s.t.Failed() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		logs, _ := cluster.Kubectl(ctx, "-n", rgNamespace, "logs", "-l", "app.kubernetes.io/component=webhook", "--prefix", "--tail=150")
+		pods, _ := cluster.Kubectl(ctx, "-n", s.ns, "get", "pods,poddisruptionbudgets,events", "-o", "wide", "--show-labels")
+		s.t.Logf("runner-guard's logs:\n%s\nnamespace %s:\n%s", logs, s.ns, pods)
+	})
 }

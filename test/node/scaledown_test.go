@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // guardLabel opts a namespace into the evictions entry (dist/install.yaml's default).
@@ -76,29 +74,8 @@ spec:
 		}
 		return nil
 	})
-	s.kubectl("-n", rgNamespace, "scale", "deployment/runner-guard-webhook", "--replicas=0")
-	t.Cleanup(func() {
-		s.kubectl("-n", rgNamespace, "scale", "deployment/runner-guard-webhook", "--replicas=2")
-		requireTwoReadyReplicas(t, s)
-	})
-	s.eventually("no runner-guard replica left", 90*time.Second, func() error {
-		pods, err := cluster.Client.CoreV1().Pods(rgNamespace).List(s.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=webhook"})
-		if err != nil {
-			return err
-		}
-		if n := len(pods.Items); n > 0 {
-			return fmt.Errorf("%d webhook pods", n)
-		}
-		return nil
-	})
-
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if out, err := cluster.Kubectl(ctx, "uncordon", NodeName); err != nil {
-			t.Errorf("uncordon: %v: %s", err, out)
-		}
-	})
+	s.scaleRunnerGuardToZero()
+	s.uncordonAfterTest()
 	out, err := cluster.Kubectl(s.ctx, "drain", NodeName, "--pod-selector=app=plain", "--force",
 		"--ignore-daemonsets", "--delete-emptydir-data", "--timeout=90s")
 	if err != nil || !strings.Contains(out, "drained") {

@@ -1,0 +1,30 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/runner-guard/runner-guard/certs"
+)
+
+// UpgradeRunnerGuard runs `helm upgrade` of the release with the node's
+// values (chartValues) and then overrides, a values file's YAML ("" for none:
+// the node's values as installed), and waits until the webhook has rolled out
+// and a replica has set the configuration's entries to their policies.
+func (c *Cluster) UpgradeRunnerGuard(ctx context.Context, repoRoot, helm, overrides string) error {
+	args := []string{"upgrade", releaseName, filepath.Join(repoRoot, "charts", "runner-guard"),
+		"--namespace", certs.Namespace, "--values", c.file("values.yaml")}
+	if overrides != "" {
+		f := c.file("values-overrides.yaml")
+		if err := os.WriteFile(f, []byte(overrides), 0o644); err != nil {
+			return err
+		}
+		args = append(args, "--values", f)
+	}
+	if out, err := c.Helm(ctx, helm, append(args, "--wait", "--timeout", "3m")...); err != nil {
+		return fmt.Errorf("helm upgrade: %w: %s\n%s", err, out, c.diagnose(certs.Namespace))
+	}
+	return c.rolledOut(ctx, "deployment/runner-guard-webhook")
+}
