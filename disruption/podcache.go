@@ -170,6 +170,8 @@ type cachedPodStatus struct {
 type cachedCondition struct {
 	Type   corev1.PodConditionType `json:"type"`
 	Status corev1.ConditionStatus  `json:"status"`
+	// Reason tells a DisruptionTarget's cause (the lost-job watch).
+	Reason string `json:"reason,omitempty"`
 }
 
 type cachedContainerStatus struct {
@@ -261,7 +263,7 @@ func (p *cachedPod) podInto(out *corev1.Pod) {
 	if len(p.Status.Conditions) > 0 {
 		out.Status.Conditions = make([]corev1.PodCondition, len(p.Status.Conditions))
 		for i, cond := range p.Status.Conditions {
-			out.Status.Conditions[i] = corev1.PodCondition{Type: cond.Type, Status: cond.Status}
+			out.Status.Conditions[i] = corev1.PodCondition{Type: cond.Type, Status: cond.Status, Reason: cond.Reason}
 		}
 	}
 	if len(p.Status.ContainerStatuses) > 0 {

@@ -26,7 +26,7 @@ func fullRunnerPod(name, node string) *corev1.Pod {
 	full.Spec.Containers[0].Image = "runner:1"
 	full.Spec.Tolerations = []corev1.Toleration{{Key: "k"}}
 	full.Status.ContainerStatuses[0].Image = "runner:1"
-	full.Status.Conditions = append(full.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Message: "evicted"})
+	full.Status.Conditions = append(full.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "EvictionByEvictionAPI", Message: "evicted"})
 	full.Status.Reason = "Evicted"
 	return full
 }
@@ -79,6 +79,7 @@ func TestCachedPodKeepsWhatTheControllersRead(t *testing.T) {
 		"image dropped":       pod.Spec.Containers[0].Image == "" && pod.Status.ContainerStatuses[0].Image == "",
 		"tolerations gone":    pod.Spec.Tolerations == nil,
 		"messages gone":       pod.Status.Conditions[len(pod.Status.Conditions)-1].Message == "",
+		"disruption reason":   pod.Status.Conditions[len(pod.Status.Conditions)-1].Reason == "EvictionByEvictionAPI",
 	} {
 		if !same {
 			t.Errorf("%s: not as the controllers need it", what)

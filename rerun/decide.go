@@ -85,6 +85,13 @@ func lossCause(pod *corev1.Pod, node *corev1.Node, nodeKnown bool) Cause {
 		return CauseNodeNotReady
 	case node != nil && nodeDraining(node):
 		return CauseNodeDraining
+	case disruptedFor(pod, "DeletionByPodGC"):
+		// The pod GC deletes the pods of a node that is gone (or out of
+		// service): the node went first.
+		return CauseNodeGone
+	case disruptedFor(pod, "DeletionByTaintManager"):
+		// A NoExecute taint (a node not ready past its toleration) took it.
+		return CauseNodeNotReady
 	case evicted(pod):
 		return CauseEvicted
 	case pod.DeletionGracePeriodSeconds != nil && *pod.DeletionGracePeriodSeconds == 0:
@@ -111,6 +118,17 @@ func nodeDraining(n *corev1.Node) bool {
 	for _, t := range n.Spec.Taints {
 		switch t.Key {
 		case "karpenter.sh/disrupted", "ToBeDeletedByClusterAutoscaler", corev1.TaintNodeUnschedulable:
+			return true
+		}
+	}
+	return false
+}
+
+// disruptedFor reports whether the pod carries a DisruptionTarget condition
+// with reason, which the API server's controllers set before they delete it.
+func disruptedFor(pod *corev1.Pod, reason string) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason == reason {
 			return true
 		}
 	}
