@@ -377,22 +377,6 @@ func (s *scenario) upgradeRunnerGuard(overrides string) {
 	if err := cluster.UpgradeRunnerGuard(s.ctx, repoRoot, os.Getenv("HELM"), overrides); err != nil {
 		s.t.Fatalf("helm upgrade with %q: %v", overrides, err)
 	}
-	// A rollout is complete while the old replicas still run their preStop
-	// pause, leader and controllers included: wait for them to be gone, so
-	// only the new values act (a test that stops the kubelet would otherwise
-	// keep an old one running).
-	s.eventually("the old runner-guard replicas gone", 2*time.Minute, func() error {
-		pods, err := cluster.Client.CoreV1().Pods(rgNamespace).List(s.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=webhook"})
-		if err != nil {
-			return err
-		}
-		for _, p := range pods.Items {
-			if p.DeletionTimestamp != nil {
-				return fmt.Errorf("pod %s terminating", p.Name)
-			}
-		}
-		return nil
-	})
 	s.t.Logf("runner-guard upgraded with %q in %s", overrides, time.Since(start).Round(time.Second))
 }
 
