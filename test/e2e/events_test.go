@@ -28,13 +28,14 @@ func eventsOn(s *scenario, knobs ghfake.Events) string {
 	if !env.Local() {
 		s.t.Skip("events need the local harness: the fake GitHub delivers to a port of this host")
 	}
-	args, url, err := process.EventsEndpoint(s.t.TempDir(), eventsSecret)
+	args, base, err := process.EventsEndpoint(s.t.TempDir(), eventsSecret)
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	if err := env.RestartWebhook(s.ctx, args...); err != nil {
 		s.t.Fatal(err)
 	}
+	url := base + events.Path
 	knobs.URL, knobs.Secret = url, eventsSecret
 	env.Fake().DeliverEvents(knobs)
 	s.t.Cleanup(func() {

@@ -10,6 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/runner-guard/runner-guard/events"
 	"github.com/runner-guard/runner-guard/events/jobannotation"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/process"
@@ -101,12 +102,12 @@ func (s *scenario) eventsOn() {
 	if cluster.Fake() == nil {
 		s.t.Fatal("events need the in-process fake GitHub: it delivers to a port of this host")
 	}
-	args, url, err := process.EventsEndpoint(s.t.TempDir(), eventsSecret)
+	args, base, err := process.EventsEndpoint(s.t.TempDir(), eventsSecret)
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	s.webhookFlags(args...)
-	cluster.Fake().DeliverEvents(ghfake.Events{URL: url, Secret: eventsSecret})
+	cluster.Fake().DeliverEvents(ghfake.Events{URL: base + events.Path, Secret: eventsSecret})
 	s.t.Cleanup(func() { cluster.Fake().DeliverEvents(ghfake.Events{}) })
 }
 

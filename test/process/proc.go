@@ -34,7 +34,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/runner-guard/runner-guard/certs"
-	"github.com/runner-guard/runner-guard/events"
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/fixture"
@@ -553,8 +552,9 @@ func LoadMix(gh *ghfake.Fake, api *PodAPI, scope ghclient.Scope, n int) (bodies 
 
 // EventsEndpoint readies runner-guard's GitHub events endpoint for a test:
 // a free loopback port and the webhook secret written to a file in dir. It
-// returns the flags that turn the endpoint on and the URL to deliver to.
-func EventsEndpoint(dir, secret string) (args []string, url string, err error) {
+// returns the flags that turn the endpoint on and its base URL (the
+// events package's Path is added by the caller: that package's tests use this one).
+func EventsEndpoint(dir, secret string) (args []string, base string, err error) {
 	port, err := FreePort()
 	if err != nil {
 		return nil, "", err
@@ -565,5 +565,5 @@ func EventsEndpoint(dir, secret string) (args []string, url string, err error) {
 		return nil, "", err
 	}
 	args = []string{fmt.Sprintf("--events-bind-address=127.0.0.1:%d", port), "--github-webhook-secret-file=" + secretFile}
-	return args, fmt.Sprintf("http://127.0.0.1:%d%s", port, events.Path), nil
+	return args, fmt.Sprintf("http://127.0.0.1:%d", port), nil
 }
