@@ -82,6 +82,7 @@ type drainReconciler struct {
 	// under one budget.
 	budgets     *webhook.BudgetLedger
 	budgetLocks *keyedLocks
+	evictLocks  *keyedLocks
 	// grants says where pods/eviction is granted.
 	grants *evictionGrants
 	// refused remembers, per namespace, when a policy last refused an
@@ -264,6 +265,13 @@ func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why st
 		// cancel it. Asked again until it registers or the grace ends.
 		return r.backoff.retry(pod.UID)
 	case out == ghclient.Removed, out == ghclient.NotFound:
+		// Evictions under one budget go one at a time: the API server
+		// retries an eviction whose budget write conflicts with another's
+		// only after 500 ms, longer than a dozen evictions in a row take.
+		if b := hold.Budget(); b != "" {
+			unlockEv := r.evictLocks.lock(types.NamespacedName{Namespace: pod.Namespace, Name: b})
+			defer unlockEv()
+		}
 		if evicted = r.released(ctx, node, why, pod, res, out); !evicted {
 			return r.backoff.retry(pod.UID)
 		}
@@ -409,8 +417,10 @@ func (r *drainReconciler) reserveBudget(ctx context.Context, pod *corev1.Pod) (h
 	// Right after a release here the budget is about to reopen (the
 	// disruption controller counts the replacement pods): wait for it under
 	// the lock, polling, rather than leave the pod to the next look.
+	// The pods are read from the cache: one seen going there was deleted,
+	// after its eviction's budget write, before the live read of the budget.
 	for polls := 0; ; polls++ {
-		r.budgets.SeePods(ctx, r.live, pod.Namespace)
+		r.budgets.SeePods(ctx, r.cached, pod.Namespace)
 		if charged, _ = r.chargedBudget(ctx, pod); charged == nil {
 			return hold, unlock, ""
 		}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -431,12 +432,70 @@ func TestDrainCountsItsReleasesUnderABudget(t *testing.T) {
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 		objs = append(objs, pod)
 	}
-	// The eviction subresource as the API server runs it: a 429 when the
-	// budget allows no disruption, else the budget charged, then the pod deleted.
+	r, gh := budgetDrain(budgetEvictions(objs, pdb, nil))
+	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	asked := 0
+	for _, n := range gh.deletes {
+		asked += n
+	}
+	if asked != 1 {
+		t.Errorf("%d runners unregistered under a budget allowing one disruption, want 1: %v", asked, gh.deletes)
+	}
+}
+
+// Idle runners under a budget that allows all of them: their evictions
+// still go one at a time, as the API server retries an eviction whose
+// budget write conflicts with another's only after 500 ms.
+func TestDrainEvictsOneAtATimeUnderABudget(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Unschedulable: true}}
+	three := intstr.FromInt32(3)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "runners", Generation: 1},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &three, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"runner": "true"}}},
+		Status:     policyv1.PodDisruptionBudgetStatus{ObservedGeneration: 1, DisruptionsAllowed: 3, CurrentHealthy: 3, DesiredHealthy: 0, ExpectedPods: 3},
+	}
+	objs := []client.Object{node, pdb}
+	for _, name := range []string{"idle-1", "idle-2", "idle-3"} {
+		pod := runnerPod(name, "n1")
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		objs = append(objs, pod)
+	}
+	// Each eviction waits a moment for another to arrive while it is in
+	// flight; one that does is two at once.
+	var inFlight, most atomic.Int32
+	c := budgetEvictions(objs, pdb, func() {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for deadline := time.Now().Add(200 * time.Millisecond); n == 1 && inFlight.Load() == 1 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		most.Store(max(most.Load(), inFlight.Load()))
+	})
+	r, gh := budgetDrain(c)
+	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(gh.deletes) != 3 {
+		t.Fatalf("%d runners released, want all 3: %v", len(gh.deletes), gh.deletes)
+	}
+	if n := most.Load(); n != 1 {
+		t.Errorf("%d evictions under one budget in flight at once, want 1", n)
+	}
+}
+
+// budgetEvictions is a client whose eviction subresource runs as the API
+// server's: a 429 when pdb allows no disruption, else the budget charged,
+// then the pod deleted. during, when set, runs inside each eviction.
+func budgetEvictions(objs []client.Object, pdb *policyv1.PodDisruptionBudget, during func()) client.Client {
 	var evictMu sync.Mutex
-	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(objs...).WithStatusSubresource(&policyv1.PodDisruptionBudget{}).
+	return fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(objs...).WithStatusSubresource(&policyv1.PodDisruptionBudget{}).
 		WithIndex(&corev1.Pod{}, podNodeNameIndex, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
 		WithInterceptorFuncs(interceptor.Funcs{SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj, subObj client.Object, opts ...client.SubResourceCreateOption) error {
+			if during != nil {
+				during()
+			}
 			evictMu.Lock()
 			defer evictMu.Unlock()
 			budget := &policyv1.PodDisruptionBudget{}
@@ -453,21 +512,15 @@ func TestDrainCountsItsReleasesUnderABudget(t *testing.T) {
 			}
 			return c.SubResource(sub).Create(ctx, obj, subObj, opts...)
 		}}).Build()
+}
+
+// budgetDrain is a drain over c with a budget ledger, and its GitHub.
+func budgetDrain(c client.Client) (*drainReconciler, *githubStub) {
 	gh := &githubStub{deletes: map[string]int{}}
 	now := time.Unix(1000, 0)
-	r := &drainReconciler{cached: c, live: c, guard: &guardStub{}, github: gh, events: events.NewFakeRecorder(50), said: newOnce(), log: logr.Discard(),
+	return &drainReconciler{cached: c, live: c, guard: &guardStub{}, github: gh, events: events.NewFakeRecorder(50), said: newOnce(), log: logr.Discard(),
 		backoff: newBackoff(time.Second, 15*time.Second, func() time.Time { return now }), now: func() time.Time { return now },
-		budgets: webhook.NewBudgetLedger(webhook.DefaultWebhookTimeout, func() time.Time { return now }), budgetLocks: newKeyedLocks()}
-	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}}); err != nil {
-		t.Fatal(err)
-	}
-	asked := 0
-	for _, n := range gh.deletes {
-		asked += n
-	}
-	if asked != 1 {
-		t.Errorf("%d runners unregistered under a budget allowing one disruption, want 1: %v", asked, gh.deletes)
-	}
+		budgets: webhook.NewBudgetLedger(webhook.DefaultWebhookTimeout, func() time.Time { return now }), budgetLocks: newKeyedLocks(), evictLocks: newKeyedLocks()}, gh
 }
 
 // Another webhook refuses evictions in the namespace: the drain keeps the

@@ -216,7 +216,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	d := &drainReconciler{
 		cached: cl, live: mgr.GetAPIReader(), guard: o.Guard, github: o.GitHub, listing: o.Listing, retirer: o.Retirer,
 		events: o.Events, backoff: newBackoff(o.BusyRetryFirst, o.BusyRetryMax, o.Now), said: newOnce(), now: o.Now,
-		log: o.Log.WithName("drain"), budgets: budgetLedgerOf(o.Guard, o.Now), budgetLocks: newKeyedLocks(), grants: newEvictionGrants(o.Now),
+		log: o.Log.WithName("drain"), budgets: budgetLedgerOf(o.Guard, o.Now), budgetLocks: newKeyedLocks(), evictLocks: newKeyedLocks(), grants: newEvictionGrants(o.Now),
 		reports:    reports,
 		budgetPoll: budgetPollEvery,
 	}

@@ -57,17 +57,7 @@ func TestEventsKeepBusyLegacyRunnerNode(t *testing.T) {
 	s.scaleDown(fillers...)
 
 	s.requireChosenFirst(idleNode, busyNode)
-	r := s.requireConsolidated(idleNode, idle[0].Name)
-	for _, ir := range idle {
-		s.requireReleased(ir)
-	}
-	s.requireKept(busyNode, busy.Name)
-	s.requireKept(anchorNode, "anchor")
-	if !cluster.Registered(busy) {
-		t.Errorf("busy runner %s was unregistered on GitHub while its job runs", busy.Name)
-	}
-	t.Logf("node %s consolidated (tainted until gone %.1f s); node %s of the busy legacy runner held chosen but blocked for %.1f node-seconds",
-		idleNode, r.Gone.Sub(r.Tainted).Seconds(), busyNode, heldSeconds(s.nodes.Record(busyNode)))
+	s.requireIdleNodeTaken(idleNode, busyNode, anchorNode, busy, idle)
 
 	// The job ends: GitHub delivers completed, the job and the hint go, and
 	// Karpenter (nudged: it does not look again on an annotation change)
@@ -83,7 +73,7 @@ func TestEventsKeepBusyLegacyRunnerNode(t *testing.T) {
 	if err := cluster.Nudge(s.ctx, s.name, busyNode); err != nil {
 		t.Fatal(err)
 	}
-	r = s.requireConsolidated(busyNode, busy.Name)
+	r := s.requireConsolidated(busyNode, busy.Name)
 	s.requireReleased(busy)
 	t.Logf("node %s consolidated %.1f s after the job's completed", busyNode, r.Gone.Sub(jobEnd).Seconds())
 	s.requireKept(anchorNode, "anchor")

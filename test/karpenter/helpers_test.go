@@ -215,6 +215,25 @@ func (s *scenario) requireConsolidated(node, pod string) NodeRecord {
 	return r
 }
 
+// requireIdleNodeTaken is the outcome of a busy runner's node laid out
+// beside an idle one and an anchored one: Karpenter consolidated idleNode
+// and released its runners through runner-guard, and kept busyNode and
+// anchorNode, the busy runner still registered on GitHub.
+func (s *scenario) requireIdleNodeTaken(idleNode, busyNode, anchorNode string, busy ScaleSetRunner, idle []ScaleSetRunner) {
+	s.t.Helper()
+	r := s.requireConsolidated(idleNode, idle[0].Name)
+	for _, ir := range idle {
+		s.requireReleased(ir)
+	}
+	s.requireKept(busyNode, busy.Name)
+	s.requireKept(anchorNode, "anchor")
+	if !cluster.Registered(busy) {
+		s.t.Errorf("busy runner %s was unregistered on GitHub while its job runs", busy.Name)
+	}
+	s.t.Logf("node %s consolidated (tainted until gone %.1f s); node %s of busy runner %s held chosen but blocked for %.1f node-seconds",
+		idleNode, r.Gone.Sub(r.Tainted).Seconds(), busyNode, busy.Name, heldSeconds(s.nodes.Record(busyNode)))
+}
+
 // requireReleased waits until the runner's pod is gone and fails unless
 // runner-guard unregistered the runner on GitHub (a DELETE answered 204)
 // before the pod was seen gone.

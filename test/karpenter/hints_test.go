@@ -38,18 +38,7 @@ func TestHintsKeepBusyRunnerNode(t *testing.T) {
 	}
 	s.scaleDown(fillers...)
 
-	r := s.requireConsolidated(idleNode, idle[0].Name)
-	for _, ir := range idle {
-		s.requireReleased(ir)
-	}
-	s.requireKept(busyNode, busy.Name)
-	s.requireKept(anchorNode, "anchor")
-	if !cluster.Registered(busy) {
-		t.Errorf("busy runner %s was unregistered on GitHub while its job runs", busy.Name)
-	}
-	held := s.nodes.Record(busyNode)
-	t.Logf("node %s consolidated (tainted until gone %.1f s); node %s of the busy runner held chosen but blocked for %.1f node-seconds",
-		idleNode, r.Gone.Sub(r.Tainted).Seconds(), busyNode, heldSeconds(held))
+	s.requireIdleNodeTaken(idleNode, busyNode, anchorNode, busy, idle)
 
 	// The job ends: GitHub shows the runner idle and ARC marks its
 	// EphemeralRunner Succeeded. The hint goes, and Karpenter (nudged: it
