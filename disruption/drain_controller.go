@@ -420,11 +420,11 @@ func (r *drainReconciler) reserveBudget(ctx context.Context, pod *corev1.Pod) (h
 	// The pods are read from the cache: one seen going there was deleted,
 	// after its eviction's budget write, before the live read of the budget.
 	for polls := 0; ; polls++ {
-		r.budgets.SeePods(ctx, r.cached, pod.Namespace)
+		read := r.budgets.SeePods(ctx, r.cached, pod.Namespace)
 		if charged, _ = r.chargedBudget(ctx, pod); charged == nil {
 			return hold, unlock, ""
 		}
-		if hold, inFlight, ok = r.budgets.Reserve(charged, pod); ok || !r.budgetMoving(key, polls) {
+		if hold, inFlight, ok = r.budgets.Reserve(charged, pod, read); ok || !r.budgetMoving(key, polls) {
 			break
 		}
 		select {

@@ -63,7 +63,7 @@ func budgetRefuses(pdb *policyv1.PodDisruptionBudget, inFlight int) bool {
 // evictions sent at once would each see the same disruptionsAllowed and each
 // get their runner unregistered; the ledger takes those in flight off it.
 //
-// An eviction counts from Reserve until the budget shows it: its pod in
+// An eviction counts from Reserve until the budget read shows it: its pod in
 // status.disruptedPods (the eviction's own write), its pod seen going before
 // the budget was read (SeePods: the disruption controller clears
 // disruptedPods once the pod is deleted), or a resourceVersion
@@ -74,6 +74,14 @@ func budgetRefuses(pdb *policyv1.PodDisruptionBudget, inFlight int) bool {
 // while this eviction is still on its way. One the API server never made
 // (another webhook refused it) stops counting after hold. Other replicas'
 // evictions are not counted.
+//
+// Reviews read budgets side by side, so what one review learns (a pod gone,
+// a budget showing an eviction) holds only for reads begun after it: a
+// read begun earlier may predate the eviction's write. Each such fact is
+// stamped with the ledger's clock, each read starts from SeePods' stamp,
+// and an eviction accounted for after a read began still counts for that
+// read. Accounted evictions are dropped once no read begun before can still
+// be deciding (settle).
 type BudgetLedger struct {
 	// settle is the API server's deadline for a review; hold, settle and
 	// budgetHoldSlack.
@@ -82,7 +90,13 @@ type BudgetLedger struct {
 
 	mu       sync.Mutex
 	byBudget map[types.NamespacedName]map[types.UID]*inFlightEviction
+	// clock orders what the ledger learns against the budget reads.
+	clock ReadStamp
 }
+
+// ReadStamp is a point on a ledger's clock: SeePods returns the one a budget
+// read that follows starts at, for Reserve.
+type ReadStamp uint64
 
 // inFlightEviction is one eviction the budget does not show yet.
 type inFlightEviction struct {
@@ -90,9 +104,13 @@ type inFlightEviction struct {
 	version  string // the budget's resourceVersion at Reserve
 	since    time.Time
 	answered time.Time // zero until Admitted
-	// going: its pod was seen terminating or gone, so the eviction's budget
-	// write (made before the pod's deletion) is in any budget read since.
-	going bool
+	// accounted is when the ledger first learnt the budget shows this
+	// eviction (its pod seen terminating or gone, the eviction's write being
+	// made before the pod's deletion; or a budget read listing it in
+	// disruptedPods); zero until then. Reads begun after it show the
+	// eviction; reads begun before may not.
+	accounted   ReadStamp
+	accountedAt time.Time
 }
 
 // NewBudgetLedger returns a ledger for reviews the API server gives deadline
@@ -114,12 +132,12 @@ type BudgetHold struct {
 }
 
 // Reserve takes one of pdb's disruptions for pod's eviction, pdb being the
-// budget just read that the eviction is charged to (ChargedBudget). It
-// reports false, reserving nothing, when the budget refuses the eviction
-// once the evictions in flight under it are counted; inFlight is their number.
-// A pod that already holds a reservation keeps it and is not counted twice.
-// A nil ledger counts nothing.
-func (l *BudgetLedger) Reserve(pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod) (hold BudgetHold, inFlight int, ok bool) {
+// budget just read that the eviction is charged to (ChargedBudget), the read
+// having begun at read (SeePods' stamp). It reports false, reserving
+// nothing, when the budget refuses the eviction once the evictions in flight
+// under it are counted; inFlight is their number. A pod that already holds a
+// reservation keeps it and is not counted twice. A nil ledger counts nothing.
+func (l *BudgetLedger) Reserve(pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod, read ReadStamp) (hold BudgetHold, inFlight int, ok bool) {
 	if l == nil {
 		return BudgetHold{}, 0, !budgetRefuses(pdb, 0)
 	}
@@ -128,11 +146,7 @@ func (l *BudgetLedger) Reserve(pdb *policyv1.PodDisruptionBudget, pod *corev1.Po
 	defer l.mu.Unlock()
 	entries := l.prune(key, pdb)
 	_, held := entries[pod.UID]
-	for uid := range entries {
-		if uid != pod.UID {
-			inFlight++
-		}
-	}
+	inFlight = l.counted(entries, pdb, read, pod.UID)
 	if budgetRefuses(pdb, inFlight) {
 		return BudgetHold{}, inFlight, false
 	}
@@ -148,22 +162,40 @@ func (l *BudgetLedger) Reserve(pdb *policyv1.PodDisruptionBudget, pod *corev1.Po
 	return hold, inFlight, true
 }
 
-// InFlight is how many evictions under pdb (just read) the ledger counts.
-func (l *BudgetLedger) InFlight(pdb *policyv1.PodDisruptionBudget) int {
+// InFlight is how many evictions under pdb, read from read on, the ledger
+// counts.
+func (l *BudgetLedger) InFlight(pdb *policyv1.PodDisruptionBudget, read ReadStamp) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.prune(types.NamespacedName{Namespace: pdb.Namespace, Name: pdb.Name}, pdb))
+	key := types.NamespacedName{Namespace: pdb.Namespace, Name: pdb.Name}
+	return l.counted(l.prune(key, pdb), pdb, read, "")
 }
 
-// prune drops the evictions pdb accounts for, or held too long, and returns
-// the rest. l.mu is held.
+// counted is how many of entries a read of pdb begun at read does not show,
+// but self's. l.mu is held.
+func (l *BudgetLedger) counted(entries map[types.UID]*inFlightEviction, pdb *policyv1.PodDisruptionBudget, read ReadStamp, self types.UID) int {
+	n := 0
+	for uid, e := range entries {
+		if _, shown := pdb.Status.DisruptedPods[e.pod]; uid == self || shown || (e.accounted != 0 && e.accounted < read) {
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+// prune notes the evictions pdb shows, drops those accounted for long
+// enough that no read begun before can still be deciding, or held too long,
+// and returns the rest. l.mu is held.
 func (l *BudgetLedger) prune(key types.NamespacedName, pdb *policyv1.PodDisruptionBudget) map[types.UID]*inFlightEviction {
 	entries := l.byBudget[key]
 	now := l.now()
 	for uid, e := range entries {
-		_, shown := pdb.Status.DisruptedPods[e.pod]
+		if _, shown := pdb.Status.DisruptedPods[e.pod]; shown {
+			l.account(e)
+		}
 		settled := !e.answered.IsZero() && now.Sub(e.answered) > l.settle
-		if shown || e.going || (settled && pdb.ResourceVersion != e.version) || now.Sub(e.since) > l.hold {
+		if (e.accounted != 0 && now.Sub(e.accountedAt) > l.settle) || (settled && pdb.ResourceVersion != e.version) || now.Sub(e.since) > l.hold {
 			delete(entries, uid)
 		}
 	}
@@ -172,6 +204,14 @@ func (l *BudgetLedger) prune(key types.NamespacedName, pdb *policyv1.PodDisrupti
 		return nil
 	}
 	return entries
+}
+
+// account stamps e accounted for now, once. l.mu is held.
+func (l *BudgetLedger) account(e *inFlightEviction) {
+	if e.accounted == 0 {
+		l.clock++
+		e.accounted, e.accountedAt = l.clock, l.now()
+	}
 }
 
 // Admitted says the eviction was let through: once the API server's
@@ -208,14 +248,16 @@ func (h BudgetHold) Cancel() {
 func (h BudgetHold) Budget() string { return h.budget.Name }
 
 // SeePods reads the pods of the evictions in flight in namespace and notes
-// those terminating or gone. Call it before reading the namespace's budgets:
-// the API server writes an eviction into its budget before it deletes the
-// pod, so a budget read after the pod was seen going shows the eviction even
-// when the disruption controller has already cleared disruptedPods. A failed
-// read notes nothing (the eviction keeps counting).
-func (l *BudgetLedger) SeePods(ctx context.Context, pods client.Reader, namespace string) {
+// those terminating or gone, and returns the stamp a budget read begun after
+// it starts at (for Reserve). Call it before reading the namespace's
+// budgets: the API server writes an eviction into its budget before it
+// deletes the pod, so a budget read after the pod was seen going shows the
+// eviction even when the disruption controller has already cleared
+// disruptedPods. A failed read notes nothing (the eviction keeps counting).
+// pods may be a cache: a pod seen going there is gone from the API server.
+func (l *BudgetLedger) SeePods(ctx context.Context, pods client.Reader, namespace string) ReadStamp {
 	if l == nil {
-		return
+		return 0
 	}
 	type pending struct {
 		name string
@@ -228,7 +270,7 @@ func (l *BudgetLedger) SeePods(ctx context.Context, pods client.Reader, namespac
 			continue
 		}
 		for uid, e := range entries {
-			if !e.going {
+			if e.accounted == 0 {
 				want = append(want, pending{e.pod, uid})
 			}
 		}
@@ -246,9 +288,13 @@ func (l *BudgetLedger) SeePods(ctx context.Context, pods client.Reader, namespac
 		l.mu.Lock()
 		for key, entries := range l.byBudget {
 			if e := entries[p.uid]; key.Namespace == namespace && e != nil {
-				e.going = true
+				l.account(e)
 			}
 		}
 		l.mu.Unlock()
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.clock++
+	return l.clock
 }

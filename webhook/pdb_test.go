@@ -282,7 +282,7 @@ func TestBudgetLedger(t *testing.T) {
 			clock := start
 			l := NewBudgetLedger(deadline, func() time.Time { return clock })
 			pdb := budget("pdb", func(p *policyv1.PodDisruptionBudget) { p.ResourceVersion = "10" })
-			h, _, ok := l.Reserve(&pdb, runnerPodFor(true, named("runner-1")))
+			h, _, ok := l.Reserve(&pdb, runnerPodFor(true, named("runner-1")), readNow(l))
 			if !ok {
 				t.Fatal("the first eviction under a budget allowing one was refused")
 			}
@@ -296,17 +296,17 @@ func TestBudgetLedger(t *testing.T) {
 				tc.edit(&pdb)
 			}
 			clock = clock.Add(tc.later)
-			if got := l.InFlight(&pdb); got != tc.wantInFlight {
+			if got := l.InFlight(&pdb, readNow(l)); got != tc.wantInFlight {
 				t.Errorf("in flight %d, want %d", got, tc.wantInFlight)
 			}
-			_, _, ok = l.Reserve(&pdb, runnerPodFor(true, named("runner-2")))
+			_, _, ok = l.Reserve(&pdb, runnerPodFor(true, named("runner-2")), readNow(l))
 			if ok != (tc.wantInFlight == 0) {
 				t.Errorf("second eviction reserved %v with %d in flight under a budget allowing one", ok, tc.wantInFlight)
 			}
 			// The pod holding the disruption is not counted against itself
 			// (the drain reserves, then its eviction reaches the webhook).
 			if tc.wantInFlight == 1 {
-				if _, _, ok := l.Reserve(&pdb, runnerPodFor(true, named("runner-1"))); !ok {
+				if _, _, ok := l.Reserve(&pdb, runnerPodFor(true, named("runner-1")), readNow(l)); !ok {
 					t.Error("the pod holding the reservation was refused its own eviction")
 				}
 			}
@@ -336,15 +336,53 @@ func TestBudgetLedgerSeesPodsGo(t *testing.T) {
 			}
 			l := NewBudgetLedger(10*time.Second, time.Now)
 			pdb := budget("pdb", func(p *policyv1.PodDisruptionBudget) { p.ResourceVersion = "10" })
-			h, _, ok := l.Reserve(&pdb, runnerPodFor(true, named("runner-1")))
+			h, _, ok := l.Reserve(&pdb, runnerPodFor(true, named("runner-1")), readNow(l))
 			if !ok {
 				t.Fatal("the first eviction under a budget allowing one was refused")
 			}
 			h.Admitted()
-			l.SeePods(context.Background(), b.Build(), "ci")
-			if got := l.InFlight(&pdb); got != tc.wantInFlight {
+			read := l.SeePods(context.Background(), b.Build(), "ci")
+			if got := l.InFlight(&pdb, read); got != tc.wantInFlight {
 				t.Errorf("in flight %d, want %d", got, tc.wantInFlight)
 			}
 		})
 	}
+}
+
+// Two reviews read the budget side by side. The first read it before
+// runner-1's eviction was written; the second saw runner-1's pod go, then
+// read it. The first must still count runner-1: its read does not show the
+// eviction, and the API server would refuse a second one (a runner
+// unregistered whose pod stays).
+func TestBudgetLedgerCountsForAnEarlierRead(t *testing.T) {
+	l := NewBudgetLedger(10*time.Second, time.Now)
+	before := budget("pdb", func(p *policyv1.PodDisruptionBudget) { p.ResourceVersion = "10" })
+	h, _, ok := l.Reserve(&before, runnerPodFor(true, named("runner-1")), readNow(l))
+	if !ok {
+		t.Fatal("the first eviction under a budget allowing one was refused")
+	}
+	h.Admitted()
+
+	early := readNow(l) // review A begins its read of the budget: before
+	// runner-1's eviction is written and its pod deleted; review B sees the
+	// pod gone and reads the budget after.
+	late := l.SeePods(context.Background(), fake.NewClientBuilder().Build(), "ci")
+	after := budget("pdb", func(p *policyv1.PodDisruptionBudget) {
+		p.ResourceVersion, p.Status.DisruptionsAllowed = "11", 0
+	})
+	if _, _, ok := l.Reserve(&after, runnerPodFor(true, named("runner-3")), late); ok {
+		t.Error("review B reserved a disruption of a budget that allows none")
+	}
+	if _, inFlight, ok := l.Reserve(&before, runnerPodFor(true, named("runner-2")), early); ok {
+		t.Errorf("review A reserved the disruption runner-1's eviction took (in flight %d): its read predates that eviction", inFlight)
+	}
+	// A read begun after runner-1's pod was seen gone shows its eviction.
+	if got := l.InFlight(&after, readNow(l)); got != 0 {
+		t.Errorf("in flight %d for a read begun after runner-1's pod went, want 0", got)
+	}
+}
+
+// readNow stamps a budget read beginning now.
+func readNow(l *BudgetLedger) ReadStamp {
+	return l.SeePods(context.Background(), fake.NewClientBuilder().Build(), "none")
 }

@@ -118,7 +118,7 @@ func namespaceDeleting(ctx context.Context, pods client.Reader, name string) boo
 // disruptions for this eviction (hold). A failed read blocks nothing: the API
 // server checks the budgets itself after the webhooks.
 func (d *decider) blockingPDB(ctx context.Context, pod *corev1.Pod) (blocking string, several []string, inFlight int, hold BudgetHold) {
-	d.budgets.SeePods(ctx, d.pods, pod.Namespace)
+	read := d.budgets.SeePods(ctx, d.pods, pod.Namespace)
 	var pdbs policyv1.PodDisruptionBudgetList
 	if err := d.pods.List(ctx, &pdbs, client.InNamespace(pod.Namespace)); err != nil {
 		logr.FromContextOrDiscard(ctx).V(1).Info("cannot list PodDisruptionBudgets; the API server will check them", "error", err.Error())
@@ -128,7 +128,7 @@ func (d *decider) blockingPDB(ctx context.Context, pod *corev1.Pod) (blocking st
 	if charged == nil {
 		return "", several, 0, BudgetHold{}
 	}
-	hold, inFlight, ok := d.budgets.Reserve(charged, pod)
+	hold, inFlight, ok := d.budgets.Reserve(charged, pod, read)
 	if !ok {
 		return charged.Name, nil, inFlight, BudgetHold{}
 	}
