@@ -19,7 +19,10 @@ import (
 // Events configures the workflow_job webhook deliveries the fake sends, as
 // an organization webhook with the "Workflow jobs" event does: an
 // in_progress when a test marks a runner busy (SetBusy true), a completed
-// when it marks it idle. GITHUB-API.md, "Webhook deliveries".
+// when it marks it idle. GITHUB-API.md, "Webhook deliveries". The job is the
+// workflow run's job in progress on the runner (AddJob, StartJob) when
+// there is one, with its ID, run, attempt, name and repository, as GitHub
+// sends it; otherwise a job of its own numbering.
 type Events struct {
 	// URL receives the deliveries (POST, application/json); "" stops them.
 	URL string `json:"url"`
@@ -58,8 +61,8 @@ type eventSender struct {
 	mu        sync.Mutex
 	nextJob   int64
 	nextGUID  int64
-	jobs      map[string]int64 // runner key -> running job
-	held      map[int64][]byte // reordered in_progress bodies by job
+	jobs      map[string]eventJob // runner key -> running job
+	held      map[int64][]byte    // reordered in_progress bodies by job
 	delivered []Delivery
 }
 
@@ -68,7 +71,7 @@ func (f *Fake) DeliverEvents(cfg Events) {
 	var s *eventSender
 	if cfg.URL != "" {
 		s = &eventSender{cfg: cfg, client: &http.Client{Timeout: 10 * time.Second}, nextJob: 50000,
-			jobs: map[string]int64{}, held: map[int64][]byte{}}
+			jobs: map[string]eventJob{}, held: map[int64][]byte{}}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -88,30 +91,59 @@ func (f *Fake) Deliveries() []Delivery {
 	return append([]Delivery(nil), s.delivered...)
 }
 
+// eventJob is the job a delivery names.
+type eventJob struct {
+	id, runID  int64
+	attempt    int
+	name, repo string // repo "": the sender's default for the scope
+}
+
 // jobChanged sends the delivery of a runner's job starting (busy) or ending.
 // It runs outside f.mu: the receiver may call the fake back.
 func (f *Fake) jobChanged(scope ghclient.Scope, name string, runnerID int64, busy bool) {
 	f.mu.Lock()
 	s := f.events
+	var job eventJob
+	if busy {
+		job = f.runningJobLocked(name, runnerID)
+	}
 	f.mu.Unlock()
 	if s != nil {
-		s.jobChanged(scope, name, runnerID, busy)
+		s.jobChanged(scope, name, runnerID, busy, job)
 	}
 }
 
-func (s *eventSender) jobChanged(scope ghclient.Scope, name string, runnerID int64, busy bool) {
+// runningJobLocked is the workflow run's job in progress on the runner (zero
+// when none). f.mu is held.
+func (f *Fake) runningJobLocked(runner string, runnerID int64) eventJob {
+	for _, j := range f.wf.jobs {
+		if j.Status != StatusInProgress || j.RunnerName == nil || *j.RunnerName != runner || j.RunnerID == nil || *j.RunnerID != runnerID {
+			continue
+		}
+		if run := f.wf.runs[j.RunID]; run != nil {
+			return eventJob{id: j.ID, runID: j.RunID, attempt: j.RunAttempt, name: j.Name, repo: run.Repository}
+		}
+	}
+	return eventJob{}
+}
+
+func (s *eventSender) jobChanged(scope ghclient.Scope, name string, runnerID int64, busy bool, running eventJob) {
 	key := fmt.Sprintf("%v/%s", keyOf(scope), name)
 	s.mu.Lock()
-	var jobID int64
+	var job eventJob
 	if busy {
-		s.nextJob++
-		jobID = s.nextJob
-		s.jobs[key] = jobID
+		job = running
+		if job.id == 0 {
+			s.nextJob++
+			job = eventJob{id: s.nextJob, runID: s.nextJob * 10, attempt: 1, name: "build"}
+		}
+		s.jobs[key] = job
 	} else {
-		jobID = s.jobs[key]
+		job = s.jobs[key]
 		delete(s.jobs, key)
 	}
 	s.mu.Unlock()
+	jobID := job.id
 	if jobID == 0 {
 		return // idle without a job this sender saw start
 	}
@@ -119,7 +151,7 @@ func (s *eventSender) jobChanged(scope ghclient.Scope, name string, runnerID int
 	if busy {
 		action = "in_progress"
 	}
-	body := s.payload(scope, name, runnerID, jobID, action)
+	body := s.payload(scope, name, runnerID, job, action)
 	if busy && s.cfg.Reorder {
 		s.mu.Lock()
 		s.held[jobID] = body
@@ -140,7 +172,7 @@ func (s *eventSender) jobChanged(scope ghclient.Scope, name string, runnerID int
 
 // payload is the workflow_job delivery's body, with the fields
 // GITHUB-API.md lists.
-func (s *eventSender) payload(scope ghclient.Scope, name string, runnerID, jobID int64, action string) []byte {
+func (s *eventSender) payload(scope ghclient.Scope, name string, runnerID int64, j eventJob, action string) []byte {
 	repo, org, enterprise := s.cfg.Repository, "", ""
 	switch scope.Kind {
 	case ghclient.ScopeRepo:
@@ -154,12 +186,15 @@ func (s *eventSender) payload(scope ghclient.Scope, name string, runnerID, jobID
 	if repo == "" {
 		repo = org + "/app"
 	}
+	if j.repo != "" {
+		repo = j.repo
+	}
 	owner, short, _ := strings.Cut(repo, "/")
 	if org == "" {
 		org = owner
 	}
 	job := map[string]any{
-		"id": jobID, "run_id": jobID * 10, "run_attempt": 1, "name": "build", "status": action,
+		"id": j.id, "run_id": j.runID, "run_attempt": j.attempt, "name": j.name, "status": action,
 		"conclusion": nil, "labels": []string{"self-hosted"}, "runner_id": runnerID,
 		"runner_name": name, "runner_group_name": "Default",
 	}

@@ -95,3 +95,30 @@ func TestEventPayload(t *testing.T) {
 		t.Fatalf("repository = %v", repo)
 	}
 }
+
+// A runner holding a workflow run's job (AddJob) is delivered that job, as
+// GitHub delivers it: its ID, run, attempt, name and repository.
+func TestEventPayloadNamesTheRunsJob(t *testing.T) {
+	org, _ := ghclient.OrgScope("acme")
+	f := New()
+	f.AddRunner(org, "r-1")
+	run := f.AddRun("acme/api", "ci")
+	jobID, err := f.AddJob(run, "test", "r-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, url := receiver(t, "s")
+	f.DeliverEvents(Events{URL: url, Secret: "s"})
+	f.SetBusy(org, "r-1", true)
+	job := rec.body["workflow_job"].(map[string]any)
+	if int64(job["id"].(float64)) != jobID || int64(job["run_id"].(float64)) != run || job["run_attempt"].(float64) != 1 || job["name"] != "test" {
+		t.Fatalf("workflow_job = %v, want job %d of run %d", job, jobID, run)
+	}
+	if repo := rec.body["repository"].(map[string]any)["full_name"]; repo != "acme/api" {
+		t.Fatalf("repository = %v, want the run's", repo)
+	}
+	f.SetBusy(org, "r-1", false)
+	if job := rec.body["workflow_job"].(map[string]any); rec.body["action"] != "completed" || int64(job["id"].(float64)) != jobID {
+		t.Fatalf("completed delivery %v, want job %d", rec.body, jobID)
+	}
+}

@@ -20,10 +20,11 @@ import (
 
 const eventsSecret = "e2e-webhook-secret"
 
-// eventsOn restarts runner-guard with its events endpoint and has the fake
-// GitHub deliver workflow_job events there (with knobs); both are undone
-// when the test ends. It returns the endpoint's URL.
-func eventsOn(s *scenario, knobs ghfake.Events) string {
+// eventsOn restarts runner-guard with its events endpoint (and extra
+// arguments) and has the fake GitHub deliver workflow_job events there
+// (with knobs); both are undone when the test ends. It returns the
+// endpoint's URL.
+func eventsOn(s *scenario, knobs ghfake.Events, extra ...string) string {
 	s.t.Helper()
 	if !env.Local() {
 		s.t.Skip("events need the local harness: the fake GitHub delivers to a port of this host")
@@ -32,7 +33,7 @@ func eventsOn(s *scenario, knobs ghfake.Events) string {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if err := env.RestartWebhook(s.ctx, args...); err != nil {
+	if err := env.RestartWebhook(s.ctx, append(args, extra...)...); err != nil {
 		s.t.Fatal(err)
 	}
 	url := base + events.Path

@@ -193,6 +193,37 @@ func TestLostJobRerunOnce(t *testing.T) {
 	}
 }
 
+// A legacy runner's pod, whose job GitHub's in_progress delivery named,
+// force-deleted while the job runs; the run then completes failed: the job
+// is re-run once, as a scale-set runner's is.
+func TestLostLegacyJobRerunOnce(t *testing.T) {
+	s := newScaleSet(t, "lost-legacy")
+	eventsOn(s.scenario, ghfake.Events{}, "--rerun-lost-jobs")
+	f := fakeGitHub(t)
+	const name = "lost-legacy-1"
+	s.runnerPod(name, false, true)
+	repo := s.scope.Name + "/app"
+	run := f.AddRun(repo, "ci")
+	job, err := f.AddJob(run, "build", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.GitHub.SetBusy(s.scope, name, true) // the fake delivers in_progress for the run's job
+	if got, ok := s.jobOf(name); !ok || got.JobID != job || got.RunID != run || got.Repository != repo {
+		t.Fatalf("after in_progress the pod carries job %+v (verified %v), want job %d of run %d", got, ok, job, run)
+	}
+	j := lostJob{runner: scaleSetRunner{name: name, scope: s.scope}, run: run, job: job, repo: repo, fake: f}
+	s.loseAndFail(j)
+	ev := s.waitForEventWithin(name, rerun.ReasonJobRerun, 90*time.Second)
+	if !strings.Contains(ev, `job "build"`) || !strings.Contains(ev, repo) {
+		t.Errorf("event %q does not name the job and its repository", ev)
+	}
+	s.record(run, rerun.StateRerun)
+	if n := j.reruns(); n != 1 {
+		t.Errorf("%d re-run requests, want 1", n)
+	}
+}
+
 // A job the user cancelled is never re-run, and no Event says it was lost.
 func TestLostJobCancelledByUser(t *testing.T) {
 	s := newScaleSet(t, "lost-cancel")
