@@ -419,19 +419,7 @@ func accessReviews(allowed bool) func(ctx context.Context, c client.WithWatch, o
 // evictions, and leaves the rest registered until the budget allows more
 // (the API server would refuse their evictions after the unregister).
 func TestDrainCountsItsReleasesUnderABudget(t *testing.T) {
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Unschedulable: true}}
-	one := intstr.FromInt32(1)
-	pdb := &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "runners", Generation: 1},
-		Spec:       policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"runner": "true"}}},
-		Status:     policyv1.PodDisruptionBudgetStatus{ObservedGeneration: 1, DisruptionsAllowed: 1, CurrentHealthy: 3, DesiredHealthy: 2, ExpectedPods: 3},
-	}
-	objs := []client.Object{node, pdb}
-	for _, name := range []string{"idle-1", "idle-2", "idle-3"} {
-		pod := runnerPod(name, "n1")
-		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-		objs = append(objs, pod)
-	}
+	objs, pdb := idleNodeUnderBudget(1)
 	r, gh := budgetDrain(budgetEvictions(objs, pdb, nil))
 	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}}); err != nil {
 		t.Fatal(err)
@@ -449,19 +437,7 @@ func TestDrainCountsItsReleasesUnderABudget(t *testing.T) {
 // still go one at a time, as the API server retries an eviction whose
 // budget write conflicts with another's only after 500 ms.
 func TestDrainEvictsOneAtATimeUnderABudget(t *testing.T) {
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Unschedulable: true}}
-	three := intstr.FromInt32(3)
-	pdb := &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "runners", Generation: 1},
-		Spec:       policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &three, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"runner": "true"}}},
-		Status:     policyv1.PodDisruptionBudgetStatus{ObservedGeneration: 1, DisruptionsAllowed: 3, CurrentHealthy: 3, DesiredHealthy: 0, ExpectedPods: 3},
-	}
-	objs := []client.Object{node, pdb}
-	for _, name := range []string{"idle-1", "idle-2", "idle-3"} {
-		pod := runnerPod(name, "n1")
-		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-		objs = append(objs, pod)
-	}
+	objs, pdb := idleNodeUnderBudget(3)
 	// Each eviction waits a moment for another to arrive while it is in
 	// flight; one that does is two at once.
 	var inFlight, most atomic.Int32
@@ -483,6 +459,25 @@ func TestDrainEvictsOneAtATimeUnderABudget(t *testing.T) {
 	if n := most.Load(); n != 1 {
 		t.Errorf("%d evictions under one budget in flight at once, want 1", n)
 	}
+}
+
+// idleNodeUnderBudget is cordoned node n1 with three idle, Ready runner pods
+// and a budget over them that allows allowed disruptions.
+func idleNodeUnderBudget(allowed int32) ([]client.Object, *policyv1.PodDisruptionBudget) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: corev1.NodeSpec{Unschedulable: true}}
+	maxUnavailable := intstr.FromInt32(allowed)
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "runners", Generation: 1},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &maxUnavailable, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"runner": "true"}}},
+		Status:     policyv1.PodDisruptionBudgetStatus{ObservedGeneration: 1, DisruptionsAllowed: allowed, CurrentHealthy: 3, DesiredHealthy: 3 - allowed, ExpectedPods: 3},
+	}
+	objs := []client.Object{node, pdb}
+	for _, name := range []string{"idle-1", "idle-2", "idle-3"} {
+		pod := runnerPod(name, "n1")
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		objs = append(objs, pod)
+	}
+	return objs, pdb
 }
 
 // budgetEvictions is a client whose eviction subresource runs as the API
