@@ -106,6 +106,28 @@ func TestBadValuesFail(t *testing.T) {
 			want: []string{"policy.evictionsInAllNamespaces", "policy.guardedNamespaces"}},
 		"no Deployment and no URL": {args: []string{"--set", "deployment.enabled=false"},
 			want: []string{"deployment.enabled", "webhook.url"}},
+		"events without a secret": {args: []string{"--set", "events.enabled=true"},
+			want: []string{"events.enabled", "events.secret", "events.secrets"}},
+		"events with one secret and secrets per scope": {args: slices.Concat(eventsSecret("org-a", "org:acme"), []string{"--set", "events.existingSecret=hook"}),
+			want: []string{"events.secrets", "events.secret/events.existingSecret", "not both"}},
+		"events secrets named twice": {args: slices.Concat(eventsSecret("org-a", "org:acme"),
+			[]string{"--set", "events.secrets[1].name=org-a", "--set", "events.secrets[1].existingSecret=b", "--set", "events.secrets[1].scopes={org:b}"}),
+			want: []string{"events.secrets[1].name", "org-a"}},
+		"events secret name no DNS label": {args: eventsSecret("Org_A", "org:acme"), want: []string{"events.secrets", "name"}},
+		"events secret without scopes": {args: slices.Concat(eventsSecret("org-a", "org:acme"), []string{"--set", "events.secrets[0].scopes=null"}),
+			want: []string{"events.secrets", "scopes"}},
+		"events secret scope of no kind": {args: eventsSecret("org-a", "organization:acme"), want: []string{"events.secrets", "scopes"}},
+		"events secret without a Secret": {args: slices.Concat(eventsSecret("org-a", "org:acme"), []string{"--set", "events.secrets[0].existingSecret=null"}),
+			want: []string{"events.secrets", "existingSecret"}},
+		"events previous key without its deadline": {args: slices.Concat(eventsSecret("org-a", "org:acme"), []string{"--set", "events.secrets[0].previousKey=old"}),
+			want: []string{"events.secrets", "previousUntil"}},
+		"events previous deadline not RFC 3339": {args: slices.Concat(eventsSecret("org-a", "org:acme"),
+			[]string{"--set", "events.secrets[0].previousKey=old", "--set-string", "events.secrets[0].previousUntil=next week"}),
+			want: []string{"events.secrets", "previousUntil"}},
+		"events port open to nobody": {args: []string{"--set", "events.enabled=true", "--set", "events.secret=x", "--set", "events.networkPolicy.from=null"},
+			want: []string{"events.networkPolicy.from", "ipBlock"}},
+		"events memory limit GOMEMLIMIT cannot be derived from": {args: []string{"--set", "events.enabled=true", "--set", "events.secret=x",
+			"--set", "events.resources.limits.memory=0.5Gi"}, want: []string{"events.resources.limits.memory", "0.5Gi"}},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -144,6 +166,10 @@ func TestBoundaryValuesPass(t *testing.T) {
 		"budget maxUnavailable 1 of one replica":    {"--set", "replicaCount=1", "--set", "podDisruptionBudget.maxUnavailable=1"},
 		"goMemLimit just below the memory limit":    {"--set", "goMemLimit=255MiB"},
 		"odd memory limit with goMemLimit":          {"--set", "resources.limits.memory=0.5Gi", "--set", "goMemLimit=460MiB"},
+		"events secrets per scope with a previous key": slices.Concat(eventsSecret("org-a", "org:acme"),
+			[]string{"--set", "events.secrets[0].previousKey=old", "--set-string", "events.secrets[0].previousUntil=2027-01-01T00:00:00+02:00"}),
+		"events open to every address without a NetworkPolicy": {"--set", "events.enabled=true", "--set", "events.secret=x",
+			"--set", "events.networkPolicy.from=null", "--set", "networkPolicy.enabled=false"},
 		"scope globs and kinds": {"--set", "policy.scopeBindings[0].namespaces={team-a,team-a-*}",
 			"--set", "policy.scopeBindings[0].scopes={org:acme,repo:other/app-*,enterprise:big,organization:*,repository:a/b}"},
 	}
@@ -154,4 +180,10 @@ func TestBoundaryValuesPass(t *testing.T) {
 			}
 		})
 	}
+}
+
+// eventsSecret turns events on with one events.secrets entry.
+func eventsSecret(name, scope string) []string {
+	return []string{"--set", "events.enabled=true", "--set", "events.secrets[0].name=" + name,
+		"--set", "events.secrets[0].existingSecret=" + name + "-webhook", "--set", "events.secrets[0].scopes={" + scope + "}"}
 }

@@ -71,8 +71,9 @@ default install's args are those of dist/install.yaml plus --config.
 - --drain-runners=false
 {{- end }}
 {{- if .Values.events.enabled }}
-- --events-bind-address=:{{ .Values.events.port }}
-- --github-webhook-secret-file={{ include "runner-guard.eventsDir" . }}/webhook-secret
+{{- /* The endpoint runs in the events Deployment; the webhook verifies the
+job annotations it writes. */}}
+{{- include "runner-guard.webhookSecretArgs" . }}
 {{- end }}
 {{- if .Values.rerun.enabled }}
 - --rerun-lost-jobs
@@ -92,6 +93,36 @@ default install's args are those of dist/install.yaml plus --config.
 - --zap-encoder=console
 {{- end }}
 {{- range .Values.extraArgs }}
+- {{ . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The events Deployment's command line (--events-only): the endpoint, the
+secret flag(s), the --config it resolves pods with, metrics and probes. No
+serving certificate, no GitHub credentials.
+*/}}
+{{- define "runner-guard.eventsArgs" -}}
+- --events-only
+- --events-bind-address=:{{ .Values.events.port }}
+{{- include "runner-guard.webhookSecretArgs" . }}
+{{- if .Values.metrics.enabled }}
+- --metrics-bind-address=:{{ .Values.metrics.port }}
+{{- else }}
+- --metrics-bind-address=0
+{{- end }}
+{{- if and .Values.metrics.enabled (not .Values.metrics.secure) }}
+- --metrics-secure=false
+{{- end }}
+- --health-probe-bind-address=:{{ .Values.health.port }}
+- --config={{ include "runner-guard.configDir" . }}/config.yaml
+{{- if and .Values.logLevel (ne .Values.logLevel "info") }}
+- --zap-log-level={{ .Values.logLevel }}
+{{- end }}
+{{- if eq .Values.logFormat "text" }}
+- --zap-encoder=console
+{{- end }}
+{{- range .Values.events.extraArgs }}
 - {{ . }}
 {{- end }}
 {{- end }}

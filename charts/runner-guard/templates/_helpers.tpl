@@ -85,6 +85,115 @@ app.kubernetes.io/component: webhook
 {{- .Values.events.existingSecret | default (printf "%s-events" (include "runner-guard.fullname" .)) }}
 {{- end }}
 
+{{/* The events endpoint's Deployment, Service, NetworkPolicy and RBAC. */}}
+{{- define "runner-guard.eventsName" -}}
+{{- include "runner-guard.fullname" . }}-events
+{{- end }}
+
+{{/* The events pods: not the webhook's (another component), so neither's
+Deployment, Service, PodDisruptionBudget or NetworkPolicy selects the other's. */}}
+{{- define "runner-guard.eventsSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "runner-guard.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: events
+{{- end }}
+
+{{- define "runner-guard.eventsServiceAccountName" -}}
+{{- default (include "runner-guard.eventsName" .) .Values.events.serviceAccount.name }}
+{{- end }}
+
+{{/* events.secrets[]: each Secret under this directory, in a directory of
+its entry's name; the mapping file --github-webhook-secrets reads. */}}
+{{- define "runner-guard.webhookSecretsDir" -}}/etc/runner-guard/webhook-secrets{{- end }}
+{{- define "runner-guard.webhookSecretsFile" -}}/etc/runner-guard/webhook-secrets.yaml{{- end }}
+{{- define "runner-guard.webhookSecretsConfigMap" -}}
+{{- include "runner-guard.fullname" . }}-webhook-secrets
+{{- end }}
+
+{{/* The webhook secret flag(s), for both Deployments (the endpoint signs
+the job annotations, the webhook verifies them). */}}
+{{- define "runner-guard.webhookSecretArgs" -}}
+{{- if .Values.events.secrets }}
+- --github-webhook-secrets={{ include "runner-guard.webhookSecretsFile" . }}
+{{- else }}
+- --github-webhook-secret-file={{ include "runner-guard.eventsDir" . }}/webhook-secret
+{{- end }}
+{{- end }}
+
+{{/* Their volumeMounts. */}}
+{{- define "runner-guard.webhookSecretMounts" -}}
+{{- if .Values.events.secrets }}
+- name: webhook-secrets
+  mountPath: {{ include "runner-guard.webhookSecretsFile" . }}
+  subPath: webhook-secrets.yaml
+  readOnly: true
+{{- range $i, $s := .Values.events.secrets }}
+- name: webhook-secret-{{ $i }}
+  mountPath: {{ include "runner-guard.webhookSecretsDir" $ }}/{{ $s.name }}
+  readOnly: true
+{{- end }}
+{{- else }}
+- name: events-secret
+  mountPath: {{ include "runner-guard.eventsDir" . }}
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* Their volumes. */}}
+{{- define "runner-guard.webhookSecretVolumes" -}}
+{{- if .Values.events.secrets }}
+- name: webhook-secrets
+  configMap:
+    name: {{ include "runner-guard.webhookSecretsConfigMap" . }}
+{{- range $i, $s := .Values.events.secrets }}
+- name: webhook-secret-{{ $i }}
+  secret:
+    secretName: {{ $s.existingSecret }}
+    defaultMode: 0440
+    items:
+      - key: {{ $s.key | default "webhook-secret" }}
+        path: secret
+      {{- with $s.previousKey }}
+      - key: {{ . }}
+        path: previous
+      {{- end }}
+{{- end }}
+{{- else }}
+- name: events-secret
+  secret:
+    secretName: {{ include "runner-guard.eventsSecretName" . }}
+    defaultMode: 0440
+    items:
+      - key: {{ .Values.events.existingSecretKey }}
+        path: webhook-secret
+{{- end }}
+{{- end }}
+
+{{/* The mapping file of events.secrets[] (--github-webhook-secrets). */}}
+{{- define "runner-guard.webhookSecretsYAML" -}}
+secrets:
+{{- range .Values.events.secrets }}
+- name: {{ .name }}
+  secretFile: {{ include "runner-guard.webhookSecretsDir" $ }}/{{ .name }}/secret
+  scopes: {{ toJson .scopes }}
+  {{- if .previousKey }}
+  previousSecretFile: {{ include "runner-guard.webhookSecretsDir" $ }}/{{ .name }}/previous
+  previousUntil: {{ .previousUntil | quote }}
+  {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* GOMEMLIMIT of the events container: 90 % of events.resources.limits.memory. */}}
+{{- define "runner-guard.eventsGoMemLimit" -}}
+{{- $bytes := include "runner-guard.memoryLimitBytes" (dict "Values" (dict "resources" .Values.events.resources)) }}
+{{- if eq $bytes "?" }}
+{{- fail (printf "events.resources.limits.memory: %v is not a whole number of bytes, Ki, Mi, Gi, Ti, k, M, G or T, so the chart cannot derive the events container's GOMEMLIMIT (90 %% of it)" .Values.events.resources.limits.memory) }}
+{{- else if $bytes }}
+{{- $limit := div (mul (int64 $bytes) 9) 10 }}
+{{- if ge $limit 1048576 }}{{ div $limit 1048576 }}MiB{{ else }}{{ $limit }}B{{ end }}
+{{- end }}
+{{- end }}
+
 {{/* The exempt namespaces, the release namespace included. */}}
 {{- define "runner-guard.exemptNamespaces" -}}
 {{- $ns := list }}

@@ -13,6 +13,7 @@ names the value to change.
 {{- include "runner-guard.validateMemory" . }}
 {{- include "runner-guard.validateEvictions" . }}
 {{- include "runner-guard.validateNetwork" . }}
+{{- include "runner-guard.validateEvents" . }}
 {{- end }}
 
 {{/* The API server gives up after timeoutSeconds; the GitHub call must end 2 s before. */}}
@@ -171,5 +172,46 @@ server rounds percentages up, for minAvailable and maxUnavailable alike.
 {{- define "runner-guard.validateEvictions" -}}
 {{- if and .Values.policy.evictionsInAllNamespaces .Values.policy.guardedNamespaces }}
 {{- fail "policy.evictionsInAllNamespaces: true contradicts policy.guardedNamespaces (listed, they are the only namespaces guarded); drop one of them" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The events endpoint: one secret for every scope (secret or existingSecret)
+or one per set of scopes (secrets[]), never both; entries named once, each
+with its scopes, a previous key only with its deadline.
+*/}}
+{{- define "runner-guard.validateEvents" -}}
+{{- $e := .Values.events }}
+{{- if $e.enabled }}
+{{- if and $e.secrets (or $e.secret $e.existingSecret) }}
+{{- fail "events.secrets: set either events.secrets (one secret per set of scopes) or events.secret/events.existingSecret (one secret for every scope), not both" }}
+{{- end }}
+{{- if not (or $e.secrets $e.secret $e.existingSecret) }}
+{{- fail "events.enabled: set events.secret, events.existingSecret or events.secrets (the GitHub webhook's secret)" }}
+{{- end }}
+{{- $names := list }}
+{{- range $i, $s := $e.secrets }}
+{{- if has $s.name $names }}
+{{- fail (printf "events.secrets[%d].name: %q names another entry too; each entry is mounted in a directory of its name" $i $s.name) }}
+{{- end }}
+{{- $names = append $names $s.name }}
+{{- if not $s.scopes }}
+{{- fail (printf "events.secrets[%d].scopes: list the scopes its secret verifies, e.g. [\"org:acme\"]" $i) }}
+{{- end }}
+{{- range $s.scopes }}
+{{- if not (regexMatch "^(org|repo|enterprise):[^\\s:]+$" .) }}
+{{- fail (printf "events.secrets[%d].scopes: %q is not org:ORG, repo:OWNER/REPO or enterprise:SLUG" $i .) }}
+{{- end }}
+{{- end }}
+{{- if and $s.previousKey (not $s.previousUntil) }}
+{{- fail (printf "events.secrets[%d].previousUntil: required with previousKey (RFC 3339, when the previous secret stops being accepted)" $i) }}
+{{- end }}
+{{- if and $s.previousUntil (not $s.previousKey) }}
+{{- fail (printf "events.secrets[%d].previousUntil: set previousKey too (the key of the previous secret)" $i) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.networkPolicy.enabled (not $e.networkPolicy.from) }}
+{{- fail "events.networkPolicy.from: list who may reach the events port (the Ingress controller's namespace, or a load balancer's ranges as ipBlock entries); to admit every source, list ipBlock 0.0.0.0/0 and ::/0" }}
+{{- end }}
 {{- end }}
 {{- end }}
