@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/runner-guard/runner-guard/internal/jobannotation"
 	"github.com/runner-guard/runner-guard/webhook"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
@@ -56,11 +58,15 @@ type hintReconciler struct {
 	// events records on pods; said keeps each Event to once per pod.
 	events events.EventRecorder
 	said   *once
-	// eventsSecret verifies legacy pods' job annotations; nil: none read.
-	eventsSecret []byte
+	// jobKeys verifies legacy pods' job annotations; nil: none read.
+	jobKeys *jobannotation.Keyring
 	// annotated are the pods seen with a verified job annotation: zero
 	// while it is there, then when it was first seen gone (jobannotation.go).
 	annotated sync.Map // types.NamespacedName -> time.Time
+	// unverified are the pods whose annotation does not verify, counted
+	// by unverifiedGauge (runner_guard_job_annotations_unverified).
+	unverified      sync.Map // types.NamespacedName -> struct{}
+	unverifiedGauge prometheus.Gauge
 	// now is the clock; nil is time.Now.
 	now func() time.Time
 
@@ -212,9 +218,9 @@ func (r *hintReconciler) state(ctx context.Context, pod *corev1.Pod) (JobState, 
 		}
 		return jobState(f), 0
 	}
-	state, known, ended := r.annotationState(pod)
+	state, known, ended, verifiedFor := r.annotationState(pod)
 	if known {
-		return state, 0
+		return state, verifiedFor
 	}
 	if r.listing == nil {
 		return JobUnknown, 0
@@ -249,6 +255,7 @@ func (r *hintReconciler) forget(key types.NamespacedName) {
 		r.said.forget(key.Namespace + "/" + key.Name + "/")
 	}
 	r.annotated.Delete(key)
+	r.dropUnverified(key)
 	if r.watch != nil {
 		r.watch.forget(key)
 	}

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/runner-guard/runner-guard/events/jobannotation"
+	"github.com/runner-guard/runner-guard/internal/jobannotation"
 	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
@@ -22,14 +22,14 @@ import (
 // completed) takes them off, a forged or copied one is ignored, and a pod
 // never seen with one keeps its hints as without events.
 func TestHintReconcilerFollowsJobAnnotation(t *testing.T) {
-	secret := []byte("s")
+	secret := "s"
 	job := jobannotation.Job{Repository: "acme/app", RunID: 1, Attempt: 1, JobID: 9, Name: "build"}
-	signed := func(uid string) string { return jobannotation.Value(job, uid, secret) }
+	signed := func(uid string) string { return fixture.JobAnnotation(t, secret, job, jobannotation.StateInProgress, uid) }
 	ours := map[string]string{AnnotationDoNotDisrupt: "true", AnnotationSafeToEvict: "false", AnnotationOwned: "do-not-disrupt,safe-to-evict"}
 	none := map[string]string{}
 	cases := map[string]struct {
 		annotation func(uid string) string
-		secret     []byte
+		secret     string
 		// hints the pod carries before; completed removes the annotation
 		// after a first reconcile.
 		hints     map[string]string
@@ -37,8 +37,8 @@ func TestHintReconcilerFollowsJobAnnotation(t *testing.T) {
 		want      map[string]string
 	}{
 		"signed job: hints set":                 {annotation: signed, secret: secret, want: ours},
-		"forged mac: nothing":                   {annotation: func(uid string) string { return jobannotation.Value(job, uid, []byte("guess")) }, secret: secret, want: none},
-		"copied from another pod: nothing":      {annotation: func(string) string { return jobannotation.Value(job, "other-uid", secret) }, secret: secret, want: none},
+		"forged mac: nothing":                   {annotation: func(uid string) string { return fixture.JobAnnotation(t, "guess", job, jobannotation.StateInProgress, uid) }, secret: secret, want: none},
+		"copied from another pod: nothing":      {annotation: func(string) string { return fixture.JobAnnotation(t, secret, job, jobannotation.StateInProgress, "other-uid") }, secret: secret, want: none},
 		"completed: ours go":                    {annotation: signed, secret: secret, completed: true, want: none},
 		"never annotated: hints stay as before": {secret: secret, hints: ours, want: ours},
 		"events off: the annotation is nothing": {annotation: signed, want: none},
@@ -52,7 +52,7 @@ func TestHintReconcilerFollowsJobAnnotation(t *testing.T) {
 				pod.Annotations = map[string]string{jobannotation.Annotation: c.annotation(string(pod.UID))}
 			}
 			cl := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(pod).Build()
-			r := &hintReconciler{pods: cl, guard: &guardStub{}, enabled: []Hint{DoNotDisrupt, SafeToEvict}, eventsSecret: c.secret}
+			r := &hintReconciler{pods: cl, guard: &guardStub{}, enabled: []Hint{DoNotDisrupt, SafeToEvict}, jobKeys: fixture.JobKeys(t, c.secret)}
 			hints := hintsAfterReconcile(t, r, cl, pod)
 			if c.completed {
 				if !maps.Equal(hints, ours) {
@@ -97,18 +97,18 @@ func hintsAfterReconcile(t *testing.T, r *hintReconciler, cl client.Client, pod 
 // taken after the completed that shows the runner busy (a new job of a runner
 // that is not ephemeral) sets them again.
 func TestJobAnnotationCompletedOutranksAnOlderListing(t *testing.T) {
-	secret := []byte("s")
+	secret := "s"
 	ours := map[string]string{AnnotationDoNotDisrupt: "true", AnnotationSafeToEvict: "false", AnnotationOwned: "do-not-disrupt,safe-to-evict"}
 	pod := fixture.MakeLegacyRunnerPod("ci", "r-1").Org("acme").Running().Obj()
 	pod.Labels["runner"] = "true" // the guard stub's runner pods
 	job := jobannotation.Job{Repository: "acme/app", RunID: 1, Attempt: 1, JobID: 9, Name: "build"}
-	pod.Annotations = map[string]string{jobannotation.Annotation: jobannotation.Value(job, string(pod.UID), secret)}
+	pod.Annotations = map[string]string{jobannotation.Annotation: fixture.JobAnnotation(t, secret, job, jobannotation.StateInProgress, string(pod.UID))}
 	cl := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(pod).Build()
 	now := time.Unix(10_000, 0)
 	l := &listingStub{busy: map[string]bool{"r-1": true}}
 	l.take("acme", now.Add(-time.Second)) // guardStub's scope, while the job ran
 	r := &hintReconciler{pods: cl, guard: &guardStub{}, listing: l, enabled: []Hint{DoNotDisrupt, SafeToEvict},
-		eventsSecret: secret, now: func() time.Time { return now }}
+		jobKeys: fixture.JobKeys(t, secret), now: func() time.Time { return now }}
 
 	if hints := hintsAfterReconcile(t, r, cl, pod); !maps.Equal(hints, ours) {
 		t.Fatalf("job annotated: hints %v, want %v", hints, ours)

@@ -21,6 +21,9 @@ type Metrics struct {
 	DrainHold prometheus.Histogram
 	// JobsLost counts jobs lost to a disruption, by cause.
 	JobsLost *prometheus.CounterVec
+	// JobAnnotationsUnverified counts runner pods whose runner-guard.io/job
+	// annotation does not verify.
+	JobAnnotationsUnverified prometheus.Gauge
 }
 
 // NewMetrics returns the controller's metrics, not yet registered.
@@ -36,12 +39,16 @@ func NewMetrics() *Metrics {
 			Name: "runner_guard_jobs_lost_total",
 			Help: "Jobs that did not succeed after their runner pod went away holding them (GitHub's word, once the run completed), by why the pod went.",
 		}, []string{"cause"}),
+		JobAnnotationsUnverified: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "runner_guard_job_annotations_unverified",
+			Help: "Runner pods whose runner-guard.io/job annotation does not verify under any configured webhook secret (a rotation past its previous value's window, a removed secret, a forgery): each holds no job until its next delivery rewrites it.",
+		}),
 	}
 }
 
 // Collectors are the metrics to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.DrainHold, m.JobsLost}
+	return []prometheus.Collector{m.DrainHold, m.JobsLost, m.JobAnnotationsUnverified}
 }
 
 // JobLost counts one lost job; m may be nil.
@@ -49,4 +56,12 @@ func (m *Metrics) JobLost(cause string) {
 	if m != nil {
 		m.JobsLost.WithLabelValues(cause).Inc()
 	}
+}
+
+// unverifiedGauge is JobAnnotationsUnverified; nil when m is.
+func (m *Metrics) unverifiedGauge() prometheus.Gauge {
+	if m == nil {
+		return nil
+	}
+	return m.JobAnnotationsUnverified
 }

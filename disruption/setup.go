@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/internal/jobannotation"
 	"github.com/runner-guard/runner-guard/webhook"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
@@ -73,9 +74,9 @@ type Options struct {
 	Namespaces []string
 	// Now is the clock of messages; default time.Now.
 	Now func() time.Time
-	// EventsSecret verifies legacy pods' runner-guard.io/job annotations,
+	// JobKeys verifies legacy pods' runner-guard.io/job annotations,
 	// a job source of their hints; nil: none is read.
-	EventsSecret []byte
+	JobKeys *jobannotation.Keyring
 }
 
 // Setup adds the hint and drain controllers (leader-elected) to mgr. The
@@ -177,7 +178,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		}
 	}
 	if len(o.Hints) > 0 || o.Budgets {
-		r := &hintReconciler{pods: cl, guard: o.Guard, listing: o.HintListing, enabled: o.Hints, budgets: o.Budgets, events: o.Events, said: newOnce(), eventsSecret: o.EventsSecret}
+		r := &hintReconciler{pods: cl, guard: o.Guard, listing: o.HintListing, enabled: o.Hints, budgets: o.Budgets, events: o.Events, said: newOnce(), jobKeys: o.JobKeys, unverifiedGauge: o.Metrics.unverifiedGauge()}
 		hintPods := runnerPods
 		if o.HintListing != nil && !o.HintListing.Refreshes() {
 			r.watch = newListingWatch(o.HintListing, c, o.Guard, ghclient.ListingTTL/2)

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -16,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/runner-guard/runner-guard/events/jobannotation"
 	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/internal/jobannotation"
 	"github.com/runner-guard/runner-guard/webhook"
 )
 
@@ -31,71 +29,53 @@ type Guard interface {
 
 var _ Guard = &webhook.Handler{}
 
-// Options configure the endpoint.
-type Options struct {
-	// Secret is the webhook's secret (--github-webhook-secret-file): it
-	// verifies deliveries and signs the annotation.
-	Secret []byte
-	// Pods lists and patches pods; it must read the API server, not a cache.
-	Pods  client.Client
-	Guard Guard
-	// Namespaces limits the pods looked at (runnerNamespaces); empty: all.
-	Namespaces []string
-	// Remembered bounds the delivery IDs and completed jobs remembered
-	// (default DefaultRemembered).
-	Remembered int
-	// Now tells time for the memories (time.Now if nil).
-	Now     func() time.Time
-	Metrics *Metrics
-	Log     logr.Logger
-}
-
-// applier writes a delivery's job onto the pods of its runner.
+// applier records a delivery's job on the pods of its runner.
 type applier struct {
 	pods       client.Client
 	guard      Guard
 	namespaces []string
-	secret     []byte
-	// completed are the jobs whose completed delivery arrived: a late
-	// in_progress of one of them must not put it back.
-	completed *recent
+	keys       *jobannotation.Keyring
 }
 
-// apply applies an in_progress or completed delivery and returns its outcome.
-func (a *applier) apply(ctx context.Context, p workflowJob) (string, error) {
-	jobKey := strconv.FormatInt(p.WorkflowJob.ID, 10)
-	if p.Action == ActionCompleted {
-		a.completed.add(jobKey)
-	} else if a.completed.has(jobKey) {
-		return OutcomeStale, nil
-	}
+// apply applies an in_progress or completed delivery verified under secret
+// and returns its outcome: applied when a pod's record changed, stale when
+// every pod records the job's end or a later job, duplicate when they record
+// it already.
+func (a *applier) apply(ctx context.Context, p workflowJob, secret *Secret) (string, error) {
 	if p.WorkflowJob.RunnerName == "" {
 		return OutcomeNoPod, nil
 	}
-	pods, err := a.runnerPods(ctx, p)
+	pods, err := a.runnerPods(ctx, p, secret)
 	if err != nil {
 		return "", err
 	}
-	if len(pods) == 0 {
-		return OutcomeNoPod, nil
-	}
-	for i := range pods {
-		if p.Action == ActionInProgress {
-			err = a.annotate(ctx, &pods[i], p.job())
-		} else {
-			err = a.unannotate(ctx, &pods[i], p.WorkflowJob.ID)
-		}
+	outcome := OutcomeNoPod
+	rec := p.record(secret.Name)
+	for _, pod := range pods {
+		o, err := a.record(ctx, pod, rec)
 		if err != nil {
 			return "", err
 		}
+		outcome = strongerOutcome(outcome, o)
 	}
-	return OutcomeApplied, nil
+	return outcome, nil
+}
+
+// strongerOutcome is the delivery's outcome over two pods: applied over
+// duplicate over stale over no pod.
+func strongerOutcome(a, b string) string {
+	rank := map[string]int{OutcomeNoPod: 0, OutcomeStale: 1, OutcomeDuplicate: 2, OutcomeApplied: 3}
+	if rank[b] > rank[a] {
+		return b
+	}
+	return a
 }
 
 // runnerPods are the guarded pods that run the delivery's runner: ARC names
-// a runner after its pod, and the runner's scope and the namespace's scope
-// binding must both cover the job's repository.
-func (a *applier) runnerPods(ctx context.Context, p workflowJob) ([]corev1.Pod, error) {
+// a runner after its pod, the runner's scope and the namespace's scope
+// binding must both cover the job's repository, and the secret's scopes the
+// runner's scope.
+func (a *applier) runnerPods(ctx context.Context, p workflowJob, secret *Secret) ([]corev1.Pod, error) {
 	namespaces := a.namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{""}
@@ -123,6 +103,8 @@ func (a *applier) runnerPods(ctx context.Context, p workflowJob) ([]corev1.Pod, 
 			case !strings.EqualFold(res.Runner.Name, p.WorkflowJob.RunnerName):
 			case !p.covers(res.Runner.Scope):
 				log.V(1).Info("pod not applied to: its runner's scope does not cover the job's repository", "pod", client.ObjectKeyFromObject(&pod), "scope", res.Runner.Scope.String(), "repository", p.Repository.FullName)
+			case !secret.coversRunner(res.Runner.Scope):
+				log.V(1).Info("pod not applied to: the webhook's secret does not cover its runner's scope", "pod", client.ObjectKeyFromObject(&pod), "scope", res.Runner.Scope.String(), "secret", secret.Name)
 			case !a.guard.ScopeBound(&pod, repo):
 				log.V(1).Info("pod not applied to: its namespace's scope binding does not cover the job's repository", "pod", client.ObjectKeyFromObject(&pod), "repository", p.Repository.FullName)
 			default:
@@ -133,52 +115,56 @@ func (a *applier) runnerPods(ctx context.Context, p workflowJob) ([]corev1.Pod, 
 	return out, nil
 }
 
-// annotate writes job onto pod.
-func (a *applier) annotate(ctx context.Context, pod *corev1.Pod, job jobannotation.Job) error {
-	value := jobannotation.Value(job, string(pod.UID), a.secret)
-	if pod.Annotations[jobannotation.Annotation] == value {
-		return nil
+// record writes rec onto the pod unless the pod's verified record is the
+// job's end or a later job. The pod is read live and written with its
+// resourceVersion as precondition, so concurrent deliveries (on any
+// replica) converge on the latest record.
+func (a *applier) record(ctx context.Context, candidate corev1.Pod, rec jobannotation.Record) (string, error) {
+	key := client.ObjectKeyFromObject(&candidate)
+	for range 8 {
+		var pod corev1.Pod
+		if err := a.pods.Get(ctx, key, &pod); err != nil {
+			if apierrors.IsNotFound(err) {
+				return OutcomeNoPod, nil
+			}
+			return "", fmt.Errorf("reading pod %s: %w", key, err)
+		}
+		if pod.UID != candidate.UID || pod.DeletionTimestamp != nil {
+			return OutcomeNoPod, nil
+		}
+		cur, err := a.keys.Read(&pod)
+		if !jobannotation.Supersedes(rec, cur, err == nil) {
+			if err == nil && cur.JobID == rec.JobID && cur.State == rec.State {
+				return OutcomeDuplicate, nil
+			}
+			return OutcomeStale, nil
+		}
+		value, err := a.keys.Value(rec, string(pod.UID))
+		if err != nil {
+			return "", err
+		}
+		err = a.patch(ctx, &pod, value)
+		switch {
+		case apierrors.IsNotFound(err):
+			return OutcomeNoPod, nil
+		case apierrors.IsConflict(err):
+			continue // changed since read (another delivery?): decide again
+		case err != nil:
+			return "", fmt.Errorf("patching pod %s: %w", key, err)
+		}
+		return OutcomeApplied, nil
 	}
-	return a.patch(ctx, pod, &value, "")
+	return "", fmt.Errorf("pod %s kept changing while its job record was written", key)
 }
 
-// unannotate removes the annotation of job jobID from pod; one naming
-// another job (a newer one on a runner that is not ephemeral) stays.
-func (a *applier) unannotate(ctx context.Context, pod *corev1.Pod, jobID int64) error {
-	for range 3 {
-		job, ok := jobannotation.JobFromPod(pod, a.secret)
-		if !ok || job.JobID != jobID {
-			return nil
-		}
-		err := a.patch(ctx, pod, nil, pod.ResourceVersion)
-		if !apierrors.IsConflict(err) {
-			return err
-		}
-		// The pod changed since it was read (a newer job?): read it again.
-		if err := a.pods.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
-			return client.IgnoreNotFound(err)
-		}
-	}
-	return fmt.Errorf("pod %s kept changing while its job annotation was removed", client.ObjectKeyFromObject(pod))
-}
-
-// patch sets (value) or removes (nil) the annotation, with the
-// resourceVersion as precondition when one is given.
-func (a *applier) patch(ctx context.Context, pod *corev1.Pod, value *string, resourceVersion string) error {
-	meta := map[string]any{"annotations": map[string]any{jobannotation.Annotation: value}}
-	if resourceVersion != "" {
-		meta["resourceVersion"] = resourceVersion
-	}
-	body, err := json.Marshal(map[string]any{"metadata": meta})
+// patch sets the annotation with the pod's resourceVersion as precondition.
+func (a *applier) patch(ctx context.Context, pod *corev1.Pod, value string) error {
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": pod.ResourceVersion,
+		"annotations":     map[string]any{jobannotation.Annotation: value},
+	}})
 	if err != nil {
 		return err
 	}
-	err = a.pods.Patch(ctx, pod, client.RawPatch(types.MergePatchType, body))
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil && !apierrors.IsConflict(err) {
-		return fmt.Errorf("patching pod %s: %w", client.ObjectKeyFromObject(pod), err)
-	}
-	return err
+	return a.pods.Patch(ctx, pod, client.RawPatch(types.MergePatchType, body))
 }

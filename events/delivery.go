@@ -7,10 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
+	"slices"
 	"strings"
+	"time"
 
-	"github.com/runner-guard/runner-guard/events/jobannotation"
 	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/internal/jobannotation"
 )
 
 // Headers of a GitHub webhook delivery.
@@ -20,8 +23,10 @@ const (
 	HeaderSignature = "X-Hub-Signature-256"
 )
 
-// MaxPayload is the largest delivery GitHub sends (25 MB).
-const MaxPayload = 25 << 20
+// MaxPayload is the largest body read: workflow_job payloads are a few KiB
+// (GitHub's 25 MB cap is for every event), and nothing larger is buffered
+// from a sender that may not be GitHub.
+const MaxPayload = 1 << 20
 
 // Sign is the X-Hub-Signature-256 value of body under secret.
 func Sign(body, secret []byte) string {
@@ -30,32 +35,107 @@ func Sign(body, secret []byte) string {
 	return "sha256=" + hex.EncodeToString(h.Sum(nil))
 }
 
+// Secret is one webhook's secret and the scopes its webhook may speak for.
+type Secret struct {
+	jobannotation.Secret
+	// Scopes are the organizations, enterprises and repositories the
+	// webhook may name; nil: every scope (--github-webhook-secret-file).
+	Scopes []ghclient.ScopePattern
+}
+
+// coversRepository reports whether the webhook may speak of a job of
+// repository (OWNER/REPO) in enterprise ("" outside one).
+func (s Secret) coversRepository(repository, enterprise string) bool {
+	if s.Scopes == nil {
+		return true
+	}
+	repo := ghclient.Scope{Kind: ghclient.ScopeRepo, Name: repository}
+	ent := ghclient.Scope{Kind: ghclient.ScopeEnterprise, Name: enterprise}
+	for _, p := range s.Scopes {
+		if p.Matches(repo) || (enterprise != "" && p.Matches(ent)) {
+			return true
+		}
+	}
+	return false
+}
+
+// coversRunner reports whether the webhook may speak of a runner
+// registered at scope: an organization's webhook of its organization's and
+// repositories' runners, never of another organization's or an enterprise's.
+func (s Secret) coversRunner(scope ghclient.Scope) bool {
+	if s.Scopes == nil {
+		return true
+	}
+	for _, p := range s.Scopes {
+		if p.Matches(scope) {
+			return true
+		}
+	}
+	return false
+}
+
+// signatures computes, while a body streams through it, the HMAC of the
+// body under every secret value accepted now.
+type signatures struct {
+	secrets []*Secret
+	macs    []hash.Hash
+}
+
+func newSignatures(secrets []Secret, now time.Time) *signatures {
+	s := &signatures{}
+	for i := range secrets {
+		sec := &secrets[i]
+		s.secrets = append(s.secrets, sec)
+		s.macs = append(s.macs, hmac.New(sha256.New, sec.Value))
+		if sec.PreviousAccepted(now) {
+			s.secrets = append(s.secrets, sec)
+			s.macs = append(s.macs, hmac.New(sha256.New, sec.Previous))
+		}
+	}
+	return s
+}
+
+// Write feeds every HMAC; it never fails.
+func (s *signatures) Write(p []byte) (int, error) {
+	for _, m := range s.macs {
+		m.Write(p)
+	}
+	return len(p), nil
+}
+
 // errUnsigned and errBadSignature are the two ways a delivery fails to prove
-// it comes from the webhook that holds the secret.
+// it comes from a webhook that holds a configured secret.
 var (
 	errUnsigned     = errors.New("no " + HeaderSignature + " header")
-	errBadSignature = errors.New(HeaderSignature + " does not match the body under the webhook secret")
+	errBadSignature = errors.New(HeaderSignature + " does not match the body under any configured webhook secret")
 )
 
-// verify checks a delivery's signature in constant time.
-func verify(body []byte, header string, secret []byte) error {
+// parseSignature reads the header's HMAC.
+func parseSignature(header string) ([]byte, error) {
 	if header == "" {
-		return errUnsigned
+		return nil, errUnsigned
 	}
 	hexSig, ok := strings.CutPrefix(header, "sha256=")
 	if !ok {
-		return errBadSignature
+		return nil, errBadSignature
 	}
 	got, err := hex.DecodeString(hexSig)
-	if err != nil {
-		return errBadSignature
+	if err != nil || len(got) != sha256.Size {
+		return nil, errBadSignature
 	}
-	h := hmac.New(sha256.New, secret)
-	h.Write(body)
-	if !hmac.Equal(got, h.Sum(nil)) {
-		return errBadSignature
+	return got, nil
+}
+
+// signers are the secrets whose value made sig, each compared in constant
+// time.
+func (s *signatures) signers(sig []byte) []*Secret {
+	var out []*Secret
+	for i, m := range s.macs {
+		if hmac.Equal(sig, m.Sum(nil)) && !slices.Contains(out, s.secrets[i]) {
+			out = append(out, s.secrets[i])
+		}
 	}
-	return nil
+	return out
 }
 
 // Actions of a workflow_job delivery runner-guard applies.
@@ -68,11 +148,13 @@ const (
 type workflowJob struct {
 	Action      string `json:"action"`
 	WorkflowJob struct {
-		ID         int64  `json:"id"`
-		RunID      int64  `json:"run_id"`
-		RunAttempt int64  `json:"run_attempt"`
-		Name       string `json:"name"`
-		RunnerName string `json:"runner_name"`
+		ID          int64      `json:"id"`
+		RunID       int64      `json:"run_id"`
+		RunAttempt  int64      `json:"run_attempt"`
+		Name        string     `json:"name"`
+		RunnerName  string     `json:"runner_name"`
+		StartedAt   *time.Time `json:"started_at"`
+		CompletedAt *time.Time `json:"completed_at"`
 	} `json:"workflow_job"`
 	Repository struct {
 		FullName string `json:"full_name"`
@@ -85,7 +167,8 @@ type workflowJob struct {
 	} `json:"enterprise"`
 }
 
-// parseWorkflowJob reads a workflow_job payload; an error names what is wrong.
+// parseWorkflowJob reads a workflow_job payload; an error names what is
+// wrong. Actions other than in_progress and completed are returned unchecked.
 func parseWorkflowJob(body []byte) (workflowJob, error) {
 	var p workflowJob
 	if err := json.Unmarshal(body, &p); err != nil {
@@ -94,8 +177,12 @@ func parseWorkflowJob(body []byte) (workflowJob, error) {
 	switch {
 	case p.Action == "":
 		return p, errors.New("workflow_job payload: no action")
+	case p.Action != ActionInProgress && p.Action != ActionCompleted:
+		return p, nil
 	case p.WorkflowJob.ID <= 0:
 		return p, errors.New("workflow_job payload: no workflow_job.id")
+	case p.WorkflowJob.StartedAt == nil && p.WorkflowJob.CompletedAt == nil:
+		return p, errors.New("workflow_job payload: no workflow_job.started_at")
 	}
 	if _, err := ghclient.RepoScope(p.Repository.FullName); err != nil {
 		return p, fmt.Errorf("workflow_job payload: repository.full_name: %w", err)
@@ -103,10 +190,22 @@ func parseWorkflowJob(body []byte) (workflowJob, error) {
 	return p, nil
 }
 
-// job is what the annotation records of the delivery's job.
-func (p workflowJob) job() jobannotation.Job {
-	return jobannotation.Job{Repository: p.Repository.FullName, RunID: p.WorkflowJob.RunID,
-		Attempt: p.WorkflowJob.RunAttempt, JobID: p.WorkflowJob.ID, Name: p.WorkflowJob.Name}
+// record is what the annotation records of the delivery, signed under the
+// secret named secret: the job, its state and when it reached it.
+func (p workflowJob) record(secret string) jobannotation.Record {
+	j := p.WorkflowJob
+	at := j.StartedAt
+	if p.Action == ActionCompleted && j.CompletedAt != nil {
+		at = j.CompletedAt
+	}
+	if at == nil {
+		at = j.CompletedAt
+	}
+	return jobannotation.Record{
+		Job: jobannotation.Job{Repository: p.Repository.FullName, RunID: j.RunID,
+			Attempt: j.RunAttempt, JobID: j.ID, Name: j.Name},
+		State: p.Action, At: at.UTC(), Secret: secret,
+	}
 }
 
 // covers reports whether a runner registered at scope can have run the

@@ -7,12 +7,12 @@ import (
 	"github.com/runner-guard/runner-guard/internal/lru"
 )
 
-// DefaultRemembered is how many delivery IDs (and completed jobs) the
+// DefaultRemembered is how many delivery IDs the
 // endpoint remembers: far more than GitHub redelivers within minutes, and a
 // few megabytes at most.
 const DefaultRemembered = 10000
 
-// rememberFor is how long a delivery ID or completed job is remembered:
+// rememberFor is how long a delivery ID is remembered:
 // GitHub lets a delivery be redelivered for three days.
 const rememberFor = 72 * time.Hour
 
@@ -39,12 +39,6 @@ func (r *recent) add(key string) bool {
 	}
 	r.c.Add(key, struct{}{})
 	return true
-}
-
-// has reports whether key is remembered.
-func (r *recent) has(key string) bool {
-	_, ok := r.c.Get(key)
-	return ok
 }
 
 // remove forgets key.

@@ -14,6 +14,8 @@ const (
 	OutcomeMalformed    = "malformed"
 	OutcomeTooLarge     = "too-large"
 	OutcomeFailed       = "failed"
+	OutcomeWrongScope   = "wrong-scope"
+	OutcomeBusy         = "busy"
 )
 
 // Metrics are the endpoint's metrics.

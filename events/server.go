@@ -34,7 +34,10 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(Path, s.Handler)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	// GitHub sends a few KiB and waits 10 s for the answer: a sender slower
+	// than that is not GitHub, and holds a delivery slot no longer.
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 15 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

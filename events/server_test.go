@@ -18,7 +18,7 @@ func TestServerServesThePath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, "", legacyPod("r-1", "acme"))
+	e := newEnv(t, "", nil, legacyPod("r-1", "acme"))
 	srv := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), Handler: e.h}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -28,6 +28,7 @@ func TestServerServesThePath(t *testing.T) {
 		body := `{"zen":"hi"}`
 		req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
 		req.Header.Set(HeaderEvent, "ping")
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set(HeaderSignature, Sign([]byte(body), testSecret))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/internal/jobannotation"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
@@ -73,9 +74,9 @@ type Options struct {
 	Client func(*ghclient.Credentials) (Runs, error)
 	// RunnerContainer names a guarded pod's runner container (false: not a runner pod).
 	RunnerContainer func(pod *corev1.Pod) (string, bool)
-	// EventsSecret verifies the job annotation (AnnotationJob) that names a
+	// JobKeys verifies the job annotation (AnnotationJob) that names a
 	// legacy runner pod's job; nil: legacy pods name no job.
-	EventsSecret []byte
+	JobKeys *jobannotation.Keyring
 	// Enabled re-runs lost jobs; off, their Events only say they were lost.
 	Enabled   bool
 	MaxPerRun int
@@ -151,7 +152,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("rerun client: %w", err)
 	}
 	w := &lossWatch{
-		reader: c, live: mgr.GetAPIReader(), writer: cl, namespace: o.Namespace, runnerContainer: o.RunnerContainer, credentials: o.Credentials, eventsSecret: o.EventsSecret, erServed: erServed,
+		reader: c, live: mgr.GetAPIReader(), writer: cl, namespace: o.Namespace, runnerContainer: o.RunnerContainer, credentials: o.Credentials, jobKeys: o.JobKeys, erServed: erServed,
 		creds: &credsMemo{m: map[string]*ghclient.Credentials{}}, now: o.Now, log: o.Log.WithName("lost"),
 		pending: map[types.NamespacedName]Record{}, jobs: map[types.NamespacedName]Job{},
 	}
@@ -272,7 +273,7 @@ type lossWatch struct {
 	namespace       string
 	runnerContainer func(*corev1.Pod) (string, bool)
 	credentials     func(context.Context, *corev1.Pod) *ghclient.Credentials
-	eventsSecret    []byte
+	jobKeys         *jobannotation.Keyring
 	// erServed: the API server serves EphemeralRunners (the cache holds them).
 	erServed bool
 	creds    *credsMemo
@@ -333,7 +334,7 @@ func (w *lossWatch) podDeleted(ctx context.Context, e event.TypedGenericEvent[*c
 	node, known := w.node(ctx, pod.Spec.NodeName)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	job, named := jobOf(pod, er, w.eventsSecret)
+	job, named := jobOf(pod, er, w.jobKeys)
 	if !named {
 		job, named = w.jobs[k]
 	}

@@ -7,8 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/runner-guard/runner-guard/events/jobannotation"
 	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/internal/jobannotation"
 )
 
 // AnnotationJob names a legacy runner pod's job: the events endpoint writes
@@ -19,7 +19,7 @@ const AnnotationJob = jobannotation.Annotation
 // (jobRepositoryName "owner/repo", workflowRunId, runnerName), else the
 // pod's AnnotationJob, verified with the events secret. A runner whose job
 // is not named cannot be re-run.
-func jobOf(pod *corev1.Pod, er *unstructured.Unstructured, eventsSecret []byte) (Job, bool) {
+func jobOf(pod *corev1.Pod, er *unstructured.Unstructured, jobKeys *jobannotation.Keyring) (Job, bool) {
 	if er != nil {
 		repo, _, _ := unstructured.NestedString(er.Object, "status", "jobRepositoryName")
 		runID, _, _ := unstructured.NestedInt64(er.Object, "status", "workflowRunId")
@@ -31,7 +31,7 @@ func jobOf(pod *corev1.Pod, er *unstructured.Unstructured, eventsSecret []byte) 
 			return Job{Repository: repo, RunID: runID, Runner: runner}, true
 		}
 	}
-	return legacyJob(pod, eventsSecret)
+	return legacyJob(pod, jobKeys)
 }
 
 // legacyJob is the job a workflow_job delivery put on a legacy (summerwind)
@@ -39,11 +39,11 @@ func jobOf(pod *corev1.Pod, er *unstructured.Unstructured, eventsSecret []byte) 
 // annotation that does not verify (forged, copied from another pod, or
 // written under another secret) names nothing: a tenant who can edit pods
 // cannot make runner-guard re-run a job of their choosing.
-func legacyJob(pod *corev1.Pod, eventsSecret []byte) (Job, bool) {
+func legacyJob(pod *corev1.Pod, jobKeys *jobannotation.Keyring) (Job, bool) {
 	if pod == nil {
 		return Job{}, false
 	}
-	j, ok := jobannotation.JobFromPod(pod, eventsSecret)
+	j, ok := jobKeys.JobFromPod(pod)
 	if !ok || strings.Count(j.Repository, "/") != 1 || j.RunID <= 0 {
 		return Job{}, false
 	}

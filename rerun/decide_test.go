@@ -8,7 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/runner-guard/runner-guard/events/jobannotation"
+	"github.com/runner-guard/runner-guard/internal/jobannotation"
+	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
 func ephemeralRunner(status map[string]any) *unstructured.Unstructured {
@@ -19,16 +20,16 @@ func ephemeralRunner(status map[string]any) *unstructured.Unstructured {
 }
 
 func TestJobOf(t *testing.T) {
-	secret := []byte("events-secret")
-	annotated := func(uid types.UID, j jobannotation.Job, key []byte) *corev1.Pod {
+	secret := "events-secret"
+	annotated := func(uid types.UID, j jobannotation.Job, key string) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "legacy-1", Namespace: "ci", UID: uid,
-			Annotations: map[string]string{AnnotationJob: jobannotation.Value(j, "uid-1", key)}}}
+			Annotations: map[string]string{AnnotationJob: fixture.JobAnnotation(t, key, j, jobannotation.StateInProgress, "uid-1")}}}
 	}
 	delivered := jobannotation.Job{Repository: "acme/app", RunID: 88, Attempt: 1, JobID: 901, Name: "build"}
 	tests := map[string]struct {
 		pod    *corev1.Pod
 		er     *unstructured.Unstructured
-		secret []byte
+		secret string
 		want   Job
 		ok     bool
 	}{
@@ -42,7 +43,7 @@ func TestJobOf(t *testing.T) {
 		"no EphemeralRunner":   {},
 		"legacy pod named by a delivery": {pod: annotated("uid-1", delivered, secret), secret: secret,
 			want: Job{Repository: "acme/app", RunID: 88, Runner: "legacy-1"}, ok: true},
-		"legacy annotation under another secret":  {pod: annotated("uid-1", delivered, []byte("forged")), secret: secret},
+		"legacy annotation under another secret":  {pod: annotated("uid-1", delivered, "forged"), secret: secret},
 		"legacy annotation copied to another pod": {pod: annotated("uid-2", delivered, secret), secret: secret},
 		"legacy annotation with events off":       {pod: annotated("uid-1", delivered, secret)},
 		"legacy annotation without a run":         {pod: annotated("uid-1", jobannotation.Job{Repository: "acme/app", JobID: 901}, secret), secret: secret},
@@ -53,7 +54,7 @@ func TestJobOf(t *testing.T) {
 			if pod == nil {
 				pod = &corev1.Pod{}
 			}
-			got, ok := jobOf(pod, tc.er, tc.secret)
+			got, ok := jobOf(pod, tc.er, fixture.JobKeys(t, tc.secret))
 			if ok != tc.ok || got != tc.want {
 				t.Errorf("jobOf = %+v, %v; want %+v, %v", got, ok, tc.want, tc.ok)
 			}

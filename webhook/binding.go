@@ -11,63 +11,6 @@ import (
 	"github.com/runner-guard/runner-guard/ghclient"
 )
 
-// scopeKindNamed reads the prefix of a binding's scope pattern.
-func scopeKindNamed(s string) (ghclient.ScopeKind, bool) {
-	switch strings.ToLower(s) {
-	case "enterprise":
-		return ghclient.ScopeEnterprise, true
-	case "org", "organization":
-		return ghclient.ScopeOrg, true
-	case "repo", "repository":
-		return ghclient.ScopeRepo, true
-	}
-	return "", false
-}
-
-// scopePattern is one parsed "KIND:GLOB" of a binding.
-type scopePattern struct {
-	kind ghclient.ScopeKind
-	glob string // lower case
-}
-
-// parseScopePattern reads "org:acme", "repo:acme/app-*" or "enterprise:big".
-func parseScopePattern(s string) (scopePattern, error) {
-	kind, glob, ok := strings.Cut(strings.TrimSpace(s), ":")
-	k, known := scopeKindNamed(kind)
-	switch {
-	case !ok || !known:
-		return scopePattern{}, fmt.Errorf("want enterprise:SLUG, org:ORG or repo:OWNER/REPO (each part may be a glob)")
-	case glob == "":
-		return scopePattern{}, fmt.Errorf("empty %s pattern", kind)
-	case strings.ContainsAny(glob, " \t\r\n?#%"):
-		return scopePattern{}, fmt.Errorf("invalid character in %q", glob)
-	case k == ghclient.ScopeRepo && strings.Count(glob, "/") != 1:
-		return scopePattern{}, fmt.Errorf("repo pattern %q: want OWNER/REPO", glob)
-	case k != ghclient.ScopeRepo && strings.Contains(glob, "/"):
-		return scopePattern{}, fmt.Errorf("%s pattern %q must not contain '/'", kind, glob)
-	}
-	if _, err := path.Match(glob, ""); err != nil {
-		return scopePattern{}, fmt.Errorf("pattern %q: %w", glob, err)
-	}
-	return scopePattern{kind: k, glob: strings.ToLower(glob)}, nil
-}
-
-// matches reports whether the pattern covers scope. An organization pattern
-// covers that organization's repositories too: the same credentials reach them.
-func (p scopePattern) matches(s ghclient.Scope) bool {
-	name := strings.ToLower(s.Name)
-	if p.kind == s.Kind {
-		ok, _ := path.Match(p.glob, name)
-		return ok
-	}
-	if p.kind == ghclient.ScopeOrg && s.Kind == ghclient.ScopeRepo {
-		owner, _, _ := strings.Cut(name, "/")
-		ok, _ := path.Match(p.glob, owner)
-		return ok
-	}
-	return false
-}
-
 // validate checks one binding; specs names the runner pod specs seen so far.
 func (b *ScopeBinding) validate(p *field.Path, specs map[string]bool) field.ErrorList {
 	var errs field.ErrorList
@@ -88,7 +31,7 @@ func (b *ScopeBinding) validate(p *field.Path, specs map[string]bool) field.Erro
 		errs = append(errs, field.Required(p.Child("scopes"), `name the scopes, e.g. "org:acme" or "repo:acme/*"`))
 	}
 	for i, s := range b.Scopes {
-		if _, err := parseScopePattern(s); err != nil {
+		if _, err := ghclient.ParseScopePattern(s); err != nil {
 			errs = append(errs, field.Invalid(p.Child("scopes").Index(i), s, err.Error()))
 		}
 	}
@@ -122,7 +65,7 @@ type scopeBindings []compiledBinding
 type compiledBinding struct {
 	ScopeBinding
 	name     string
-	patterns []scopePattern
+	patterns []ghclient.ScopePattern
 }
 
 // compileBindings parses validated bindings.
@@ -131,7 +74,7 @@ func compileBindings(bs []ScopeBinding) scopeBindings {
 	for i, b := range bs {
 		cb := compiledBinding{ScopeBinding: b, name: b.displayName(i)}
 		for _, s := range b.Scopes {
-			if p, err := parseScopePattern(s); err == nil {
+			if p, err := ghclient.ParseScopePattern(s); err == nil {
 				cb.patterns = append(cb.patterns, p)
 			}
 		}
@@ -156,7 +99,7 @@ func (bs scopeBindings) scopeNotBound(namespace, spec string, scope ghclient.Sco
 			continue
 		}
 		for _, p := range b.patterns {
-			if p.matches(scope) {
+			if p.Matches(scope) {
 				return ""
 			}
 		}

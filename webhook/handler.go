@@ -22,6 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/runner-guard/runner-guard/internal/jobannotation"
 )
 
 // Path is where the handler is served; the manifests point every webhook entry here.
@@ -54,10 +56,10 @@ type Options struct {
 	Scheme *runtime.Scheme
 	// Now is the clock of the recently-admitted memory; defaults to time.Now.
 	Now func() time.Time
-	// EventsSecret is the GitHub webhook secret (--github-webhook-secret-file):
+	// JobKeys is the GitHub webhook secret (--github-webhook-secret-file):
 	// a runner-guard.io/job annotation it verifies refuses as busy (rule
 	// 4h); nil trusts none.
-	EventsSecret []byte
+	JobKeys *jobannotation.Keyring
 }
 
 // Handler is the admission.Handler for DELETE pods and CREATE pods/eviction.
@@ -95,7 +97,7 @@ func NewHandler(o Options) (*Handler, error) {
 		o.Now = time.Now
 	}
 	d := newDecider(o.Config, o.GitHub, o.Pods, o.Now)
-	d.policy.EventsSecret = o.EventsSecret
+	d.policy.JobKeys = o.JobKeys
 	d.metrics = o.Metrics
 	if o.Metrics != nil && d.resolver.bindings.open() {
 		o.Metrics.ScopesOpen.Set(1)

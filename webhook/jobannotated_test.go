@@ -6,11 +6,12 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 
-	"github.com/runner-guard/runner-guard/events/jobannotation"
+	"github.com/runner-guard/runner-guard/internal/jobannotation"
+	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
 func TestRuleJobAnnotated(t *testing.T) {
-	secret := []byte("events-secret")
+	secret := "events-secret"
 	job := jobannotation.Job{Repository: "acme/app", RunID: 3, Attempt: 1, JobID: 77, Name: "build"}
 	annotated := func(value string) review {
 		r := deleteOnPod
@@ -18,9 +19,9 @@ func TestRuleJobAnnotated(t *testing.T) {
 		r.Pod.Annotations = map[string]string{jobannotation.Annotation: value}
 		return r
 	}
-	signed := annotated(jobannotation.Value(job, string(runningPod.UID), secret))
+	signed := annotated(fixture.JobAnnotation(t, secret, job, jobannotation.StateInProgress, string(runningPod.UID)))
 	withSecret := testPolicy(OnErrorDeny)
-	withSecret.EventsSecret = secret
+	withSecret.JobKeys = fixture.JobKeys(t, secret)
 	bypass := withSecret
 	bypass.BypassUsers = []string{"admin"}
 	byAdmin := signed
@@ -34,11 +35,13 @@ func TestRuleJobAnnotated(t *testing.T) {
 			msg: []string{"runner busy", `job "build" (ID 77)`, "acme/app", "GitHub not asked"}}},
 		"signed job, eviction: 429": {withOp(signed, OperationEvict), withSecret, wantDecision{applies: true, reason: ReasonJobAnnotated,
 			code: http.StatusTooManyRequests, retryAfter: DefaultBusyRetryAfter, event: EventRunnerBusy, msg: []string{"runner busy"}}},
-		"forged mac: passes":       {annotated(jobannotation.Value(job, string(runningPod.UID), []byte("guess"))), withSecret, wantDecision{}},
-		"copied from another pod":  {annotated(jobannotation.Value(job, "another-uid", secret)), withSecret, wantDecision{}},
-		"events off: passes":       {signed, testPolicy(OnErrorDeny), wantDecision{}},
-		"no annotation: passes":    {deleteOnPod, withSecret, wantDecision{}},
-		"dry run: its look-up":     {withDryRun(signed), withSecret, wantDecision{}},
+		"forged mac: passes":      {annotated(fixture.JobAnnotation(t, "guess", job, jobannotation.StateInProgress, string(runningPod.UID))), withSecret, wantDecision{}},
+		"copied from another pod": {annotated(fixture.JobAnnotation(t, secret, job, jobannotation.StateInProgress, "another-uid")), withSecret, wantDecision{}},
+		"events off: passes":      {signed, testPolicy(OnErrorDeny), wantDecision{}},
+		"no annotation: passes":   {deleteOnPod, withSecret, wantDecision{}},
+		"dry run: as the delete": {withDryRun(signed), withSecret, wantDecision{applies: true, reason: ReasonJobAnnotated, code: http.StatusForbidden, event: EventRunnerBusy,
+			msg: []string{"runner busy"}}},
+		"completed job: passes":    {annotated(fixture.JobAnnotation(t, secret, job, jobannotation.StateCompleted, string(runningPod.UID))), withSecret, wantDecision{}},
 		"bypass user: its look-up": {byAdmin, bypass, wantDecision{}},
 	}
 	for name, tc := range tests {

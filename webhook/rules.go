@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/internal/jobannotation"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
@@ -201,9 +202,9 @@ type policy struct {
 	// OnErrorSource says where OnError was set, for messages: "--on-error=deny",
 	// "onError: deny in --config" or "the default onError: deny".
 	OnErrorSource string
-	// EventsSecret verifies the runner-guard.io/job annotation (rule 4h);
+	// JobKeys verifies the runner-guard.io/job annotation (rule 4h);
 	// nil: no annotation is trusted.
-	EventsSecret []byte
+	JobKeys *jobannotation.Keyring
 }
 
 // GitHub is what the decision needs from GitHub; *ghclient.Router implements

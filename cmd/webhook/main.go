@@ -137,7 +137,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	if err := opts.rerun.check(); err != nil {
 		return err
 	}
-	eventsSecret, err := opts.events.secret()
+	webhookSecrets, err := opts.events.load()
 	if err != nil {
 		return err
 	}
@@ -277,12 +277,12 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		Events:        events,
 		Metrics:       hMetrics,
 		Scheme:        mgr.GetScheme(),
-		EventsSecret:  eventsSecret,
+		JobKeys:       webhookSecrets.keys,
 	})
 	if err != nil {
 		return err
 	}
-	if err := addEventsServer(mgr, opts.events.bindAddress, eventsSecret, live, handler, hcfg.RunnerNamespaces, logger.WithName("events")); err != nil {
+	if err := addEventsServer(mgr, opts.events.bindAddress, webhookSecrets, live, handler, hcfg.RunnerNamespaces, logger.WithName("events")); err != nil {
 		return err
 	}
 	// GetWebhookServer, not server: the manager starts the server only once it has been asked for it.
@@ -300,12 +300,12 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 					Hints: opts.disruption.hints(), Budgets: opts.disruption.budgets, Drain: opts.disruption.drain,
 					BusyRetryMax: opts.disruption.busyRetryMax, Events: events, Metrics: dMetrics, Log: logger.WithName("disruption"),
 					// Watched only where runner-guard guards pods (and is granted them).
-					Namespaces: hcfg.RunnerNamespaces, EventsSecret: eventsSecret,
+					Namespaces: hcfg.RunnerNamespaces, JobKeys: webhookSecrets.keys,
 				}); err != nil {
 					return err
 				}
 				return opts.rerun.setup(cmgr, rerunSetup{handler: handler, router: gh, namespace: opts.disruption.leaseNamespace(getenv),
-					runnerNamespaces: hcfg.RunnerNamespaces, podDeletes: deletes, eventsSecret: eventsSecret, events: events, metrics: rerunMetrics, log: logger.WithName("rerun")})
+					runnerNamespaces: hcfg.RunnerNamespaces, podDeletes: deletes, jobKeys: webhookSecrets.keys, events: events, metrics: rerunMetrics, log: logger.WithName("rerun")})
 			})
 		if controllers.restart, err = addARCServed(mgr, restCfg, logger.WithName("disruption")); err != nil {
 			return err
@@ -336,6 +336,9 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		return fmt.Errorf("readyz: %w", err)
 	}
 
+	if !handler.ScopesOpen() && opts.events.secretFile != "" {
+		log.Info(singleSecretWarning)
+	}
 	if handler.ScopesOpen() {
 		log.Info("WARNING: no scopeBindings in --config: a runner pod in any guarded namespace may name any GitHub scope, and runner-guard unregisters runners there with its credentials; bind namespaces to scopes to stop that (metric runner_guard_scope_bindings_open=1)")
 	}

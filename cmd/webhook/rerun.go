@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/internal/jobannotation"
 	"github.com/runner-guard/runner-guard/rerun"
 	"github.com/runner-guard/runner-guard/webhook"
 )
@@ -78,7 +79,7 @@ func (f *rerunFlags) setup(mgr ctrl.Manager, o rerunSetup) error {
 		},
 		RunnerContainer: o.handler.RunnerContainer,
 		PodDeletes:      o.podDeletes,
-		EventsSecret:    o.eventsSecret,
+		JobKeys:         o.jobKeys,
 		Enabled:         f.enabled, MaxPerRun: f.maxPerRun,
 		Events: o.events, Metrics: o.metrics, Log: o.log,
 	})
@@ -91,7 +92,7 @@ type rerunSetup struct {
 	namespace        string
 	runnerNamespaces []string
 	podDeletes       *rerun.PodDeletes
-	eventsSecret     []byte
+	jobKeys          *jobannotation.Keyring
 	events           events.EventRecorder
 	metrics          *rerun.Metrics
 	log              logr.Logger

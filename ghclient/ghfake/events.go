@@ -28,6 +28,9 @@ type Events struct {
 	URL string `json:"url"`
 	// Secret signs them (X-Hub-Signature-256); empty sends them unsigned.
 	Secret string `json:"secret"`
+	// Secrets, by organization login, sign that organization's deliveries
+	// instead: each organization's webhook has its own secret.
+	Secrets map[string]string `json:"secrets,omitempty"`
 	// Repository is the job's repository for a runner of an organization
 	// or enterprise scope (default ORG/app; an enterprise's org is its slug).
 	Repository string `json:"repository,omitempty"`
@@ -96,6 +99,9 @@ type eventJob struct {
 	id, runID  int64
 	attempt    int
 	name, repo string // repo "": the sender's default for the scope
+	// started is when the job started; completed when it ended (zero
+	// while it runs).
+	started, completed time.Time
 }
 
 // jobChanged sends the delivery of a runner's job starting (busy) or ending.
@@ -107,9 +113,10 @@ func (f *Fake) jobChanged(scope ghclient.Scope, name string, runnerID int64, bus
 	if busy {
 		job = f.runningJobLocked(name, runnerID)
 	}
+	now := f.now()
 	f.mu.Unlock()
 	if s != nil {
-		s.jobChanged(scope, name, runnerID, busy, job)
+		s.jobChanged(scope, name, runnerID, busy, job, now)
 	}
 }
 
@@ -127,7 +134,7 @@ func (f *Fake) runningJobLocked(runner string, runnerID int64) eventJob {
 	return eventJob{}
 }
 
-func (s *eventSender) jobChanged(scope ghclient.Scope, name string, runnerID int64, busy bool, running eventJob) {
+func (s *eventSender) jobChanged(scope ghclient.Scope, name string, runnerID int64, busy bool, running eventJob, now time.Time) {
 	key := fmt.Sprintf("%v/%s", keyOf(scope), name)
 	s.mu.Lock()
 	var job eventJob
@@ -137,9 +144,11 @@ func (s *eventSender) jobChanged(scope ghclient.Scope, name string, runnerID int
 			s.nextJob++
 			job = eventJob{id: s.nextJob, runID: s.nextJob * 10, attempt: 1, name: "build"}
 		}
+		job.started = now
 		s.jobs[key] = job
 	} else {
 		job = s.jobs[key]
+		job.completed = now
 		delete(s.jobs, key)
 	}
 	s.mu.Unlock()
@@ -198,8 +207,12 @@ func (s *eventSender) payload(scope ghclient.Scope, name string, runnerID int64,
 		"conclusion": nil, "labels": []string{"self-hosted"}, "runner_id": runnerID,
 		"runner_name": name, "runner_group_name": "Default",
 	}
+	// GitHub's timestamps are ISO 8601 to the second.
+	job["started_at"] = j.started.UTC().Format(time.RFC3339)
+	job["completed_at"] = nil
 	if action == "completed" {
 		job["conclusion"] = "success"
+		job["completed_at"] = j.completed.UTC().Format(time.RFC3339)
 	}
 	p := map[string]any{
 		"action":       action,
@@ -239,6 +252,21 @@ func (s *eventSender) send(action, runner string, jobID int64, body []byte) {
 	}
 }
 
+// secretFor is the secret of the webhook of the delivery's organization.
+func (s *eventSender) secretFor(body []byte) string {
+	var p struct {
+		Organization struct {
+			Login string `json:"login"`
+		} `json:"organization"`
+	}
+	if err := json.Unmarshal(body, &p); err == nil {
+		if secret, ok := s.cfg.Secrets[p.Organization.Login]; ok {
+			return secret
+		}
+	}
+	return s.cfg.Secret
+}
+
 func (s *eventSender) post(event, guid string, body []byte) (int, string) {
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, s.cfg.URL, bytes.NewReader(body))
 	if err != nil {
@@ -249,8 +277,8 @@ func (s *eventSender) post(event, guid string, body []byte) (int, string) {
 	req.Header.Set("X-GitHub-Event", event)
 	req.Header.Set("X-GitHub-Delivery", guid)
 	req.Header.Set("X-GitHub-Hook-ID", "1")
-	if s.cfg.Secret != "" {
-		req.Header.Set("X-Hub-Signature-256", SignDelivery(body, []byte(s.cfg.Secret)))
+	if secret := s.secretFor(body); secret != "" {
+		req.Header.Set("X-Hub-Signature-256", SignDelivery(body, []byte(secret)))
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {

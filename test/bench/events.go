@@ -15,7 +15,7 @@ import (
 
 	"github.com/runner-guard/runner-guard/disruption"
 	"github.com/runner-guard/runner-guard/events"
-	"github.com/runner-guard/runner-guard/events/jobannotation"
+	"github.com/runner-guard/runner-guard/internal/jobannotation"
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/e2e/framework"
@@ -179,6 +179,7 @@ func (b *eventsBench) forged(ctx context.Context, e *env) error {
 			return err
 		}
 		req.Header.Set(events.HeaderEvent, "workflow_job")
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set(events.HeaderDelivery, fmt.Sprintf("forged-%d", i))
 		switch i % 3 {
 		case 0: // unsigned

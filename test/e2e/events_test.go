@@ -13,8 +13,9 @@ import (
 
 	"github.com/runner-guard/runner-guard/disruption"
 	"github.com/runner-guard/runner-guard/events"
-	"github.com/runner-guard/runner-guard/events/jobannotation"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
+	"github.com/runner-guard/runner-guard/internal/jobannotation"
+	"github.com/runner-guard/runner-guard/test/fixture"
 	"github.com/runner-guard/runner-guard/test/process"
 )
 
@@ -57,7 +58,7 @@ func (s *scenario) jobOf(name string) (jobannotation.Job, bool) {
 	if p == nil {
 		return jobannotation.Job{}, false
 	}
-	return jobannotation.JobFromPod(p, []byte(eventsSecret))
+	return fixture.JobKeys(s.t, eventsSecret).JobFromPod(p)
 }
 
 // eventsMetric is runner_guard_events_total for a workflow_job outcome.
@@ -108,6 +109,7 @@ func TestEventsGiveLegacyPodsTheirJob(t *testing.T) {
 	for name, sig := range map[string]string{"unsigned": "", "another secret": events.Sign([]byte(completed), []byte("guess"))} {
 		req, _ := http.NewRequestWithContext(s.ctx, http.MethodPost, url, strings.NewReader(completed))
 		req.Header.Set(events.HeaderEvent, "workflow_job")
+		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set(events.HeaderDelivery, "forged-"+name)
 		if sig != "" {
 			req.Header.Set(events.HeaderSignature, sig)

@@ -11,8 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/runner-guard/runner-guard/events"
-	"github.com/runner-guard/runner-guard/events/jobannotation"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
+	"github.com/runner-guard/runner-guard/internal/jobannotation"
+	"github.com/runner-guard/runner-guard/test/fixture"
 	"github.com/runner-guard/runner-guard/test/process"
 )
 
@@ -134,7 +135,7 @@ func (s *scenario) waitJob(pod string) jobannotation.Job {
 			return err
 		}
 		var ok bool
-		if job, ok = jobannotation.JobFromPod(p, []byte(eventsSecret)); !ok {
+		if job, ok = fixture.JobKeys(s.t, eventsSecret).JobFromPod(p); !ok {
 			return fmt.Errorf("%w: annotations %v", errNotYet, p.Annotations)
 		}
 		return nil
