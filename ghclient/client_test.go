@@ -866,12 +866,16 @@ func TestGitHubAppAuth(t *testing.T) {
 	}
 
 	tests := map[string]struct {
-		prefix   string
-		appKey   *rsa.PublicKey
-		checkErr func(*testing.T, error)
+		prefix string
+		appKey *rsa.PublicKey
+		// stateless: GitHub issues tokens in its new format (a ghs_ JWT).
+		stateless bool
+		checkErr  func(*testing.T, error)
 	}{
-		"github.com":        {appKey: &key.PublicKey},
-		"GHES under api/v3": {prefix: "/api/v3", appKey: &key.PublicKey},
+		"github.com":                    {appKey: &key.PublicKey},
+		"GHES under api/v3":             {prefix: "/api/v3", appKey: &key.PublicKey},
+		"github.com, new token format":  {appKey: &key.PublicKey, stateless: true},
+		"GHES under api/v3, new format": {prefix: "/api/v3", appKey: &key.PublicKey, stateless: true},
 		"JWT signed with the wrong key": {
 			appKey:   &otherKey.PublicKey,
 			checkErr: wantErrContaining(`remove runner "r1"`, "401"),
@@ -879,7 +883,11 @@ func TestGitHubAppAuth(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			e := newEnv(t, func(c *ghclient.Config) {
+			opts := []ghfake.Option{ghfake.WithToken(testToken), ghfake.WithScopes(org, repo, ent)}
+			if tc.stateless {
+				opts = append(opts, ghfake.WithStatelessTokens())
+			}
+			e := newEnvWith(t, ghfake.New(opts...), func(c *ghclient.Config) {
 				c.Token = ""
 				c.BaseURL += tc.prefix
 				c.App = &ghclient.AppCredentials{AppID: 42, InstallationID: 7, PrivateKeyPEM: keyPEM}
@@ -909,8 +917,12 @@ func TestGitHubAppAuth(t *testing.T) {
 				fmt.Sprintf("DELETE %s%s/%d", tc.prefix, orgRunners, id2),
 			})
 			reqs := e.fake.Requests()
-			if auth := reqs[1].Header.Get("Authorization"); !strings.HasPrefix(auth, "token ghs_") {
+			auth := reqs[1].Header.Get("Authorization")
+			if !strings.HasPrefix(auth, "token ghs_") {
 				t.Errorf("runner request Authorization = %q, want the installation token", auth)
+			}
+			if stateless := strings.Count(auth, ".") == 2 && len(auth) > 500; stateless != tc.stateless {
+				t.Errorf("runner request token of %d characters with %d dots; want the new format: %v", len(auth)-len("token "), strings.Count(auth, "."), tc.stateless)
 			}
 			for _, r := range reqs[1:] {
 				if r.Status != http.StatusNoContent {

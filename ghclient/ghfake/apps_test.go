@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -311,5 +312,45 @@ func TestRemoteControl(t *testing.T) {
 	}
 	if err := g.SetStyle(ctx, "bogus"); err == nil {
 		t.Error("unknown style accepted")
+	}
+}
+
+// Installation tokens come in GitHub's old format (ghs_ and 40 characters)
+// unless the request asks for the new one (X-GitHub-Stateless-S2S-Token:
+// enabled) or the fake issues it always; a new one (a ghs_ JWT of about 520
+// characters) authenticates like an old one.
+func TestInstallationTokenFormats(t *testing.T) {
+	old := regexp.MustCompile(`^ghs_[0-9a-f]{40}$`)
+	stateless := regexp.MustCompile(`^ghs_[A-Za-z0-9_]+\.[A-Za-z0-9_]+\.[A-Za-z0-9_]+$`)
+	for name, tc := range map[string]struct {
+		opts   []ghfake.Option
+		header bool
+		want   *regexp.Regexp
+	}{
+		"default":           {want: old},
+		"asked for":         {header: true, want: stateless},
+		"issued always":     {opts: []ghfake.Option{ghfake.WithStatelessTokens()}, want: stateless},
+		"always, and asked": {opts: []ghfake.Option{ghfake.WithStatelessTokens()}, header: true, want: stateless},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f, srv := serve(t, append(tc.opts, ghfake.WithScopes(org))...)
+			key := newKey(t)
+			f.AddApp(appID, &key.PublicKey)
+			acme := f.AddInstallation(appID, "acme")
+			h := bearer(appJWT(t, key))
+			if tc.header {
+				h[ghfake.StatelessTokenHeader] = "enabled"
+			}
+			tok := tokenOf(t, do(t, http.MethodPost, fmt.Sprintf("%s/app/installations/%d/access_tokens", srv.URL, acme), h))
+			if !tc.want.MatchString(tok) {
+				t.Fatalf("token %q (%d characters) does not match %s", tok, len(tok), tc.want)
+			}
+			if tc.want == stateless && (len(tok) < 500 || len(tok) > 540) {
+				t.Fatalf("a new-format token of %d characters, want about 520", len(tok))
+			}
+			if a := do(t, http.MethodGet, srv.URL+"/orgs/acme/actions/runners", map[string]string{"Authorization": "token " + tok}); a.status != http.StatusOK {
+				t.Fatalf("listing with the token: %d %s", a.status, a.body)
+			}
+		})
 	}
 }

@@ -25,7 +25,6 @@ package ghfake
 import (
 	"context"
 	"crypto"
-	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
 	"encoding/base64"
@@ -236,6 +235,8 @@ type Fake struct {
 	// held is every owner, repository and enterprise that exists.
 	held    map[scopeKey]bool
 	lenient Leniency
+	// statelessTokens issues every installation token in the new format.
+	statelessTokens bool
 
 	token     string
 	tokens    map[string]bool // AddToken's
@@ -919,7 +920,8 @@ func (f *Fake) answerLocked(r *http.Request, cred string) response {
 		if limited, ok := f.spendPrimaryLocked(h, cred, now); !ok {
 			return limited
 		}
-		return f.issueTokenLocked(h, appID, parts[2], now)
+		stateless := f.statelessTokens || strings.EqualFold(r.Header.Get(StatelessTokenHeader), "enabled")
+		return f.issueTokenLocked(h, appID, parts[2], now, stateless)
 	}
 	if owner, repo, ok := installationLookup(r.Method, parts); ok {
 		appID, denied, ok := f.authenticateAppLocked(r, h, now)
@@ -1202,7 +1204,8 @@ func credential(r *http.Request) (string, bool) {
 // AddInstallation must belong to that App and yields a token scoped to its
 // owners; any other ID answers 404, unless Leniency.AuthOff lets an App with
 // no installations have an unscoped token for any ID.
-func (f *Fake) issueTokenLocked(h http.Header, appID int64, idStr string, now time.Time) response {
+// stateless issues the token in GitHub's new format.
+func (f *Fake) issueTokenLocked(h http.Header, appID int64, idStr string, now time.Time, stateless bool) response {
 	id, err := strconv.ParseInt(idStr, 10, 64)
 	if err != nil {
 		return notFound(h)
@@ -1217,9 +1220,10 @@ func (f *Fake) issueTokenLocked(h http.Header, appID int64, idStr string, now ti
 	case !known:
 		id = 0
 	}
-	var b [20]byte
-	_, _ = rand.Read(b[:])
-	issued := "ghs_" + hex.EncodeToString(b[:])
+	issued := opaqueToken()
+	if stateless {
+		issued = statelessToken()
+	}
 	exp := now.Add(installTokenTTL)
 	f.appTokens[issued] = issuedToken{expires: exp, install: id, credentialID: credentialID}
 	return jsonResponse(http.StatusCreated, h, map[string]any{

@@ -41,6 +41,11 @@ func Lenient() Option { return WithLeniency(Leniency{AnyScope: true, AuthOff: tr
 // WithLeniency sets the leniencies l names.
 func WithLeniency(l Leniency) Option { return func(f *Fake) { f.lenient = l } }
 
+// WithStatelessTokens has every installation token issued in GitHub's new
+// format (see StatelessTokenHeader), as GitHub will once the format is the
+// default, whether or not the request asks for it.
+func WithStatelessTokens() Option { return func(f *Fake) { f.statelessTokens = true } }
+
 // WithListingDelay is SetListingDelay.
 func WithListingDelay(d time.Duration) Option { return func(f *Fake) { f.listingDelay = d } }
 
