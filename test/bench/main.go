@@ -161,6 +161,7 @@ func run() ([]figure, error) {
 		{"certificate rotation during 64 clients' reviews on a real API server", (*env).rotationUnderLoad},
 		{"disruption budgets on a real API server: evictions at once, a drain", (*env).budgetRun},
 		{"GitHub's workflow_job events on a real API server: hint lag, requests, forgeries", (*env).eventsRun},
+		{"GitHub's events endpoint under attack on a real API server: flood memory, admission meanwhile, stale and cross-scope deliveries", (*env).eventsAttack},
 		{"100 jobs lost in 10 runs: re-run path", (*env).lostJobs},
 	}
 	for _, s := range steps {
