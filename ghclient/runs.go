@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/google/go-github/v93/github"
 )
@@ -17,6 +18,12 @@ type WorkflowRun struct {
 	// until the run completes, then success, failure, cancelled, ...
 	Status, Conclusion string
 	Attempt            int
+	// Path is the workflow file the run ran, as GitHub's path names it
+	// (".github/workflows/ci.yml").
+	Path string
+	// Started is the run's run_started_at (created_at when GitHub gives
+	// none; zero when neither): GitHub re-runs nothing 30 days after.
+	Started time.Time
 }
 
 // Completed reports whether GitHub would re-run the run's jobs now.
@@ -60,7 +67,12 @@ func (c *Client) WorkflowRun(ctx context.Context, repo Scope, runID int64) (Work
 		return WorkflowRun{}, c.runsError(op, repo, resp, err)
 	}
 	c.noteScopes(resp)
-	return WorkflowRun{ID: run.GetID(), Status: run.GetStatus(), Conclusion: run.GetConclusion(), Attempt: run.GetRunAttempt()}, nil
+	started := run.GetRunStartedAt().Time
+	if started.IsZero() {
+		started = run.GetCreatedAt().Time
+	}
+	return WorkflowRun{ID: run.GetID(), Status: run.GetStatus(), Conclusion: run.GetConclusion(), Attempt: run.GetRunAttempt(),
+		Path: run.GetPath(), Started: started}, nil
 }
 
 // AttemptJobs lists the jobs of the run's attempt (all pages).

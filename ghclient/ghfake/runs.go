@@ -28,6 +28,10 @@ import (
 //     have;
 //   - POST .../actions/runs/{run_id}/rerun-failed-jobs: the same for every
 //     job of the latest attempt that failed;
+//   - a run is re-run at most 50 times (GitHub changelog, 2026-04-10): a
+//     re-run of a run at attempt MaxRunAttempts answers 403;
+//   - a run renders its workflow file as path (".github/workflows/NAME.yml"),
+//     created_at and run_started_at (ISO 8601);
 //   - GET /rate_limit: free of the primary limit; like every answer to a
 //     classic token it carries X-OAuth-Scopes.
 //
@@ -64,6 +68,10 @@ type WorkflowRun struct {
 	Status     string  `json:"status"`
 	Conclusion *string `json:"conclusion"`
 	RunAttempt int     `json:"run_attempt"`
+	// Path is the workflow file, as GitHub names it: ".github/workflows/ci.yml".
+	Path         string    `json:"path"`
+	CreatedAt    time.Time `json:"created_at"`
+	RunStartedAt time.Time `json:"run_started_at"`
 	// Repository is "owner/repo" (GitHub nests it as repository.full_name).
 	Repository string `json:"-"`
 }
@@ -124,14 +132,21 @@ var (
 	ErrNoJob = errors.New("no such job")
 )
 
+// MaxRunAttempts is how many attempts GitHub lets a run have: a run is
+// re-run at most 50 times (GitHub changelog, 2026-04-10).
+const MaxRunAttempts = 50
+
 // AddRun starts a workflow run of repository ("owner/repo") in attempt 1,
-// in progress, and returns its ID.
+// in progress, now, from the workflow file .github/workflows/NAME.yml, and
+// returns its ID.
 func (f *Fake) AddRun(repository, name string) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.wf.init()
 	f.wf.nextID++
-	f.wf.runs[f.wf.nextID] = &WorkflowRun{ID: f.wf.nextID, Name: name, Status: StatusInProgress, RunAttempt: 1, Repository: strings.ToLower(repository)}
+	now := f.now().UTC().Truncate(time.Second)
+	f.wf.runs[f.wf.nextID] = &WorkflowRun{ID: f.wf.nextID, Name: name, Status: StatusInProgress, RunAttempt: 1, Repository: strings.ToLower(repository),
+		Path: ".github/workflows/" + name + ".yml", CreatedAt: now, RunStartedAt: now}
 	return f.wf.nextID
 }
 
@@ -418,6 +433,9 @@ func (f *Fake) mayWriteActionsLocked(install int64) bool {
 func (f *Fake) rerunLocked(h http.Header, run *WorkflowRun, pick func(*WorkflowJob) bool) response {
 	if run.Status != StatusCompleted {
 		return errorResponse(http.StatusForbidden, h, "Unable to re-run a workflow run that is not completed.")
+	}
+	if run.RunAttempt >= MaxRunAttempts {
+		return errorResponse(http.StatusForbidden, h, "This workflow run has reached the maximum number of attempts.")
 	}
 	jobs := f.attemptJobsLocked(run, run.RunAttempt)
 	again := map[string]bool{}

@@ -323,3 +323,36 @@ func TestRateLimitEndpoint(t *testing.T) {
 		t.Errorf("wrong token: %d, want 401", a.status)
 	}
 }
+
+// A run renders the fields GitHub's reference gives it (path, created_at,
+// run_started_at), and GitHub re-runs a run at most 50 times: a run at
+// attempt 50 answers 403.
+func TestWorkflowRunPathStartAndAttemptCap(t *testing.T) {
+	f, srv := serve(t)
+	run := f.AddRun("acme/app", "nightly")
+	job, _ := f.AddJob(run, "build", "runner-a")
+	base := fmt.Sprintf("%s/repos/acme/app/actions/runs/%d", srv.URL, run)
+	got := decodeJSON[map[string]any](t, do(t, http.MethodGet, base, nil))
+	if got["path"] != ".github/workflows/nightly.yml" || got["run_started_at"] == nil || got["created_at"] == nil {
+		t.Fatalf("run: %v", got)
+	}
+	for attempt := 1; attempt < ghfake.MaxRunAttempts; attempt++ {
+		_ = f.FinishJob(job, ghfake.ConclusionFailure)
+		_ = f.CompleteRun(run, ghfake.ConclusionFailure)
+		if a := do(t, http.MethodPost, base+"/rerun-failed-jobs", nil); a.status != http.StatusCreated {
+			t.Fatalf("re-run of attempt %d: %d %s", attempt, a.status, a.body)
+		}
+		jobs := f.Jobs(run, attempt+1)
+		job = jobs[0].ID
+	}
+	_ = f.CompleteRun(run, ghfake.ConclusionFailure)
+	if r, _ := f.Run(run); r.RunAttempt != ghfake.MaxRunAttempts {
+		t.Fatalf("attempt %d", r.RunAttempt)
+	}
+	if a := do(t, http.MethodPost, base+"/rerun-failed-jobs", nil); a.status != http.StatusForbidden {
+		t.Errorf("re-run of attempt %d: %d %s, want 403", ghfake.MaxRunAttempts, a.status, a.body)
+	}
+	if a := do(t, http.MethodPost, fmt.Sprintf("%s/repos/acme/app/actions/jobs/%d/rerun", srv.URL, job), nil); a.status != http.StatusForbidden {
+		t.Errorf("job re-run at attempt %d: %d %s, want 403", ghfake.MaxRunAttempts, a.status, a.body)
+	}
+}
