@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -116,7 +117,7 @@ func (a *applier) runnerPods(ctx context.Context, p workflowJob, secret *Secret)
 }
 
 // record writes rec onto the pod unless the pod's verified record is the
-// job's end or a later job. The pod is read live and written with its
+// job's end or a later job, or the job started before the pod. The pod is read live and written with its
 // resourceVersion as precondition, so concurrent deliveries (on any
 // replica) converge on the latest record.
 func (a *applier) record(ctx context.Context, candidate corev1.Pod, rec jobannotation.Record) (string, error) {
@@ -131,6 +132,9 @@ func (a *applier) record(ctx context.Context, candidate corev1.Pod, rec jobannot
 		}
 		if pod.UID != candidate.UID || pod.DeletionTimestamp != nil {
 			return OutcomeNoPod, nil
+		}
+		if startedBeforePod(rec, &pod) {
+			return OutcomeStale, nil
 		}
 		cur, err := a.keys.Read(&pod)
 		if !jobannotation.Supersedes(rec, cur, err == nil) {
@@ -155,6 +159,16 @@ func (a *applier) record(ctx context.Context, candidate corev1.Pod, rec jobannot
 		return OutcomeApplied, nil
 	}
 	return "", fmt.Errorf("pod %s kept changing while its job record was written", key)
+}
+
+// clockSkew is how far GitHub's clock and the API server's may differ.
+const clockSkew = 2 * time.Minute
+
+// startedBeforePod reports whether rec is a job in progress that started
+// before the pod existed: a runner registers from its pod, so such a job ran
+// on an earlier pod of the same name (a replayed delivery), not on this one.
+func startedBeforePod(rec jobannotation.Record, pod *corev1.Pod) bool {
+	return rec.Running() && !pod.CreationTimestamp.IsZero() && rec.At.Before(pod.CreationTimestamp.Add(-clockSkew))
 }
 
 // patch sets the annotation with the pod's resourceVersion as precondition.

@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -296,6 +297,26 @@ func TestDeliveriesFollowTheJob(t *testing.T) {
 	send("d-6", ActionInProgress, 43)
 	if job, ok := e.job(t, "r-1"); !ok || job.JobID != 43 {
 		t.Fatalf("next job: %+v, %v", job, ok)
+	}
+}
+
+// A job that started before its runner's pod existed ran on an earlier pod
+// of the same name: its in_progress, replayed, holds nothing here.
+func TestJobOlderThanThePodIsStale(t *testing.T) {
+	pod := legacyPod("r-1", "acme")
+	pod.CreationTimestamp = metav1.NewTime(t0.Add(time.Hour))
+	e := newEnv(t, "", nil, pod)
+	if code := e.deliver(t, "workflow_job", "d-1", payload(ActionInProgress, "r-1", 1, "acme/app"), testSecret); code != 200 {
+		t.Fatalf("code %d", code)
+	}
+	if _, ok := e.job(t, "r-1"); ok || e.outcomes("workflow_job", OutcomeStale) != 1 {
+		t.Fatalf("a job started an hour before the pod: held %v, stale %v", ok, e.outcomes("workflow_job", OutcomeStale))
+	}
+	if code := e.deliver(t, "workflow_job", "d-2", payload(ActionInProgress, "r-1", 61, "acme/app"), testSecret); code != 200 {
+		t.Fatalf("code %d", code)
+	}
+	if _, ok := e.job(t, "r-1"); !ok {
+		t.Fatal("a job started after the pod is not held")
 	}
 }
 
