@@ -37,8 +37,8 @@ func NewMetrics() *Metrics {
 		}),
 		JobsLost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runner_guard_jobs_lost_total",
-			Help: "Jobs that did not succeed after their runner pod went away holding them (GitHub's word, once the run completed), by why the pod went.",
-		}, []string{"cause"}),
+			Help: "Jobs whose runner pod went away holding them, by why the pod went and by what became of them (rerun, excluded, ended, unnamed, refused: docs/reruns.md); each loss once.",
+		}, []string{"cause", "outcome"}),
 		JobAnnotationsUnverified: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "runner_guard_job_annotations_unverified",
 			Help: "Runner pods whose runner-guard.io/job annotation does not verify under any configured webhook secret (a rotation past its previous value's window, a removed secret, a forgery): each holds no job until its next delivery rewrites it.",
@@ -52,9 +52,9 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 }
 
 // JobLost counts one lost job; m may be nil.
-func (m *Metrics) JobLost(cause string) {
+func (m *Metrics) JobLost(cause, outcome string) {
 	if m != nil {
-		m.JobsLost.WithLabelValues(cause).Inc()
+		m.JobsLost.WithLabelValues(cause, outcome).Inc()
 	}
 }
 

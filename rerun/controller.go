@@ -27,6 +27,7 @@ import (
 
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/internal/jobannotation"
+	"github.com/runner-guard/runner-guard/webhook"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
@@ -41,11 +42,25 @@ const (
 	keepDone = 31 * 24 * time.Hour
 )
 
-// Event reasons, shared by Events, logs and metrics' meaning.
+// Event reasons, shared by Events, logs and metrics' meaning: JobRerun
+// (outcome rerun), JobLost (every other outcome, named in the note), and
+// JobRerunWaiting (a record whose credentials cannot be resolved).
 const (
-	ReasonJobRerun = "JobRerun"
-	ReasonJobLost  = "JobLost"
+	ReasonJobRerun        = "JobRerun"
+	ReasonJobLost         = "JobLost"
+	ReasonJobRerunWaiting = "JobRerunWaiting"
 )
+
+// Guard is what the lost-job watch shares with the admission decision
+// (*webhook.Handler): which pods are guarded, which runner a pod runs, and
+// which scopes its namespace may name.
+type Guard interface {
+	RunnerContainer(pod *corev1.Pod) (string, bool)
+	Resolve(ctx context.Context, pod *corev1.Pod) (webhook.Resolved, error)
+	ScopeBound(pod *corev1.Pod, scope ghclient.Scope) bool
+}
+
+var _ Guard = &webhook.Handler{}
 
 // Runs is the GitHub side of the re-run path; *ghclient.Client implements it.
 type Runs interface {
@@ -67,13 +82,17 @@ type Options struct {
 	PodDeletes *PodDeletes
 	// RunnerNamespaces limits the EphemeralRunner watch; empty: all.
 	RunnerNamespaces []string
-	// Credentials names a lost pod's credentials (nil: the default ones);
-	// nil: always the default ones.
-	Credentials func(ctx context.Context, pod *corev1.Pod) *ghclient.Credentials
-	// Client returns the GitHub client of credentials (nil: the default).
+	// Guard decides which pods are guarded runner pods, their runner's
+	// scope and their namespace's scope binding.
+	Guard Guard
+	// ARCCredentials: scale-set runners' credentials are their
+	// EphemeralRunner's githubConfigSecret (credentialsMode arc); legacy
+	// runners' are the static ones either way.
+	ARCCredentials bool
+	// Client returns the GitHub client of credentials (nil: the static ones).
 	Client func(*ghclient.Credentials) (Runs, error)
-	// RunnerContainer names a guarded pod's runner container (false: not a runner pod).
-	RunnerContainer func(pod *corev1.Pod) (string, bool)
+	// Exclude are rerun.exclude's entries: never re-run.
+	Exclude Exclusions
 	// JobKeys verifies the job annotation (AnnotationJob) that names a
 	// legacy runner pod's job; nil: legacy pods name no job.
 	JobKeys *jobannotation.Keyring
@@ -94,8 +113,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	switch {
 	case o.Namespace == "":
 		return errors.New("rerun: Options.Namespace is required")
-	case o.Client == nil || o.RunnerContainer == nil:
-		return errors.New("rerun: Options.Client and Options.RunnerContainer are required")
+	case o.Client == nil || o.Guard == nil:
+		return errors.New("rerun: Options.Client and Options.Guard are required")
 	}
 	if o.MaxPerRun <= 0 {
 		o.MaxPerRun = DefaultMaxPerRun
@@ -152,9 +171,9 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("rerun client: %w", err)
 	}
 	w := &lossWatch{
-		reader: c, live: mgr.GetAPIReader(), writer: cl, namespace: o.Namespace, runnerContainer: o.RunnerContainer, credentials: o.Credentials, jobKeys: o.JobKeys, erServed: erServed,
-		creds: &credsMemo{m: map[string]*ghclient.Credentials{}}, now: o.Now, log: o.Log.WithName("lost"),
-		pending: map[types.NamespacedName]Record{}, jobs: map[types.NamespacedName]Job{},
+		reader: c, live: mgr.GetAPIReader(), writer: cl, namespace: o.Namespace, guard: o.Guard, arcCredentials: o.ARCCredentials,
+		jobKeys: o.JobKeys, exclude: o.Exclude, erServed: erServed, events: o.Events, metrics: o.Metrics, now: o.Now, log: o.Log.WithName("lost"),
+		pending: map[types.NamespacedName]loss{}, runners: map[types.NamespacedName]*unstructured.Unstructured{},
 	}
 	b := ctrl.NewControllerManagedBy(mgr).Named("lost-jobs").
 		// Nodes are only read (lossCause); watched so the cache holds them
@@ -182,8 +201,8 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("lost-job controller: %w", err)
 	}
 	r := &runReconciler{
-		reader: c, writer: cl, namespace: o.Namespace, client: o.Client, creds: w.creds,
-		enabled: o.Enabled, maxPerRun: o.MaxPerRun, poll: o.Poll, events: o.Events, metrics: o.Metrics,
+		reader: c, writer: cl, secrets: mgr.GetAPIReader(), namespace: o.Namespace, client: o.Client,
+		enabled: o.Enabled, maxPerRun: o.MaxPerRun, exclude: o.Exclude, poll: o.Poll, events: o.Events, metrics: o.Metrics,
 		now: o.Now, log: o.Log.WithName("rerun"),
 	}
 	// A record's creation (also the cache's first listing after a restart
@@ -237,63 +256,48 @@ func runOf(_ context.Context, cm *corev1.ConfigMap) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: cm.Namespace, Name: run}}}
 }
 
-// credsMemo remembers the credentials of a record's runner for as long as
-// this process lives: after a restart, a record's run is asked about with
-// the default credentials.
-type credsMemo struct {
-	mu sync.Mutex
-	m  map[string]*ghclient.Credentials // by record name
-}
-
-func (c *credsMemo) put(name string, creds *ghclient.Credentials) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.m[name] = creds
-}
-
-func (c *credsMemo) get(name string) *ghclient.Credentials {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.m[name]
-}
-
-func (c *credsMemo) drop(name string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, name)
-}
-
 // lossWatch records the jobs of runner pods that went away holding them.
 type lossWatch struct {
 	// reader reads Nodes and EphemeralRunners from the cache; live reads
 	// a pod (rare: an EphemeralRunner gone).
-	reader          client.Reader
-	live            client.Reader
-	writer          client.Client
-	namespace       string
-	runnerContainer func(*corev1.Pod) (string, bool)
-	credentials     func(context.Context, *corev1.Pod) *ghclient.Credentials
-	jobKeys         *jobannotation.Keyring
+	reader         client.Reader
+	live           client.Reader
+	writer         client.Client
+	namespace      string
+	guard          Guard
+	arcCredentials bool
+	jobKeys        *jobannotation.Keyring
+	exclude        Exclusions
 	// erServed: the API server serves EphemeralRunners (the cache holds them).
 	erServed bool
-	creds    *credsMemo
+	events   events.EventRecorder
+	metrics  *Metrics
 	now      func() time.Time
 	log      logr.Logger
 
 	mu sync.Mutex
-	// pending are records the reconcile writes, by pod.
-	pending map[types.NamespacedName]Record
-	// pods are the final state of the pods of pending records.
-	pods map[types.NamespacedName]*corev1.Pod
-	// jobs are the job fields EphemeralRunners showed, by name: one can be
-	// gone from the cache before its pod.
-	jobs map[types.NamespacedName]Job
+	// pending are the losses the reconcile decides, by pod.
+	pending map[types.NamespacedName]loss
+	// runners are the EphemeralRunners that showed job fields, by name:
+	// one can be gone from the cache before its pod.
+	runners map[types.NamespacedName]*unstructured.Unstructured
+}
+
+// loss is a runner pod that went away holding a job, with what named it.
+type loss struct {
+	rec Record
+	pod *corev1.Pod
+	// er is the pod's controlling EphemeralRunner (nil: a legacy pod).
+	er *unstructured.Unstructured
+	// distrust, when set, says why the job the pod's objects name is not
+	// taken (the loss is counted unnamed, nothing recorded).
+	distrust string
 }
 
 func (w *lossWatch) runnerSeen(er *unstructured.Unstructured) {
-	if job, ok := jobOf(nil, er, nil); ok && !runnerDone(er) {
+	if _, ok := erJob(er); ok && !runnerDone(er) {
 		w.mu.Lock()
-		w.jobs[types.NamespacedName{Namespace: er.GetNamespace(), Name: er.GetName()}] = job
+		w.runners[types.NamespacedName{Namespace: er.GetNamespace(), Name: er.GetName()}] = er
 		w.mu.Unlock()
 		return
 	}
@@ -302,7 +306,7 @@ func (w *lossWatch) runnerSeen(er *unstructured.Unstructured) {
 
 func (w *lossWatch) forgetRunner(k types.NamespacedName) {
 	w.mu.Lock()
-	delete(w.jobs, k)
+	delete(w.runners, k)
 	w.mu.Unlock()
 }
 
@@ -318,10 +322,21 @@ func (w *lossWatch) runnerGone(ctx context.Context, er *unstructured.Unstructure
 // podDeleted notes a runner pod that went away holding its job.
 func (w *lossWatch) podDeleted(ctx context.Context, e event.TypedGenericEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	pod := e.Object
+	if l, ok := w.lost(ctx, pod); ok {
+		k := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
+		w.mu.Lock()
+		w.pending[k] = l
+		w.mu.Unlock()
+		q.Add(reconcile.Request{NamespacedName: k})
+	}
+}
+
+// lost tells whether a deleted pod went away holding a job, and names it.
+func (w *lossWatch) lost(ctx context.Context, pod *corev1.Pod) (loss, bool) {
 	k := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
-	container, ok := w.runnerContainer(pod)
+	container, ok := w.guard.RunnerContainer(pod)
 	if !ok {
-		return
+		return loss{}, false
 	}
 	var er *unstructured.Unstructured
 	if w.erServed {
@@ -333,24 +348,41 @@ func (w *lossWatch) podDeleted(ctx context.Context, e event.TypedGenericEvent[*c
 	}
 	node, known := w.node(ctx, pod.Spec.NodeName)
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	job, named := jobOf(pod, er, w.jobKeys)
-	if !named {
-		job, named = w.jobs[k]
+	if _, ok := erJob(er); !ok {
+		if seen := w.runners[k]; seen != nil {
+			er = seen
+		}
 	}
-	delete(w.jobs, k)
-	if !named || finishedNormally(pod, container) || runnerDone(er) {
-		return
+	delete(w.runners, k)
+	w.mu.Unlock()
+	if finishedNormally(pod, container) || runnerDone(er) {
+		return loss{}, false
 	}
-	w.pending[k] = Record{
-		Job: job, Cause: lossCause(pod, node, known), PodNamespace: pod.Namespace, PodName: pod.Name,
-		PodUID: string(pod.UID), State: StateWaiting, Recorded: w.now(),
+	l := loss{pod: pod}
+	erNamed, hasERJob := erJob(er)
+	switch {
+	case hasERJob && controlledBy(pod, er):
+		l.er = er
+		l.rec.Job = erNamed
+	case hasERJob && claimsEphemeralRunner(pod):
+		// The pod claims an EphemeralRunner that is not this one (another
+		// UID: a stale or copied reference): its job fields name nothing.
+		l.rec.Job = erNamed
+		l.distrust = fmt.Sprintf("EphemeralRunner %s (UID %s) is not the pod's controller: its job fields name no job of this pod", k, er.GetUID())
+	default:
+		job, attempt, named := legacyJob(pod, w.jobKeys)
+		if !named {
+			return loss{}, false
+		}
+		l.rec.Job, l.rec.Attempt = job, attempt
+		if job.ID > 0 {
+			l.rec.JobID = job.ID
+		}
 	}
-	if w.pods == nil {
-		w.pods = map[types.NamespacedName]*corev1.Pod{}
-	}
-	w.pods[k] = pod
-	q.Add(reconcile.Request{NamespacedName: k})
+	l.rec.Cause = lossCause(pod, node, known)
+	l.rec.PodNamespace, l.rec.PodName, l.rec.PodUID = pod.Namespace, pod.Name, string(pod.UID)
+	l.rec.State, l.rec.Recorded = StateWaiting, w.now()
+	return l, true
 }
 
 // node reads the pod's node; known is false when that could not be told.
@@ -368,30 +400,83 @@ func (w *lossWatch) node(ctx context.Context, name string) (*corev1.Node, bool) 
 	return nil, false
 }
 
-// Reconcile writes a pending record into its ConfigMap; one already there
-// (a replayed delete) is left as it is.
+// admit decides whether a loss is recorded: only a job runner-guard may
+// re-run for that pod, with the credentials that reach it. It returns the
+// record, or the outcome the loss is counted with now and why.
+func (w *lossWatch) admit(ctx context.Context, l loss) (Record, Outcome, string) {
+	rec, pod := l.rec, l.pod
+	if l.distrust != "" {
+		return rec, OutcomeUnnamed, l.distrust
+	}
+	if optedOut(pod) {
+		return rec, OutcomeExcluded, fmt.Sprintf("the pod was annotated %s: \"false\": never re-run", AnnotationRerun)
+	}
+	if x := w.exclude.excludedRepository(rec.Repository); x != "" {
+		return rec, OutcomeExcluded, fmt.Sprintf("rerun.exclude %q names repository %s: never re-run", x, rec.Repository)
+	}
+	repo, err := ghclient.RepoScope(rec.Repository)
+	if err != nil {
+		return rec, OutcomeUnnamed, fmt.Sprintf("the job's repository %q is no owner/repo", rec.Repository)
+	}
+	var scope ghclient.Scope
+	rec.Credentials = CredentialsRef{Mode: CredentialsStatic}
+	if l.er != nil {
+		configURL, _, _ := unstructured.NestedString(l.er.Object, "spec", "githubConfigUrl")
+		base, s, err := ghclient.APIBaseForConfigURL(configURL)
+		if err != nil {
+			return rec, OutcomeUnnamed, fmt.Sprintf("EphemeralRunner %s/%s: spec.githubConfigUrl: %s", l.er.GetNamespace(), l.er.GetName(), err.Error())
+		}
+		scope = s
+		if w.arcCredentials {
+			secret, _, _ := unstructured.NestedString(l.er.Object, "spec", "githubConfigSecret")
+			rec.Credentials = CredentialsRef{Mode: CredentialsARC, Secret: types.NamespacedName{Namespace: l.er.GetNamespace(), Name: secret}, BaseURL: base}
+		}
+	} else {
+		res, err := w.guard.Resolve(ctx, pod)
+		if err != nil {
+			return rec, OutcomeUnnamed, fmt.Sprintf("the pod's runner cannot be told: %s", err.Error())
+		}
+		scope = res.Runner.Scope
+	}
+	switch {
+	case !repoCovered(scope, rec.Repository):
+		return rec, OutcomeUnnamed, fmt.Sprintf("the job's repository %s is outside the runner's scope (%s): not recorded, no GitHub request", rec.Repository, scope)
+	case !w.guard.ScopeBound(pod, repo):
+		return rec, OutcomeUnnamed, fmt.Sprintf("the job's repository %s is outside what namespace %q may name (its scope binding): not recorded, no GitHub request", rec.Repository, pod.Namespace)
+	}
+	return rec, "", ""
+}
+
+// Reconcile writes a pending loss into its record's ConfigMap, or counts
+// and says why it is not recorded; a record already there (a replayed
+// delete) is left as it is.
 func (w *lossWatch) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	w.mu.Lock()
-	rec, ok := w.pending[req.NamespacedName]
-	pod := w.pods[req.NamespacedName]
+	l, ok := w.pending[req.NamespacedName]
 	w.mu.Unlock()
 	if !ok {
 		return reconcile.Result{}, nil
 	}
-	if w.credentials != nil && pod != nil {
-		w.creds.put(rec.Name(), w.credentials(ctx, pod))
-	}
-	err := w.writer.Create(ctx, rec.ConfigMap(w.namespace))
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return reconcile.Result{}, fmt.Errorf("record %s: %w", rec.Job, err)
-	}
-	if err == nil {
-		w.log.Info("a runner pod went away holding its job: recorded until its run completes",
-			"pod", req.NamespacedName, "repository", rec.Repository, "runID", rec.RunID, "runner", rec.Runner, "cause", rec.Cause)
+	rec, out, why := w.admit(ctx, l)
+	if out != "" {
+		w.metrics.jobLost(rec.Cause, out)
+		w.events.Eventf(l.pod, nil, corev1.EventTypeWarning, ReasonJobLost, "Record", "%s",
+			truncate(fmt.Sprintf("%s was lost with its runner pod (%s) (%s): %s", jobTitle(rec), rec.Cause, out, why)))
+		w.log.Info("a runner pod went away holding its job: not recorded", "pod", req.NamespacedName, "repository", rec.Repository,
+			"runID", rec.RunID, "runner", rec.Runner, "cause", rec.Cause, "outcome", out, "why", why)
+	} else {
+		err := w.writer.Create(ctx, rec.ConfigMap(w.namespace))
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return reconcile.Result{}, fmt.Errorf("record %s: %w", rec.Job, err)
+		}
+		if err == nil {
+			w.log.Info("a runner pod went away holding its job: recorded until its run completes",
+				"pod", req.NamespacedName, "repository", rec.Repository, "runID", rec.RunID, "runner", rec.Runner, "jobID", rec.ID,
+				"cause", rec.Cause, "credentials", rec.Credentials.String())
+		}
 	}
 	w.mu.Lock()
 	delete(w.pending, req.NamespacedName)
-	delete(w.pods, req.NamespacedName)
 	w.mu.Unlock()
 	return reconcile.Result{}, nil
 }

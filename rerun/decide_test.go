@@ -2,6 +2,7 @@ package rerun
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,11 +28,12 @@ func TestJobOf(t *testing.T) {
 	}
 	delivered := jobannotation.Job{Repository: "acme/app", RunID: 88, Attempt: 1, JobID: 901, Name: "build"}
 	tests := map[string]struct {
-		pod    *corev1.Pod
-		er     *unstructured.Unstructured
-		secret string
-		want   Job
-		ok     bool
+		pod         *corev1.Pod
+		er          *unstructured.Unstructured
+		secret      string
+		want        Job
+		wantAttempt int
+		ok          bool
 	}{
 		"job fields": {er: ephemeralRunner(map[string]any{"jobRepositoryName": "acme/app", "workflowRunId": int64(77), "runnerName": "rn"}),
 			want: Job{Repository: "acme/app", RunID: 77, Runner: "rn"}, ok: true},
@@ -42,7 +44,8 @@ func TestJobOf(t *testing.T) {
 		"no run ID":            {er: ephemeralRunner(map[string]any{"jobRepositoryName": "acme/app"})},
 		"no EphemeralRunner":   {},
 		"legacy pod named by a delivery": {pod: annotated("uid-1", delivered, secret), secret: secret,
-			want: Job{Repository: "acme/app", RunID: 88, Runner: "legacy-1"}, ok: true},
+			want: Job{Repository: "acme/app", RunID: 88, Runner: "legacy-1", ID: 901}, wantAttempt: 1, ok: true},
+		"legacy annotation without a job ID":      {pod: annotated("uid-1", jobannotation.Job{Repository: "acme/app", RunID: 88, Attempt: 1}, secret), secret: secret},
 		"legacy annotation under another secret":  {pod: annotated("uid-1", delivered, "forged"), secret: secret},
 		"legacy annotation copied to another pod": {pod: annotated("uid-2", delivered, secret), secret: secret},
 		"legacy annotation with events off":       {pod: annotated("uid-1", delivered, secret)},
@@ -54,9 +57,9 @@ func TestJobOf(t *testing.T) {
 			if pod == nil {
 				pod = &corev1.Pod{}
 			}
-			got, ok := jobOf(pod, tc.er, fixture.JobKeys(t, tc.secret))
-			if ok != tc.ok || got != tc.want {
-				t.Errorf("jobOf = %+v, %v; want %+v, %v", got, ok, tc.want, tc.ok)
+			got, attempt, ok := jobOf(pod, tc.er, fixture.JobKeys(t, tc.secret))
+			if ok != tc.ok || got != tc.want || attempt != tc.wantAttempt {
+				t.Errorf("jobOf = %+v, %d, %v; want %+v, %d, %v", got, attempt, ok, tc.want, tc.wantAttempt, tc.ok)
 			}
 		})
 	}
@@ -127,7 +130,9 @@ func TestLossCause(t *testing.T) {
 
 func TestRecordRoundTrip(t *testing.T) {
 	rec := lostRecord(77, "runner-1")
-	rec.Attempt, rec.JobID, rec.JobName, rec.State, rec.Message = 2, 9, "build", StateRerun, "re-ran it"
+	rec.Attempt, rec.JobID, rec.JobName, rec.State, rec.Outcome, rec.Message = 2, 9, "build", StateRerun, OutcomeRerun, "re-ran it"
+	rec.Credentials = CredentialsRef{Mode: CredentialsARC, Secret: types.NamespacedName{Namespace: "ci", Name: "gh"}, BaseURL: "https://api.github.com/"}
+	rec.RunStarted = rec.Recorded.Add(-time.Hour)
 	cm := rec.ConfigMap("runner-guard-system")
 	if cm.Labels[LabelRun] != "77" || cm.Labels[LabelLostJob] != "true" || cm.Name != rec.Name() {
 		t.Fatalf("ConfigMap %s labels %v", cm.Name, cm.Labels)

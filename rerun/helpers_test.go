@@ -32,6 +32,7 @@ func lostRecord(runID int64, runner string) Record {
 	return Record{
 		Job:   Job{Repository: "acme/app", RunID: runID, Runner: runner},
 		Cause: CauseNodeGone, PodNamespace: "ci", PodName: runner, State: StateWaiting,
+		Credentials: CredentialsRef{Mode: CredentialsStatic},
 		Recorded: time.Date(2026, 12, 4, 20, 0, 0, 0, time.UTC),
 	}
 }

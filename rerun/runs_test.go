@@ -35,16 +35,16 @@ func TestAdvanceOneLostJob(t *testing.T) {
 		runEnd     string
 		want       State
 		wantReruns int
-		wantLost   bool
+		outcome    Outcome
 	}{
-		"lost, re-runs on":         {enabled: true, conclusion: ghfake.ConclusionFailure, runEnd: ghfake.ConclusionFailure, want: StateRerun, wantReruns: 1, wantLost: true},
-		"lost, re-runs off":        {conclusion: ghfake.ConclusionFailure, runEnd: ghfake.ConclusionFailure, want: StateLost, wantLost: true},
-		"cancelled by the user":    {enabled: true, conclusion: ghfake.ConclusionCancelled, runEnd: ghfake.ConclusionCancelled, want: StateFinished},
-		"finished after all":       {enabled: true, conclusion: ghfake.ConclusionSuccess, runEnd: ghfake.ConclusionSuccess, want: StateFinished},
-		"the whole run cancelled":  {enabled: true, runEnd: ghfake.ConclusionCancelled, want: StateFinished},
-		"timed out, re-runs on":    {enabled: true, conclusion: "timed_out", runEnd: ghfake.ConclusionFailure, want: StateRerun, wantReruns: 1, wantLost: true},
-		"skipped, never re-run":    {enabled: true, conclusion: ghfake.ConclusionSkipped, runEnd: ghfake.ConclusionSuccess, want: StateFinished},
-		"failed run, re-runs on 2": {enabled: true, runEnd: ghfake.ConclusionFailure, want: StateRerun, wantReruns: 1, wantLost: true},
+		"lost, re-runs on":         {enabled: true, conclusion: ghfake.ConclusionFailure, runEnd: ghfake.ConclusionFailure, want: StateRerun, wantReruns: 1, outcome: OutcomeRerun},
+		"lost, re-runs off":        {conclusion: ghfake.ConclusionFailure, runEnd: ghfake.ConclusionFailure, want: StateLost, outcome: OutcomeExcluded},
+		"cancelled by the user":    {enabled: true, conclusion: ghfake.ConclusionCancelled, runEnd: ghfake.ConclusionCancelled, want: StateFinished, outcome: OutcomeEnded},
+		"finished after all":       {enabled: true, conclusion: ghfake.ConclusionSuccess, runEnd: ghfake.ConclusionSuccess, want: StateFinished, outcome: OutcomeEnded},
+		"the whole run cancelled":  {enabled: true, runEnd: ghfake.ConclusionCancelled, want: StateFinished, outcome: OutcomeEnded},
+		"timed out, re-runs on":    {enabled: true, conclusion: "timed_out", runEnd: ghfake.ConclusionFailure, want: StateRerun, wantReruns: 1, outcome: OutcomeRerun},
+		"skipped, never re-run":    {enabled: true, conclusion: ghfake.ConclusionSkipped, runEnd: ghfake.ConclusionSuccess, want: StateFinished, outcome: OutcomeEnded},
+		"failed run, re-runs on 2": {enabled: true, runEnd: ghfake.ConclusionFailure, want: StateRerun, wantReruns: 1, outcome: OutcomeRerun},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -67,8 +67,8 @@ func TestAdvanceOneLostJob(t *testing.T) {
 			}
 			_ = f.CompleteRun(run, tc.runEnd)
 			out = settle(t, s, gh, recs, 0)
-			if got := out[0].rec.State; got != tc.want || out[0].lost != tc.wantLost {
-				t.Fatalf("state %s lost %v (%s), want %s lost %v", got, out[0].lost, out[0].rec.Message, tc.want, tc.wantLost)
+			if got := out[0].rec.State; got != tc.want || out[0].rec.Outcome != tc.outcome {
+				t.Fatalf("state %s outcome %s (%s), want %s %s", got, out[0].rec.Outcome, out[0].rec.Message, tc.want, tc.outcome)
 			}
 			if n := f.CountMatching(ghfake.RequestMatch{Op: ghfake.OpRerunJob}) + f.CountMatching(ghfake.RequestMatch{Op: ghfake.OpRerunFailedJobs}); n != tc.wantReruns {
 				t.Errorf("%d re-runs asked, want %d", n, tc.wantReruns)
@@ -155,8 +155,8 @@ func TestAdvanceSeveralLostInOneRun(t *testing.T) {
 			out := settle(t, testStepper(true), gh, recs, tc.reruns)
 			rerun := 0
 			for _, c := range out {
-				if !c.lost {
-					t.Errorf("%s not counted lost", c.rec.Runner)
+				if c.rec.Outcome == "" {
+					t.Errorf("%s has no outcome", c.rec.Runner)
 				}
 				switch c.rec.State {
 				case StateRerun:
@@ -199,7 +199,7 @@ func TestAdvanceRefused(t *testing.T) {
 	rec := lostRecord(run, "runner-1")
 	rec.Attempt = 1
 	out := settle(t, testStepper(true), gh, []Record{rec}, 0)
-	if c := out[0]; c.rec.State != StateLost || !c.lost || !strings.Contains(c.rec.Message, "actions: write") {
+	if c := out[0]; c.rec.State != StateLost || c.rec.Outcome != OutcomeRefused || !strings.Contains(c.rec.Message, "actions: write") {
 		t.Errorf("refused re-run: %+v", c.rec)
 	}
 }
@@ -207,14 +207,14 @@ func TestAdvanceRefused(t *testing.T) {
 func TestAdvanceUnknownRunAndJob(t *testing.T) {
 	f, gh := gitHub(t)
 	out := settle(t, testStepper(true), gh, []Record{lostRecord(424242, "runner-1")}, 0)
-	if out[0].rec.State != StateUnknown {
-		t.Errorf("unknown run: %s", out[0].rec.State)
+	if out[0].rec.State != StateUnknown || out[0].rec.Outcome != OutcomeUnnamed {
+		t.Errorf("unknown run: %s %s", out[0].rec.State, out[0].rec.Outcome)
 	}
 	run := f.AddRun("acme/app", "ci")
 	_ = f.CompleteRun(run, ghfake.ConclusionFailure)
 	rec := lostRecord(run, "runner-elsewhere")
 	rec.Attempt = 1
-	if out = settle(t, testStepper(true), gh, []Record{rec}, 0); out[0].rec.State != StateUnknown || out[0].lost {
+	if out = settle(t, testStepper(true), gh, []Record{rec}, 0); out[0].rec.State != StateUnknown || out[0].rec.Outcome != OutcomeUnnamed {
 		t.Errorf("a runner the run's jobs do not name: %+v", out[0])
 	}
 	if n := f.CountMatching(ghfake.RequestMatch{Op: ghfake.OpRerunJob}); n != 0 {

@@ -25,7 +25,8 @@ func trimNode(obj any) (any, error) {
 	}, nil
 }
 
-// trimEphemeralRunner keeps the job fields and phase.
+// trimEphemeralRunner keeps the job fields and phase, and the URL and
+// Secret of the runner's GitHub config (its scope and credentials).
 func trimEphemeralRunner(obj any) (any, error) {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
@@ -41,6 +42,13 @@ func trimEphemeralRunner(obj any) (any, error) {
 	for _, f := range []string{"jobRepositoryName", "workflowRunId", "runnerName", "phase"} {
 		if v, found, _ := unstructured.NestedFieldNoCopy(u.Object, "status", f); found {
 			if err := unstructured.SetNestedField(out.Object, v, "status", f); err != nil {
+				return nil, fmt.Errorf("trim EphemeralRunner %s/%s: %w", u.GetNamespace(), u.GetName(), err)
+			}
+		}
+	}
+	for _, f := range []string{"githubConfigUrl", "githubConfigSecret"} {
+		if v, found, _ := unstructured.NestedString(u.Object, "spec", f); found {
+			if err := unstructured.SetNestedField(out.Object, v, "spec", f); err != nil {
 				return nil, fmt.Errorf("trim EphemeralRunner %s/%s: %w", u.GetNamespace(), u.GetName(), err)
 			}
 		}

@@ -4,10 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -21,11 +21,15 @@ import (
 type rerunFlags struct {
 	enabled   bool
 	maxPerRun int
+	exclude   string
+	// excluded is exclude, parsed by check.
+	excluded rerun.Exclusions
 }
 
 func (f *rerunFlags) bind(fs *flag.FlagSet) {
 	fs.BoolVar(&f.enabled, "rerun-lost-jobs", false, "Re-run once a job whose runner pod went away holding it (node lost, force-deleted, ...) once its workflow run completed without it succeeding; the credential needs the repo scope (classic token) or actions: write (App, fine-grained token). Off, an Event still says the job was lost and why.")
 	fs.IntVar(&f.maxPerRun, "rerun-max-per-run", rerun.DefaultMaxPerRun, "At most this many lost jobs of one workflow run are re-run (--rerun-lost-jobs).")
+	fs.StringVar(&f.exclude, "rerun-exclude", "", `Comma-separated jobs never re-run (--rerun-lost-jobs), each OWNER/REPO, a workflow path as the run's path names it (.github/workflows/NAME.yml), or OWNER/REPO:PATH; each part a glob ("acme/*", ".github/workflows/release-*.yml").`)
 }
 
 // check validates the flags, naming the one at fault.
@@ -33,6 +37,11 @@ func (f *rerunFlags) check() error {
 	if f.maxPerRun < 1 {
 		return fmt.Errorf("--rerun-max-per-run: must be at least 1, got %d", f.maxPerRun)
 	}
+	x, err := rerun.ParseExclusions(strings.Split(f.exclude, ","))
+	if err != nil {
+		return fmt.Errorf("--rerun-exclude: %w", err)
+	}
+	f.excluded = x
 	return nil
 }
 
@@ -57,19 +66,9 @@ func (f *rerunFlags) checkRight(ctx context.Context, static *ghclient.Client, lo
 
 // setup adds the lost-job and re-run controllers to the leader's manager.
 func (f *rerunFlags) setup(mgr ctrl.Manager, o rerunSetup) error {
-	var creds func(context.Context, *corev1.Pod) *ghclient.Credentials
-	if o.handler != nil {
-		creds = func(ctx context.Context, pod *corev1.Pod) *ghclient.Credentials {
-			res, err := o.handler.Resolve(ctx, pod)
-			if err != nil {
-				return nil
-			}
-			return res.Runner.Creds
-		}
-	}
 	return rerun.Setup(mgr, rerun.Options{
 		Namespace: o.namespace, RunnerNamespaces: o.runnerNamespaces,
-		Credentials: creds,
+		Guard: o.handler, ARCCredentials: o.arcCredentials, Exclude: f.excluded,
 		Client: func(c *ghclient.Credentials) (rerun.Runs, error) {
 			cl, err := o.router.ClientFor(c)
 			if err != nil {
@@ -77,10 +76,9 @@ func (f *rerunFlags) setup(mgr ctrl.Manager, o rerunSetup) error {
 			}
 			return cl, nil
 		},
-		RunnerContainer: o.handler.RunnerContainer,
-		PodDeletes:      o.podDeletes,
-		JobKeys:         o.jobKeys,
-		Enabled:         f.enabled, MaxPerRun: f.maxPerRun,
+		PodDeletes: o.podDeletes,
+		JobKeys:    o.jobKeys,
+		Enabled:    f.enabled, MaxPerRun: f.maxPerRun,
 		Events: o.events, Metrics: o.metrics, Log: o.log,
 	})
 }
@@ -88,6 +86,7 @@ func (f *rerunFlags) setup(mgr ctrl.Manager, o rerunSetup) error {
 // rerunSetup is what the controllers share with the rest of the binary.
 type rerunSetup struct {
 	handler          *webhook.Handler
+	arcCredentials   bool
 	router           *ghclient.Router
 	namespace        string
 	runnerNamespaces []string

@@ -35,7 +35,7 @@ func (e *env) lostJobs() error {
 		return err
 	}
 	const runs, lostPerRun = 10, 10
-	st := rerun.NewStepper(true, lostPerRun, rerun.DefaultPoll)
+	st := rerun.NewStepper(true, lostPerRun, rerun.DefaultPoll, nil)
 	rng := rand.New(rand.NewPCG(1, 2))
 	var delays []time.Duration
 	lost, wrongReruns, calls := 0, 0, 0
