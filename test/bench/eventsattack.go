@@ -32,11 +32,11 @@ import (
 
 // Sizes of the attack on the events endpoint (issue 36).
 const (
-	floodConns       = 8               // concurrent requests of each kind of the flood
-	floodBody        = 25 << 20        // 25 MiB, the largest delivery GitHub sends
-	floodRounds      = 3               // the flood's three kinds, one after another, this many times
-	slowBodyFor      = 3 * time.Second // how long a slow body trickles in
-	slowBodyStep     = 4 << 10         // bytes it sends every 100 ms
+	floodConns       = 8                // concurrent requests of each kind of the flood
+	floodBody        = 25 << 20         // 25 MiB, the largest delivery GitHub sends
+	floodFor         = 10 * time.Second // how long waves follow each other while admission is measured
+	slowBodyFor      = 3 * time.Second  // how long a slow body trickles in
+	slowBodyStep     = 4 << 10          // bytes it sends every 100 ms
 	rssEvery         = 20 * time.Millisecond
 	admissionEvery   = 40 * time.Millisecond // 25 dry-run deletes a second through the API server
 	staleRunners     = 100
@@ -267,8 +267,14 @@ func send(req *http.Request, signature, id string) (int, error) {
 	return resp.StatusCode, nil
 }
 
-// statuses counts the answers of the flood's requests by HTTP status (0:
-// none, the connection closed, reset or given up).
+// What a flood request got besides an HTTP status.
+const (
+	answerNone   = 0  // none before the client gave up
+	answerClosed = -1 // the connection closed or reset before an answer was read
+)
+
+// statuses counts the answers of the flood's requests by HTTP status, or
+// answerNone or answerClosed.
 type statuses struct {
 	mu sync.Mutex
 	n  map[int]int
@@ -295,8 +301,11 @@ func (s *statuses) String() string {
 	var parts []string
 	for _, c := range slices.Sorted(maps.Keys(s.n)) {
 		name := strconv.Itoa(c)
-		if c == 0 {
+		switch c {
+		case answerNone:
 			name = "none"
+		case answerClosed:
+			name = "closed"
 		}
 		parts = append(parts, fmt.Sprintf("%s x%d", name, s.n[c]))
 	}
@@ -334,10 +343,11 @@ func peakRSS(p *process.Proc) (stop func() (int64, error)) {
 	}
 }
 
-// floodDuringAdmission: the flood against the events endpoint, target its
-// process, while dry-run deletes of idle runner pods go through the API
-// server to the admission webhook. The endpoint's growth in resident memory
-// and admission's p99 meanwhile.
+// floodDuringAdmission floods the events endpoint, target its process:
+// first one wave (floodConns requests of each kind, one kind after
+// another), for its growth in resident memory; then waves again and again
+// for floodFor while dry-run deletes of idle runner pods go through the API
+// server to the admission webhook, for admission's p99 meanwhile.
 func (a *attackBench) floodDuringAdmission(ctx context.Context, e *env, target *process.Proc) error {
 	const ns = "bench-attack-admission"
 	names, err := a.legacyPods(ctx, ns, "adm", 20, org("bench-attack-admission"))
@@ -357,31 +367,47 @@ func (a *attackBench) floodDuringAdmission(ctx context.Context, e *env, target *
 	if err != nil {
 		return err
 	}
-	answers := &statuses{}
-	stopRSS := peakRSS(target)
-	during, err := a.admissionLatencies(ctx, ns, names, 0, func() { a.flood(ctx, answers) })
-	peak, rssErr := stopRSS()
-	if err := errors.Join(err, rssErr); err != nil {
-		return err
-	}
-	growth := mib(peak - idle)
-	progress("events flood: %d rounds of %d unsigned 25 MiB bodies, %d slow bodies claiming 1 GiB, %d chunked 25 MiB bodies; answers %s",
-		floodRounds, floodConns, floodConns, floodConns, answers)
-	progress("events flood: endpoint RSS idle %.1f MiB, peak %.1f MiB (+%.1f MiB); admission p99 %s during, %s before (%d and %d dry-run deletes)",
-		mib(idle), mib(peak), growth, pct(during, 0.99).Round(time.Millisecond), pct(quiet, 0.99).Round(time.Millisecond), len(during), len(quiet))
 	where := "the admission webhook's process"
 	if a.eventsOnly {
 		where = "an --events-only process"
 	}
-	e.record("events_unsigned_flood_rss_growth_mib", growth, "MiB", "<= 16", growth <= 16,
-		fmt.Sprintf("peak VmRSS (every 20 ms) less idle %.1f MiB, endpoint in %s; answers: %s", mib(idle), where, answers))
-	for _, code := range []int{http.StatusUnauthorized, http.StatusRequestEntityTooLarge, http.StatusServiceUnavailable} {
-		e.record(fmt.Sprintf("events_flood_answers_%d", code), float64(answers.count(code)), "requests", "(info)", true,
-			fmt.Sprintf("of %d flood requests", floodRounds*3*floodConns))
+
+	wave := a.floodKinds(ctx)
+	stopRSS := peakRSS(target)
+	flood(wave, 0)
+	peak, err := stopRSS()
+	if err != nil {
+		return err
 	}
+	growth := mib(peak - idle)
+	progress("events flood, one wave: endpoint RSS idle %.1f MiB, peak %.1f MiB (+%.1f MiB); answers %s", mib(idle), mib(peak), growth, describe(wave))
+	e.record("events_unsigned_flood_rss_growth_mib", growth, "MiB", "<= 16", growth <= 16,
+		fmt.Sprintf("one wave of %d wrongly signed requests of each kind; peak VmRSS (every 20 ms) less idle %.1f MiB, endpoint in %s", floodConns, mib(idle), where))
+	for _, code := range []int{http.StatusUnauthorized, http.StatusRequestEntityTooLarge, http.StatusServiceUnavailable} {
+		n := 0
+		for _, k := range wave {
+			n += k.answers.count(code)
+		}
+		e.record(fmt.Sprintf("events_flood_answers_%d", code), float64(n), "requests", "(info)", true,
+			fmt.Sprintf("of the wave's %d requests", len(wave)*floodConns))
+	}
+
+	kinds := a.floodKinds(ctx)
+	rounds := 0
+	stopRSS = peakRSS(target)
+	during, err := a.admissionLatencies(ctx, ns, names, 0, func() { rounds = flood(kinds, floodFor) })
+	peak, rssErr := stopRSS()
+	if err := errors.Join(err, rssErr); err != nil {
+		return err
+	}
+	sustained := mib(peak - idle)
 	p99 := pct(during, 0.99)
+	progress("events flood, %d waves in %s: endpoint RSS peak %.1f MiB (+%.1f MiB); admission p99 %s during, %s before (%d and %d dry-run deletes); answers %s",
+		rounds, floodFor, mib(peak), sustained, p99.Round(time.Millisecond), pct(quiet, 0.99).Round(time.Millisecond), len(during), len(quiet), describe(kinds))
+	e.record("events_sustained_flood_rss_growth_mib", sustained, "MiB", "(info)", true,
+		fmt.Sprintf("%d waves one after another for %s; peak VmRSS less idle, endpoint in %s", rounds, floodFor, where))
 	e.record("admission_p99_ms_during_events_flood", ms(p99), "ms", "<= 100", ms(p99) <= 100,
-		fmt.Sprintf("%d dry-run deletes of idle runner pods through the API server, 25/s; p99 %.0f ms without the flood", len(during), ms(pct(quiet, 0.99))))
+		fmt.Sprintf("%d dry-run deletes of idle runner pods through the API server, 25/s, during those waves; p99 %.0f ms without them", len(during), ms(pct(quiet, 0.99))))
 	return nil
 }
 
@@ -432,58 +458,86 @@ func (a *attackBench) admissionLatencies(ctx context.Context, ns string, names [
 	}
 }
 
-// flood sends, floodRounds times, floodConns of each: unsigned 25 MiB
-// bodies with a wrong signature, bodies claiming 1 GiB that trickle in, and
-// chunked 25 MiB bodies.
-func (a *attackBench) flood(ctx context.Context, answers *statuses) {
+// floodKind is one kind of flood request and the answers it got.
+type floodKind struct {
+	name    string
+	send    func(i int) int // the i-th concurrent request: its status, answerClosed or answerNone
+	answers statuses
+}
+
+// floodKinds are the flood's requests, all with a wrong signature: 25 MiB
+// bodies, bodies of the endpoint's own limit (which it must read to check
+// them), bodies claiming 1 GiB that trickle in, and chunked 25 MiB bodies.
+func (a *attackBench) floodKinds(ctx context.Context) []*floodKind {
 	big := bytes.Repeat([]byte("x"), floodBody)
 	wrong := "sha256=" + strings.Repeat("0", 64)
-	kinds := []func(i int) int{
-		func(i int) int { // unsigned, Content-Length 25 MiB
-			code, _ := deliver(ctx, a.url, big, wrong, fmt.Sprintf("flood-%d", i))
-			return code
-		},
-		func(i int) int { return slowBody(ctx, a.url, wrong) },
-		func(i int) int { // chunked: no Content-Length
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.url, io.MultiReader(bytes.NewReader(big)))
-			if err != nil {
-				return 0
-			}
-			code, _ := send(req, wrong, fmt.Sprintf("chunked-%d", i))
-			return code
-		},
+	answer := func(code int, err error) int {
+		if err != nil {
+			return answerClosed
+		}
+		return code
 	}
-	for range floodRounds {
-		for _, kind := range kinds {
+	return []*floodKind{
+		{name: "25 MiB", send: func(i int) int { return answer(deliver(ctx, a.url, big, wrong, fmt.Sprintf("flood-%d", i))) }},
+		{name: fmt.Sprintf("%d bytes (the limit)", events.MaxPayload), send: func(i int) int {
+			return answer(deliver(ctx, a.url, big[:events.MaxPayload], wrong, fmt.Sprintf("limit-%d", i)))
+		}},
+		{name: "slow, claiming 1 GiB", send: func(int) int { return slowBody(ctx, a.url, wrong) }},
+		{name: "chunked 25 MiB", send: func(i int) int {
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.url, io.MultiReader(bytes.NewReader(big))) // no Content-Length
+			if err != nil {
+				return answerClosed
+			}
+			return answer(send(req, wrong, fmt.Sprintf("chunked-%d", i)))
+		}},
+	}
+}
+
+// flood sends waves of floodConns concurrent requests of each kind, one
+// kind after another: one wave, and more until d has passed. It returns
+// the waves sent.
+func flood(kinds []*floodKind, d time.Duration) (waves int) {
+	for start := time.Now(); waves == 0 || time.Since(start) < d; waves++ {
+		for _, k := range kinds {
 			_ = forEach(floodConns, floodConns, func(i int) error {
-				answers.add(kind(i))
+				k.answers.add(k.send(i))
 				return nil
 			})
 		}
 	}
+	return waves
+}
+
+// describe lists each kind's answers.
+func describe(kinds []*floodKind) string {
+	var parts []string
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%s: %s", k.name, &k.answers))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // slowBody sends a request claiming a 1 GiB body, then slowBodyStep bytes
-// every 100 ms for slowBodyFor, and returns the status the server answered
-// with meanwhile (0: none before it gave up, or the server closed).
+// every 100 ms until the server answers or closes, for at most
+// slowBodyFor, and returns the status it answered, answerClosed or
+// answerNone.
 func slowBody(ctx context.Context, url, signature string) int {
-	host := strings.TrimPrefix(url, "http://")
-	host, path, _ := strings.Cut(host, "/")
+	host, path, _ := strings.Cut(strings.TrimPrefix(url, "http://"), "/")
 	conn, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", host)
 	if err != nil {
-		return 0
+		return answerClosed
 	}
 	defer conn.Close()
 	head := fmt.Sprintf("POST /%s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s: workflow_job\r\n%s: %s\r\n\r\n",
 		path, host, 1<<30, events.HeaderEvent, events.HeaderSignature, signature)
 	if _, err := io.WriteString(conn, head); err != nil {
-		return 0
+		return answerClosed
 	}
 	answered := make(chan int, 1)
 	go func() {
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		if err != nil {
-			answered <- 0
+			answered <- answerClosed
 			return
 		}
 		resp.Body.Close()
@@ -498,15 +552,10 @@ func slowBody(ctx context.Context, url, signature string) int {
 		case code := <-answered:
 			return code
 		case <-giveUp:
-			return 0
+			return answerNone
 		case <-tick.C:
 			if _, err := conn.Write(chunk); err != nil {
-				select {
-				case code := <-answered:
-					return code
-				case <-time.After(time.Second):
-					return 0
-				}
+				return <-answered // the server closed: the read ends too
 			}
 		}
 	}
