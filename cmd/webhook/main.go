@@ -79,6 +79,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		}
 		return 0
 	}
+	if opts.eventsOnly {
+		if err := eventsOnly(ctx, opts, getenv, stderr); err != nil {
+			fmt.Fprintf(stderr, "runner-guard: %s\n", oneLine(err))
+			return 1
+		}
+		return 0
+	}
 	if err := start(ctx, opts, getenv, stderr); err != nil {
 		fmt.Fprintf(stderr, "runner-guard: %s\n", oneLine(err))
 		return 1

@@ -49,6 +49,7 @@ type options struct {
 	activation          activationFlags
 	selfCerts           selfCertFlags
 	events              eventsFlags
+	eventsOnly          bool
 	printVersion        bool
 	zap                 zap.Options
 }
@@ -84,6 +85,7 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	o.activation.bind(fs)
 	o.selfCerts.bind(fs)
 	o.events.bind(fs)
+	fs.BoolVar(&o.eventsOnly, "events-only", false, "Serve only the GitHub events endpoint (--events-bind-address, with the webhook secrets), /metrics and the probes: no admission webhook, serving certificate, GitHub credentials, controllers or leader election. Reads --config to tell which pods are guarded and which runner each runs.")
 	fs.BoolVar(&o.enableHTTP2, "enable-http2", false, "Serve the webhook over HTTP/2 as well (off: HTTP/2 rapid-reset CVEs).")
 	fs.BoolVar(&o.printVersion, "version", false, "Print the version, the commit and the Go version, and exit.")
 	o.zap.BindFlags(fs)

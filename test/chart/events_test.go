@@ -88,11 +88,11 @@ func TestEventsDeployment(t *testing.T) {
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
 		t.Errorf("events replicas %v, want events.replicaCount's default 2", d.Spec.Replicas)
 	}
-	if got := c.Resources.Limits[corev1.ResourceMemory]; got.Cmp(resource.MustParse("64Mi")) != 0 {
-		t.Errorf("events memory limit %s, want 64Mi", got.String())
+	if got := c.Resources.Limits[corev1.ResourceMemory]; got.Cmp(resource.MustParse("96Mi")) != 0 {
+		t.Errorf("events memory limit %s, want 96Mi", got.String())
 	}
-	if env := envOf(d); env["GOMEMLIMIT"] != "57MiB" {
-		t.Errorf("events GOMEMLIMIT %q, want 57MiB (90 %% of 64Mi)", env["GOMEMLIMIT"])
+	if env := envOf(d); env["GOMEMLIMIT"] != "86MiB" {
+		t.Errorf("events GOMEMLIMIT %q, want 86MiB (90 %% of 96Mi)", env["GOMEMLIMIT"])
 	}
 	var ports []string
 	for _, p := range c.Ports {

@@ -202,10 +202,14 @@ func TestArgsAreWebhookFlags(t *testing.T) {
 		if len(objs.OfKind("Deployment")) == 0 {
 			continue
 		}
-		for _, a := range webhookArgs(t, objs) {
-			flag, _, _ := strings.Cut(a, "=")
-			if !strings.Contains(string(help), "\n  "+flag+" ") && !strings.Contains(string(help), "\n  "+flag+"\n") {
-				t.Errorf("%s: the chart passes %s, which %s --help does not list", caseName(vf), flag, bin)
+		// The webhook's and, with events on, the events Deployment's.
+		for _, u := range objs.OfKind("Deployment") {
+			d := render.Get[appsv1.Deployment](t, objs, "Deployment", u.GetName())
+			for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+				flag, _, _ := strings.Cut(a, "=")
+				if !strings.Contains(string(help), "\n  "+flag+" ") && !strings.Contains(string(help), "\n  "+flag+"\n") {
+					t.Errorf("%s: Deployment %s passes %s, which %s --help does not list", caseName(vf), d.Name, flag, bin)
+				}
 			}
 		}
 	}
