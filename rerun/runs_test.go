@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 )
 
@@ -249,4 +250,136 @@ func TestAdvanceCallsPerRun(t *testing.T) {
 	if n := len(f.Requests()); n != 40 {
 		t.Errorf("%d requests for 100 lost jobs, want 40 (0.4 a job)", n)
 	}
+}
+
+// The job re-run is the one that was lost, or none: a verified annotation's
+// job ID, else the attempt's one job of the runner.
+func TestAdvanceNamesTheLostJob(t *testing.T) {
+	tests := map[string]struct {
+		// jobs are the runner names of the attempt's jobs, all failed.
+		jobs []string
+		// lostJob indexes the job the annotation names (-1: none, found by runner).
+		lostJob    int
+		runner     string
+		wantRerun  int // index into jobs, -1: none
+		wantState  State
+		wantSaying string
+	}{
+		"a persistent runner lost during its second job": {jobs: []string{"legacy-1", "legacy-1"}, lostJob: 1, runner: "legacy-1", wantRerun: 1, wantState: StateRerun},
+		"a persistent runner lost during its fifth job":  {jobs: []string{"legacy-1", "legacy-1", "other", "legacy-1", "legacy-1", "legacy-1"}, lostJob: 5, runner: "legacy-1", wantRerun: 5, wantState: StateRerun},
+		"an ephemeral runner's one job":                  {jobs: []string{"runner-1", "runner-2"}, lostJob: -1, runner: "runner-1", wantRerun: 0, wantState: StateRerun},
+		"several jobs ran on the runner":                 {jobs: []string{"runner-1", "runner-1"}, lostJob: -1, runner: "runner-1", wantRerun: -1, wantState: StateUnknown, wantSaying: "cannot tell which"},
+		"no job ran on the runner":                       {jobs: []string{"runner-2"}, lostJob: -1, runner: "runner-1", wantRerun: -1, wantState: StateUnknown, wantSaying: "name no job"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			f, gh := gitHub(t)
+			run := f.AddRun("acme/app", "ci")
+			var ids []int64
+			for i, r := range tc.jobs {
+				id, _ := f.AddJob(run, fmt.Sprintf("job-%d", i), r)
+				_ = f.FinishJob(id, ghfake.ConclusionFailure)
+				ids = append(ids, id)
+			}
+			_ = f.CompleteRun(run, ghfake.ConclusionFailure)
+			rec := lostRecord(run, tc.runner)
+			rec.Attempt = 1
+			if tc.lostJob >= 0 {
+				rec.ID = ids[tc.lostJob]
+			}
+			out := settle(t, testStepper(true), gh, []Record{rec}, 0)
+			if got := out[0].rec; got.State != tc.wantState || !strings.Contains(got.Message, tc.wantSaying) {
+				t.Fatalf("record %s (%s): %s, want %s saying %q", got.State, got.Outcome, got.Message, tc.wantState, tc.wantSaying)
+			}
+			var reruns []ghfake.Request
+			for _, r := range f.Requests() {
+				if (ghfake.RequestMatch{Op: ghfake.OpRerunJob}).Matches(r) {
+					reruns = append(reruns, r)
+				}
+			}
+			if tc.wantRerun < 0 {
+				if len(reruns) != 0 || out[0].rec.Outcome != OutcomeUnnamed {
+					t.Errorf("%d re-runs, outcome %s; want none, unnamed", len(reruns), out[0].rec.Outcome)
+				}
+				return
+			}
+			want := fmt.Sprintf("/actions/jobs/%d/rerun", ids[tc.wantRerun])
+			if len(reruns) != 1 || !strings.HasSuffix(reruns[0].Path, want) {
+				t.Errorf("re-runs %v, want one of %s", reruns, want)
+			}
+		})
+	}
+}
+
+// rerun.exclude: a repository is never asked about; a workflow path is
+// known after the run's GET.
+func TestAdvanceExcluded(t *testing.T) {
+	tests := map[string]struct {
+		exclude      []string
+		wantState    State
+		wantRequests int
+	}{
+		"the repository":                 {exclude: []string{"acme/*"}, wantState: StateExcluded},
+		"the workflow, any repository":   {exclude: []string{".github/workflows/nightly.yml"}, wantState: StateExcluded, wantRequests: 1},
+		"the workflow of the repository": {exclude: []string{"acme/app:.github/workflows/night*.yml"}, wantState: StateExcluded, wantRequests: 1},
+		"another repository's workflow":  {exclude: []string{"acme/other:.github/workflows/nightly.yml", "other/*"}, wantState: StateRerun, wantRequests: 3},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			f, gh := gitHub(t)
+			run := f.AddRun("acme/app", "nightly")
+			job, _ := f.AddJob(run, "build", "runner-1")
+			_ = f.FinishJob(job, ghfake.ConclusionFailure)
+			_ = f.CompleteRun(run, ghfake.ConclusionFailure)
+			x, err := ParseExclusions(tc.exclude)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := testStepper(true)
+			s.exclude = x
+			rec := lostRecord(run, "runner-1")
+			rec.Attempt = 1
+			out := settle(t, s, gh, []Record{rec}, 0)
+			if got := out[0].rec; got.State != tc.wantState || (got.State == StateExcluded) != (got.Outcome == OutcomeExcluded) {
+				t.Errorf("record %s %s: %s", got.State, got.Outcome, got.Message)
+			}
+			if n := len(f.Requests()); n != tc.wantRequests {
+				t.Errorf("%d requests, want %d", n, tc.wantRequests)
+			}
+		})
+	}
+}
+
+// A run at GitHub's 50 attempts is not asked to re-run.
+func TestAdvanceAttemptCap(t *testing.T) {
+	f, gh := gitHub(t)
+	run := f.AddRun("acme/app", "ci")
+	_, _ = f.AddJob(run, "build", "runner-0")
+	for range ghfake.MaxRunAttempts - 1 {
+		_ = f.CompleteRun(run, ghfake.ConclusionFailure)
+		if err := gh.RerunFailedJobs(context.Background(), mustRepo(t, "acme/app"), run); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := f.Jobs(run, ghfake.MaxRunAttempts)
+	_ = f.StartJob(last[0].ID, "runner-50")
+	_ = f.CompleteRun(run, ghfake.ConclusionFailure)
+	rec := lostRecord(run, "runner-50")
+	before := f.CountMatching(ghfake.RequestMatch{Op: ghfake.OpRerunFailedJobs})
+	out := settle(t, testStepper(true), gh, []Record{rec}, 0)
+	if got := out[0].rec; got.State != StateLost || got.Outcome != OutcomeRefused || !strings.Contains(got.Message, "cap of 50") {
+		t.Errorf("record %s %s: %s", got.State, got.Outcome, got.Message)
+	}
+	if n := f.CountMatching(ghfake.RequestMatch{Op: ghfake.OpRerunJob}) + f.CountMatching(ghfake.RequestMatch{Op: ghfake.OpRerunFailedJobs}) - before; n != 0 {
+		t.Errorf("%d re-runs asked of a run at its cap", n)
+	}
+}
+
+func mustRepo(t *testing.T, name string) ghclient.Scope {
+	t.Helper()
+	s, err := ghclient.RepoScope(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
