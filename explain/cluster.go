@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/internal/jobannotation"
 	"github.com/runner-guard/runner-guard/webhook"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
@@ -89,6 +90,7 @@ func Explain(ctx context.Context, c Cluster, req Request) (Report, error) {
 	ex := h.Explain(ctx, pod)
 	erNeeds, arcSecret := readOwner(ctx, c.Client, pod)
 	r.Runner = runnerLine(ex, erNeeds)
+	r.AnnotatedJob = annotatedJob(ctx, c.Kube, pod, dep, inst, req, ex.NotGuarded)
 	r.Binding = bindingLine(ex, h.ScopesOpen())
 	r.Credentials = credsLine(ex, mode, inst, arcSecret)
 	r.Hints = hintsLine(pod)
@@ -108,6 +110,17 @@ func Explain(ctx context.Context, c Cluster, req Request) (Report, error) {
 
 	r.Delete, r.Evict = dryRuns(ctx, c.Kube, pod)
 	return r, nil
+}
+
+// annotatedJob is the line of pod's runner-guard.io/job annotation, nil
+// when it carries none. Only then are the webhook secrets read, to verify
+// it: never shown.
+func annotatedJob(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, dep *appsv1.Deployment, inst Install, req Request, notGuarded string) *JobLine {
+	if !jobannotation.Found(pod) {
+		return nil
+	}
+	secrets := readWebhookSecrets(ctx, kube, dep, inst, req.GuardNamespace, req.Now)
+	return jobLine(pod, secrets, notGuarded, req.Now())
 }
 
 // dryRuns asks the API server what a delete and an eviction of pod would get
@@ -158,10 +171,16 @@ func findDeployment(ctx context.Context, kube kubernetes.Interface, ns string) (
 	switch {
 	case apierrors.IsForbidden(err):
 		return nil, Install{Needs: needs("list", "deployments", ns)}
-	case err != nil || len(list.Items) == 0:
+	case err != nil:
 		return nil, Install{}
 	}
-	dep := &list.Items[0]
+	// The chart's events Deployment carries the same label: the webhook's
+	// is the one that decides.
+	i := slices.IndexFunc(list.Items, func(d appsv1.Deployment) bool { return !eventsOnly(&d) })
+	if i < 0 {
+		return nil, Install{}
+	}
+	dep := &list.Items[i]
 	inst := Install{Deployment: ns + "/" + dep.Name, CredentialsMode: flagValue(dep, "credentials-mode")}
 	inst.Secrets = githubSecrets(dep)
 	return dep, inst
@@ -184,18 +203,42 @@ func webhookContainer(dep *appsv1.Deployment) *corev1.Container {
 	return nil
 }
 
-// flagValue is the value of --name=value in the webhook container's args.
+// eventsOnly reports whether dep runs only GitHub's events endpoint
+// (--events-only, the chart's <fullname>-events).
+func eventsOnly(dep *appsv1.Deployment) bool {
+	if dep.Labels["app.kubernetes.io/component"] == "events" {
+		return true
+	}
+	c := webhookContainer(dep)
+	return c != nil && slices.ContainsFunc(append(slices.Clone(c.Command), c.Args...), func(a string) bool {
+		return a == "--events-only" || a == "-events-only" || strings.HasPrefix(a, "--events-only=") || strings.HasPrefix(a, "-events-only=")
+	})
+}
+
+// flagValue is the value of the string flag name in the webhook container's
+// command and args, as Go's flag package reads them: --name=value,
+// -name=value, --name value or -name value, the last one winning.
 func flagValue(dep *appsv1.Deployment, name string) string {
 	c := webhookContainer(dep)
 	if c == nil {
 		return ""
 	}
-	for _, a := range append(slices.Clone(c.Command), c.Args...) {
-		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
-			return v
+	args := append(slices.Clone(c.Command), c.Args...)
+	value := ""
+	for i, a := range args {
+		rest, ok := strings.CutPrefix(a, "--"+name)
+		if !ok {
+			rest, ok = strings.CutPrefix(a, "-"+name)
+		}
+		switch {
+		case !ok:
+		case strings.HasPrefix(rest, "="):
+			value = rest[1:]
+		case rest == "" && i+1 < len(args):
+			value = args[i+1]
 		}
 	}
-	return ""
+	return value
 }
 
 // mountedVolume is the volume mounted at the directory holding file.

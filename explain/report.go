@@ -33,6 +33,7 @@ type Report struct {
 	Pod          string       `json:"pod"`
 	Install      InstallLine  `json:"install"`
 	Runner       RunnerLine   `json:"runner"`
+	AnnotatedJob *JobLine     `json:"annotatedJob,omitempty"` // nil, and no line, without runner-guard.io/job
 	Binding      BindingLine  `json:"binding"`
 	Credentials  CredsLine    `json:"credentials"`
 	Hints        HintsLine    `json:"hints"`
@@ -131,10 +132,16 @@ type DryRunLine struct {
 
 // WriteText prints the report, one short line per field.
 func (r Report) WriteText(w io.Writer) error {
-	lines := []struct{ label, text string }{
+	type line struct{ label, text string }
+	lines := []line{
 		{"pod", r.Pod},
 		{"install", r.Install.Text},
 		{"runner", r.Runner.Text},
+	}
+	if r.AnnotatedJob != nil {
+		lines = append(lines, line{"annotated job", r.AnnotatedJob.Text})
+	}
+	lines = append(lines, []line{
 		{"binding", r.Binding.Text},
 		{"credentials", r.Credentials.Text},
 		{"hints", r.Hints.Text},
@@ -142,7 +149,7 @@ func (r Report) WriteText(w io.Writer) error {
 		{"last decision", r.LastDecision.Text},
 		{"delete now", r.Delete.Text},
 		{"eviction now", r.Evict.Text},
-	}
+	}...)
 	var b strings.Builder
 	for _, l := range lines {
 		fmt.Fprintf(&b, "%-14s %s\n", l.label+":", l.text)
