@@ -1,7 +1,6 @@
 package explain
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -82,7 +81,7 @@ func jobLine(pod *corev1.Pod, secrets WebhookSecrets, notGuarded string, now tim
 	}
 	l := &JobLine{}
 	var parts []string
-	rec, decodeErr := decodeRecord(value)
+	rec, decodeErr := jobannotation.Claimed(value)
 	if decodeErr == nil {
 		l.Record = &rec
 		parts = append(parts, recordText(rec, now))
@@ -163,20 +162,4 @@ func secretName(name string) string {
 		return "the single webhook secret (--github-webhook-secret-file)"
 	}
 	return fmt.Sprintf("webhook secret %q", name)
-}
-
-// decodeRecord reads the annotation's record without verifying it, to show
-// what it claims when it cannot be verified; Keyring.Read checks the same.
-func decodeRecord(value string) (jobannotation.Record, error) {
-	var r jobannotation.Record
-	if err := json.Unmarshal([]byte(value), &r); err != nil {
-		return r, fmt.Errorf("%s is not a record: %w", jobannotation.Annotation, err)
-	}
-	if r.JobID <= 0 || r.Repository == "" {
-		return r, fmt.Errorf("%s names no job ID or repository", jobannotation.Annotation)
-	}
-	if r.State != jobannotation.StateInProgress && r.State != jobannotation.StateCompleted {
-		return r, fmt.Errorf("%s has state %q, neither %s nor %s", jobannotation.Annotation, r.State, jobannotation.StateInProgress, jobannotation.StateCompleted)
-	}
-	return r, nil
 }

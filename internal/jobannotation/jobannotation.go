@@ -127,6 +127,14 @@ func decode(v string) (signed, error) {
 	return s, nil
 }
 
+// Claimed reads an annotation value without verifying its MAC: what it
+// claims, for messages (explain) about one that cannot be verified. Nothing
+// may act on it.
+func Claimed(v string) (Record, error) {
+	s, err := decode(v)
+	return s.Record, err
+}
+
 // errMAC is a record whose MAC no configured key makes.
 var errMAC = errors.New("its MAC does not verify (forged, copied from another pod, or signed under another secret)")
 
