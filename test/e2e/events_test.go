@@ -1,15 +1,21 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/runner-guard/runner-guard/disruption"
 	"github.com/runner-guard/runner-guard/events"
@@ -17,6 +23,7 @@ import (
 	"github.com/runner-guard/runner-guard/internal/jobannotation"
 	"github.com/runner-guard/runner-guard/test/fixture"
 	"github.com/runner-guard/runner-guard/test/process"
+	"github.com/runner-guard/runner-guard/webhook"
 )
 
 const eventsSecret = "e2e-webhook-secret"
@@ -27,27 +34,59 @@ const eventsSecret = "e2e-webhook-secret"
 // endpoint's URL.
 func eventsOn(s *scenario, knobs ghfake.Events, extra ...string) string {
 	s.t.Helper()
-	if !env.Local() {
-		s.t.Skip("events need the local harness: the fake GitHub delivers to a port of this host")
-	}
+	requireLocalEvents(s)
 	args, base, err := process.EventsEndpoint(s.t.TempDir(), eventsSecret)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if err := env.RestartWebhook(s.ctx, append(args, extra...)...); err != nil {
+	knobs.Secret = eventsSecret
+	return serveEvents(s, knobs, base, append(args, extra...))
+}
+
+// eventsWithSecrets is eventsOn with a secret per webhook
+// (--github-webhook-secrets); knobs.Secrets sign the fake's deliveries.
+func eventsWithSecrets(s *scenario, knobs ghfake.Events, secrets []process.WebhookSecret, extra ...string) string {
+	s.t.Helper()
+	requireLocalEvents(s)
+	args, base, err := process.EventsEndpointSecrets(s.t.TempDir(), secrets...)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return serveEvents(s, knobs, base, append(args, extra...))
+}
+
+func requireLocalEvents(s *scenario) {
+	s.t.Helper()
+	if !env.Local() {
+		s.t.Skip("events need the local harness: the fake GitHub delivers to a port of this host")
+	}
+}
+
+// eventsRestored holds the tests that restore the webhook and stop the
+// fake's deliveries when they end: once, however often they restart it.
+var eventsRestored sync.Map // *testing.T -> struct{}
+
+// serveEvents restarts runner-guard with args, which serve its events
+// endpoint at base, and points the fake's deliveries there.
+func serveEvents(s *scenario, knobs ghfake.Events, base string, args []string) string {
+	s.t.Helper()
+	if _, again := eventsRestored.LoadOrStore(s.t, struct{}{}); !again {
+		s.t.Cleanup(func() {
+			eventsRestored.Delete(s.t)
+			env.Fake().DeliverEvents(ghfake.Events{})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := env.RestartWebhook(ctx); err != nil {
+				s.t.Errorf("restore webhook: %v", err)
+			}
+		})
+	}
+	if err := env.RestartWebhook(s.ctx, args...); err != nil {
 		s.t.Fatal(err)
 	}
 	url := base + events.Path
-	knobs.URL, knobs.Secret = url, eventsSecret
+	knobs.URL = url
 	env.Fake().DeliverEvents(knobs)
-	s.t.Cleanup(func() {
-		env.Fake().DeliverEvents(ghfake.Events{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := env.RestartWebhook(ctx); err != nil {
-			s.t.Errorf("restore webhook: %v", err)
-		}
-	})
 	return url
 }
 
@@ -71,15 +110,75 @@ func (s *scenario) eventsMetric(outcome string) float64 {
 	return v
 }
 
+// refusedByJobRecord deletes the pod with kubectl and fails the test
+// unless runner-guard refuses it as busy by its job record (rule 4h); it
+// returns kubectl's stderr.
+func (s *scenario) refusedByJobRecord(name string) string {
+	s.t.Helper()
+	_, stderr, err := s.kubectl("delete", "pod", name, "--wait=false")
+	if err == nil || !strings.Contains(stderr, "runner busy") || !strings.Contains(stderr, "[reason: "+string(webhook.ReasonJobAnnotated)+"]") {
+		s.t.Fatalf("delete of pod %s, whose job record verifies: err %v, stderr %q; want refused as runner busy, reason %s", name, err, stderr, webhook.ReasonJobAnnotated)
+	}
+	return stderr
+}
+
+// podAge is the clause of a refusal that ages with the pod, absent in its
+// first second.
+var podAge = regexp.MustCompile(` \(its pod started [0-9hms.]+ ago\)|, its pod started [0-9hms.]+ ago`)
+
+// withoutAge is a refusal without the pod's age, which differs between two
+// refusals a second apart.
+func withoutAge(refusal string) string { return podAge.ReplaceAllString(refusal, "") }
+
+// jobDelivery is the body of a workflow_job delivery, as GitHub sends it,
+// of job (in the organization owning its repository) on runner.
+func jobDelivery(action string, job jobannotation.Job, runner string) []byte {
+	owner, _, _ := strings.Cut(job.Repository, "/")
+	at := time.Now().UTC().Format(time.RFC3339)
+	wj := map[string]any{"id": job.JobID, "run_id": job.RunID, "run_attempt": job.Attempt, "name": job.Name,
+		"status": action, "runner_name": runner, "started_at": at, "completed_at": nil}
+	if action == events.ActionCompleted {
+		wj["completed_at"] = at
+	}
+	b, _ := json.Marshal(map[string]any{"action": action, "workflow_job": wj, // maps of plain values always marshal
+		"repository": map[string]any{"full_name": job.Repository}, "organization": map[string]any{"login": owner}})
+	return b
+}
+
+// postDelivery sends body to the events endpoint at url as a workflow_job
+// delivery, signed with secret ("": unsigned), and returns the answer.
+func postDelivery(s *scenario, url, id string, body []byte, secret string) (int, string) {
+	s.t.Helper()
+	req, err := http.NewRequestWithContext(s.ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	req.Header.Set(events.HeaderEvent, "workflow_job")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(events.HeaderDelivery, id)
+	if secret != "" {
+		req.Header.Set(events.HeaderSignature, events.Sign(body, []byte(secret)))
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(answer))
+}
+
 var hinted = map[string]string{
 	disruption.AnnotationDoNotDisrupt: "true", disruption.AnnotationSafeToEvict: "false", disruption.AnnotationOwned: "do-not-disrupt,safe-to-evict,deletion-cost",
 	disruption.AnnotationDeletionCost: disruption.DeletionCost.Value,
 }
 
 // A legacy runner pod gets its job from GitHub's in_progress delivery, and
-// with it the hints and a busy refusal with no GitHub request; a forged
-// delivery changes nothing; a repeated one applies once; completed takes
-// the job and the hints off.
+// with it the hints and a busy refusal with no GitHub request: of the
+// delete and its dry run alike, and of an eviction, real or dry, with 429.
+// A forged delivery, or a signed one naming no runner, of an action not
+// read, or malformed, changes nothing; a repeated one applies once;
+// completed takes the job and the hints off.
 func TestEventsGiveLegacyPodsTheirJob(t *testing.T) {
 	s := newScenario(t, "events")
 	url := eventsOn(s, ghfake.Events{Repeat: true})
@@ -95,36 +194,57 @@ func TestEventsGiveLegacyPodsTheirJob(t *testing.T) {
 		t.Errorf("the repeated in_progress counted %v duplicates, want 1", n)
 	}
 	s.wantAnnotations("ev-runner", hinted)
-	_, stderr, err := s.kubectl("delete", "pod", "ev-runner", "--wait=false")
-	if err == nil || !strings.Contains(stderr, "runner busy") || !strings.Contains(stderr, "workflow_job") {
-		t.Fatalf("delete of the pod of an annotated job: err %v, stderr %q; want refused as runner busy from the delivery", err, stderr)
+	stderr := s.refusedByJobRecord("ev-runner")
+	if !strings.Contains(stderr, "workflow_job") {
+		t.Errorf("the refusal does not say the job came from a workflow_job delivery: %q", stderr)
 	}
+	_, dryRun, err := s.kubectl("delete", "pod", "ev-runner", "--dry-run=server")
+	if err == nil || withoutAge(dryRun) != withoutAge(stderr) {
+		t.Errorf("dry run of the delete: err %v, stderr %q; want it refused as the delete was: %q", err, dryRun, stderr)
+	}
+	dryEvict, evict := s.evict("ev-runner", true), s.evict("ev-runner", false)
+	for name, err := range map[string]error{"dry run of the eviction": dryEvict, "eviction": evict} {
+		if !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "[reason: "+string(webhook.ReasonJobAnnotated)+"]") {
+			t.Errorf("%s of the pod of an annotated job: %v; want 429 with reason %s", name, err, webhook.ReasonJobAnnotated)
+		}
+	}
+	if withoutAge(fmt.Sprint(dryEvict)) != withoutAge(fmt.Sprint(evict)) {
+		t.Errorf("dry run of the eviction refused with %q, the eviction with %q", dryEvict, evict)
+	}
+	s.requireAlive("ev-runner")
 	if reqs := s.github()[before:]; len(reqs) != 0 {
-		t.Errorf("hints and the refusal from a delivery cost GitHub requests:%s", describe(reqs))
+		t.Errorf("hints and the refusals from a delivery cost GitHub requests:%s", describe(reqs))
 	}
 
-	// Forged deliveries: unsigned, or signed with another secret. Each is
-	// refused with 401 and the job stays.
-	completed := fmt.Sprintf(`{"action":"completed","workflow_job":{"id":%d,"run_id":1,"run_attempt":1,"name":"build","runner_name":"ev-runner"},"repository":{"full_name":%q}}`, job.JobID, job.Repository)
-	for name, sig := range map[string]string{"unsigned": "", "another secret": events.Sign([]byte(completed), []byte("guess"))} {
-		req, _ := http.NewRequestWithContext(s.ctx, http.MethodPost, url, strings.NewReader(completed))
-		req.Header.Set(events.HeaderEvent, "workflow_job")
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(events.HeaderDelivery, "forged-"+name)
-		if sig != "" {
-			req.Header.Set(events.HeaderSignature, sig)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized {
-			t.Errorf("%s delivery answered %d, want 401", name, resp.StatusCode)
+	// Deliveries that must change nothing: forged (unsigned, or signed with
+	// another secret) are refused with 401; signed ones naming no runner,
+	// of an action runner-guard does not read, or malformed, are answered
+	// and leave the record as it was.
+	record := s.annotations("ev-runner")[jobannotation.Annotation]
+	completed := jobDelivery(events.ActionCompleted, job, "ev-runner")
+	noJobID := job
+	noJobID.JobID = 0
+	for _, d := range []struct {
+		name, secret string
+		body         []byte
+		status       int
+	}{
+		{"unsigned", "", completed, http.StatusUnauthorized},
+		{"another secret", "guess", completed, http.StatusUnauthorized},
+		{"no runner", eventsSecret, jobDelivery(events.ActionCompleted, job, ""), http.StatusOK},
+		{"an action not read", eventsSecret, jobDelivery("waiting", job, "ev-runner"), http.StatusAccepted},
+		{"no job ID", eventsSecret, jobDelivery(events.ActionCompleted, noJobID, "ev-runner"), http.StatusBadRequest},
+		{"not JSON", eventsSecret, completed[:len(completed)/2], http.StatusBadRequest},
+	} {
+		if code, answer := postDelivery(s, url, "bad-"+d.name, d.body, d.secret); code != d.status {
+			t.Errorf("delivery with %s answered %d %q, want %d", d.name, code, answer, d.status)
 		}
 	}
-	if _, ok := s.jobOf("ev-runner"); !ok {
-		t.Fatal("a forged completed removed the job")
+	if got := s.annotations("ev-runner")[jobannotation.Annotation]; got != record {
+		t.Fatalf("a forged or bad delivery changed the job record from %s to %s", record, got)
+	}
+	if n := s.eventsMetric(events.OutcomeNoPod); n != 1 {
+		t.Errorf("the delivery naming no runner counted %v %s, want 1", n, events.OutcomeNoPod)
 	}
 
 	env.GitHub.SetBusy(s.scope, "ev-runner", false) // completed (twice)

@@ -555,15 +555,86 @@ func LoadMix(gh *ghfake.Fake, api *PodAPI, scope ghclient.Scope, n int) (bodies 
 // returns the flags that turn the endpoint on and its base URL (the
 // events package's Path is added by the caller: that package's tests use this one).
 func EventsEndpoint(dir, secret string) (args []string, base string, err error) {
-	port, err := FreePort()
-	if err != nil {
-		return nil, "", err
-	}
 	secretFile := filepath.Join(dir, "webhook-secret")
 	// A Secret's value often ends in a newline: runner-guard must trim it.
 	if err := os.WriteFile(secretFile, []byte(secret+"\n"), 0o600); err != nil {
 		return nil, "", err
 	}
-	args = []string{fmt.Sprintf("--events-bind-address=127.0.0.1:%d", port), "--github-webhook-secret-file=" + secretFile}
-	return args, fmt.Sprintf("http://127.0.0.1:%d", port), nil
+	return eventsEndpoint("--github-webhook-secret-file=" + secretFile)
+}
+
+// EventsEndpointSecrets is EventsEndpoint with a secret per webhook
+// (--github-webhook-secrets, written by WriteWebhookSecrets).
+func EventsEndpointSecrets(dir string, secrets ...WebhookSecret) (args []string, base string, err error) {
+	flag, err := WriteWebhookSecrets(dir, secrets...)
+	if err != nil {
+		return nil, "", err
+	}
+	return eventsEndpoint(flag)
+}
+
+// eventsEndpoint is the endpoint's flags, on a free loopback port, with
+// the flag of its secrets, and its base URL.
+func eventsEndpoint(secretsFlag string) (args []string, base string, err error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, "", err
+	}
+	return []string{fmt.Sprintf("--events-bind-address=127.0.0.1:%d", port), secretsFlag}, fmt.Sprintf("http://127.0.0.1:%d", port), nil
+}
+
+// WebhookSecret is one GitHub webhook's entry of --github-webhook-secrets.
+type WebhookSecret struct {
+	// Name names the secret in job records, Events and messages.
+	Name string
+	// Value is the webhook's secret; Previous, when set, is its value
+	// before a rotation, still accepted until PreviousUntil.
+	Value, Previous string
+	PreviousUntil   time.Time
+	// Scopes are what the webhook may speak for: org:ORG, repo:OWNER/REPO,
+	// enterprise:SLUG.
+	Scopes []string
+}
+
+// WriteWebhookSecrets writes each secret's values to files in dir (with a
+// trailing newline, as a Secret's often are) and the YAML file naming them;
+// it returns the flag --github-webhook-secrets=FILE.
+func WriteWebhookSecrets(dir string, secrets ...WebhookSecret) (string, error) {
+	type entry struct {
+		Name               string   `json:"name"`
+		SecretFile         string   `json:"secretFile"`
+		Scopes             []string `json:"scopes"`
+		PreviousSecretFile string   `json:"previousSecretFile,omitempty"`
+		PreviousUntil      string   `json:"previousUntil,omitempty"`
+	}
+	write := func(name, value string) (string, error) {
+		path := filepath.Join(dir, name)
+		return path, os.WriteFile(path, []byte(value+"\n"), 0o600)
+	}
+	var config struct {
+		Secrets []entry `json:"secrets"`
+	}
+	for _, s := range secrets {
+		e := entry{Name: s.Name, Scopes: s.Scopes}
+		var err error
+		if e.SecretFile, err = write(s.Name+".secret", s.Value); err != nil {
+			return "", err
+		}
+		if s.Previous != "" {
+			if e.PreviousSecretFile, err = write(s.Name+".previous", s.Previous); err != nil {
+				return "", err
+			}
+			e.PreviousUntil = s.PreviousUntil.UTC().Format(time.RFC3339)
+		}
+		config.Secrets = append(config.Secrets, e)
+	}
+	b, err := json.Marshal(config) // JSON is YAML
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "webhook-secrets.yaml")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return "", err
+	}
+	return "--github-webhook-secrets=" + path, nil
 }
