@@ -84,3 +84,30 @@ func TestRerunFlags(t *testing.T) {
 		t.Errorf("defaults: %+v", o.rerun)
 	}
 }
+
+func TestRerunExcludeFlag(t *testing.T) {
+	tests := map[string]struct {
+		value   string
+		entries int
+		wantErr string
+	}{
+		"none":                       {},
+		"repositories and workflows": {value: "acme/legacy-*, .github/workflows/nightly.yml,acme/app:.github/workflows/release.yml", entries: 3},
+		"a bare name":                {value: "acme", wantErr: "--rerun-exclude"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o, err := parseFlags([]string{"--rerun-exclude=" + tc.value}, &strings.Builder{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = o.rerun.check()
+			switch {
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("check = %v, want an error naming %s", err, tc.wantErr)
+			case tc.wantErr == "" && (err != nil || len(o.rerun.excluded) != tc.entries):
+				t.Errorf("check = %v, %d entries; want %d", err, len(o.rerun.excluded), tc.entries)
+			}
+		})
+	}
+}

@@ -81,6 +81,9 @@ job annotations it writes. */}}
 {{- if ne (int .Values.rerun.maxPerRun) 3 }}
 - --rerun-max-per-run={{ .Values.rerun.maxPerRun }}
 {{- end }}
+{{- with .Values.rerun.exclude }}
+- --rerun-exclude={{ join "," . }}
+{{- end }}
 {{- if .Values.webhook.clientCAConfigMap }}
 - --client-ca-file={{ include "runner-guard.clientCADir" . }}/ca.crt
 {{- end }}
