@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/runner-guard/runner-guard/ghclient"
@@ -61,9 +62,11 @@ type eventSender struct {
 	cfg    Events
 	client *http.Client
 
-	mu        sync.Mutex
-	nextJob   int64
-	nextGUID  int64
+	mu      sync.Mutex
+	nextJob int64
+	// guids numbers X-GitHub-Delivery values: the Fake's, shared by every
+	// sender it starts, since GitHub's never repeat.
+	guids     *atomic.Int64
 	jobs      map[string]eventJob // runner key -> running job
 	held      map[int64][]byte    // reordered in_progress bodies by job
 	delivered []Delivery
@@ -73,7 +76,7 @@ type eventSender struct {
 func (f *Fake) DeliverEvents(cfg Events) {
 	var s *eventSender
 	if cfg.URL != "" {
-		s = &eventSender{cfg: cfg, client: &http.Client{Timeout: 10 * time.Second}, nextJob: 50000,
+		s = &eventSender{cfg: cfg, client: &http.Client{Timeout: 10 * time.Second}, nextJob: 50000, guids: &f.deliveryGUIDs,
 			jobs: map[string]eventJob{}, held: map[int64][]byte{}}
 	}
 	f.mu.Lock()
@@ -235,10 +238,7 @@ func (s *eventSender) send(action, runner string, jobID int64, body []byte) {
 			return
 		}
 	}
-	s.mu.Lock()
-	s.nextGUID++
-	guid := fmt.Sprintf("00000000-0000-4000-8000-%012d", s.nextGUID)
-	s.mu.Unlock()
+	guid := fmt.Sprintf("00000000-0000-4000-8000-%012d", s.guids.Add(1))
 	times := 1
 	if s.cfg.Repeat {
 		times = 2

@@ -39,6 +39,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/runner-guard/runner-guard/ghclient"
@@ -235,6 +236,8 @@ type Fake struct {
 	// held is every owner, repository and enterprise that exists.
 	held    map[scopeKey]bool
 	lenient Leniency
+	// deliveryGUIDs numbers the webhook deliveries of every sender.
+	deliveryGUIDs atomic.Int64
 	// statelessTokens issues every installation token in the new format.
 	statelessTokens bool
 
