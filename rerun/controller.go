@@ -360,24 +360,31 @@ func (w *lossWatch) lost(ctx context.Context, pod *corev1.Pod) (loss, bool) {
 	}
 	l := loss{pod: pod}
 	erNamed, hasERJob := erJob(er)
+	controller := er != nil && controlledBy(pod, er)
+	annotated, attempt, hasAnnotation := legacyJob(pod, w.jobKeys)
 	switch {
-	case hasERJob && controlledBy(pod, er):
-		l.er = er
-		l.rec.Job = erNamed
-	case hasERJob && claimsEphemeralRunner(pod):
+	case hasERJob && !controller && claimsEphemeralRunner(pod):
 		// The pod claims an EphemeralRunner that is not this one (another
 		// UID: a stale or copied reference): its job fields name nothing.
 		l.rec.Job = erNamed
 		l.distrust = fmt.Sprintf("EphemeralRunner %s (UID %s) is not the pod's controller: its job fields name no job of this pod", k, er.GetUID())
+	case controller && hasAnnotation && (!hasERJob || sameRun(annotated, erNamed)):
+		// A verified delivery named the very job: its ID, not a match by
+		// runner name. The EphemeralRunner gives the scope and credentials.
+		l.er = er
+		l.rec.Job, l.rec.Attempt, l.rec.JobID = annotated, attempt, annotated.ID
+	case controller && hasERJob:
+		l.er = er
+		l.rec.Job = erNamed
+	case hasAnnotation && claimsEphemeralRunner(pod) && w.arcCredentials:
+		// Its EphemeralRunner is gone: nothing says which Secret reaches
+		// the job, and no other credentials are used.
+		l.rec.Job, l.rec.Attempt, l.rec.JobID = annotated, attempt, annotated.ID
+		l.distrust = fmt.Sprintf("the pod's EphemeralRunner %s is gone, so the credentials that reach its job are unknown", k)
+	case hasAnnotation:
+		l.rec.Job, l.rec.Attempt, l.rec.JobID = annotated, attempt, annotated.ID
 	default:
-		job, attempt, named := legacyJob(pod, w.jobKeys)
-		if !named {
-			return loss{}, false
-		}
-		l.rec.Job, l.rec.Attempt = job, attempt
-		if job.ID > 0 {
-			l.rec.JobID = job.ID
-		}
+		return loss{}, false
 	}
 	l.rec.Cause = lossCause(pod, node, known)
 	l.rec.PodNamespace, l.rec.PodName, l.rec.PodUID = pod.Namespace, pod.Name, string(pod.UID)

@@ -66,6 +66,11 @@ func legacyJob(pod *corev1.Pod, jobKeys *jobannotation.Keyring) (Job, int, bool)
 	return Job{Repository: j.Repository, RunID: j.RunID, Runner: pod.Name, ID: j.JobID}, int(j.Attempt), true
 }
 
+// sameRun reports whether two names of a job agree on its repository and run.
+func sameRun(a, b Job) bool {
+	return strings.EqualFold(a.Repository, b.Repository) && a.RunID == b.RunID
+}
+
 // controlledBy reports whether er is the pod's controller: the pod's
 // controller reference names an EphemeralRunner of er's name and UID. A
 // pod that only shares a name with an EphemeralRunner, or whose reference

@@ -142,6 +142,14 @@ func TestLossRecordedInsideTheBinding(t *testing.T) {
 			jobannotation.Job{Repository: repo, RunID: 88, Attempt: 2, JobID: jobID, Name: "build"}, jobannotation.StateInProgress, string(pod.UID))}
 		return pod
 	}
+	annotate := func(pod *corev1.Pod, repo string, run, jobID int64) *corev1.Pod {
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[AnnotationJob] = fixture.JobAnnotation(t, "events-secret",
+			jobannotation.Job{Repository: repo, RunID: run, Attempt: 2, JobID: jobID, Name: "build"}, jobannotation.StateInProgress, string(pod.UID))
+		return pod
+	}
 	orgA, _ := ghclient.OrgScope("org-a")
 	orgB, _ := ghclient.OrgScope("org-b")
 	exclude, _ := ParseExclusions([]string{"org-a/legacy-*"})
@@ -185,6 +193,17 @@ func TestLossRecordedInsideTheBinding(t *testing.T) {
 		"a legacy pod's verified job, inside its runner's scope": {
 			pod: legacyPod("org-a/app", 9002), guard: fakeGuard{res: webhook.Resolved{Runner: ghclient.Runner{Scope: orgA, Name: "legacy-1"}}},
 			want: &Record{Job: Job{Repository: "org-a/app", RunID: 88, Runner: "legacy-1", ID: 9002}, Attempt: 2, JobID: 9002, Credentials: CredentialsRef{Mode: CredentialsStatic}}},
+		"a scale-set pod's verified job annotation names its job ID": {
+			er: runner("https://github.com/org-a", "org-a/app"), guard: fakeGuard{bound: []string{"org:org-a"}},
+			pod:  annotate(scaleSetPod(runner("https://github.com/org-a", "org-a/app")).Obj(), "org-a/app", 77, 5001),
+			want: &Record{Job: Job{Repository: "org-a/app", RunID: 77, Runner: "runner-1", ID: 5001}, Attempt: 2, JobID: 5001, Credentials: CredentialsRef{Mode: CredentialsStatic}}},
+		"an annotation of another run than the EphemeralRunner's": {
+			er: runner("https://github.com/org-a", "org-a/app"), guard: fakeGuard{bound: []string{"org:org-a"}},
+			pod:  annotate(scaleSetPod(runner("https://github.com/org-a", "org-a/app")).Obj(), "org-a/app", 78, 5001),
+			want: &Record{Job: Job{Repository: "org-a/app", RunID: 77, Runner: "runner-1"}, Credentials: CredentialsRef{Mode: CredentialsStatic}}},
+		"an annotated scale-set pod whose EphemeralRunner is gone, ARC's credentials": {
+			pod:      annotate(scaleSetPod(runner("https://github.com/org-a", "org-a/app")).Obj(), "org-a/app", 77, 5001),
+			arcCreds: true, outcome: OutcomeUnnamed, says: "credentials that reach its job are unknown"},
 		"a legacy pod's job outside its runner's scope": {
 			pod: legacyPod("org-a/app", 9002), guard: fakeGuard{res: webhook.Resolved{Runner: ghclient.Runner{Scope: orgB, Name: "legacy-1"}}},
 			outcome: OutcomeUnnamed, says: "outside the runner's scope"},
