@@ -394,21 +394,47 @@ func (a *attackBench) floodDuringAdmission(ctx context.Context, e *env, target *
 
 	kinds := a.floodKinds(ctx)
 	rounds := 0
+	// The CPU the endpoint and the flood's client (this process) take
+	// from the machine admission shares with them.
+	self := &process.Proc{Cmd: &exec.Cmd{Process: &os.Process{Pid: os.Getpid()}}}
+	endpointBefore, clientBefore := cpuTime(target), cpuTime(self)
 	stopRSS = peakRSS(target)
+	start := time.Now()
 	during, err := a.admissionLatencies(ctx, ns, names, 0, func() { rounds = flood(kinds, floodFor) })
+	took := time.Since(start)
 	peak, rssErr := stopRSS()
 	if err := errors.Join(err, rssErr); err != nil {
 		return err
 	}
+	endpointCPU := (cpuTime(target) - endpointBefore) / took.Seconds() // cores
+	clientCPU := (cpuTime(self) - clientBefore) / took.Seconds()
 	sustained := mib(peak - idle)
 	p99 := pct(during, 0.99)
-	progress("events flood, %d waves in %s: endpoint RSS peak %.1f MiB (+%.1f MiB); admission p99 %s during, %s before (%d and %d dry-run deletes); answers %s",
-		rounds, floodFor, mib(peak), sustained, p99.Round(time.Millisecond), pct(quiet, 0.99).Round(time.Millisecond), len(during), len(quiet), describe(kinds))
+	progress("events flood, %d waves in %s: endpoint RSS peak %.1f MiB (+%.1f MiB), CPU %.2f cores, the flood's client %.2f; admission p99 %s during, %s before (%d and %d dry-run deletes); answers %s",
+		rounds, floodFor, mib(peak), sustained, endpointCPU, clientCPU, p99.Round(time.Millisecond), pct(quiet, 0.99).Round(time.Millisecond), len(during), len(quiet), describe(kinds))
 	e.record("events_sustained_flood_rss_growth_mib", sustained, "MiB", "(info)", true,
 		fmt.Sprintf("%d waves one after another for %s; peak VmRSS less idle, endpoint in %s", rounds, floodFor, where))
 	e.record("admission_p99_ms_during_events_flood", ms(p99), "ms", "<= 100", ms(p99) <= 100,
-		fmt.Sprintf("%d dry-run deletes of idle runner pods through the API server, 25/s, during those waves; p99 %.0f ms without them", len(during), ms(pct(quiet, 0.99))))
+		fmt.Sprintf("%d dry-run deletes of idle runner pods through the API server, 25/s, during those waves; p99 %.0f ms without them; the endpoint took %.2f cores, the flood's client %.2f",
+			len(during), ms(pct(quiet, 0.99)), endpointCPU, clientCPU))
 	return nil
+}
+
+// cpuTime is the CPU time, in seconds, p has spent so far (user and
+// system, from /proc/PID/stat); 0 when it cannot be read.
+func cpuTime(p *process.Proc) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// After the command name in parentheses: state, then 10 fields, then utime and stime.
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(fields) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / 100 // USER_HZ
 }
 
 // admissionLatencies sends dry-run deletes of the pods names in ns through
