@@ -88,8 +88,16 @@ type BudgetLedger struct {
 	settle, hold time.Duration
 	now          func() time.Time
 
+	// shared, when set, shares reservations with the other replicas
+	// (ReserveShared).
+	shared *Reservations
+
 	mu       sync.Mutex
 	byBudget map[types.NamespacedName]map[types.UID]*inFlightEviction
+	// foreign are the other replicas' reservations under each budget, as
+	// the budget's Lease last showed them: what this replica learnt of them
+	// (accounted) lives here; whether they count is the Lease's word.
+	foreign map[types.NamespacedName]map[types.UID]*inFlightEviction
 	// clock orders what the ledger learns against the budget reads.
 	clock ReadStamp
 }
@@ -120,8 +128,13 @@ func NewBudgetLedger(deadline time.Duration, now func() time.Time) *BudgetLedger
 		now = time.Now
 	}
 	return &BudgetLedger{settle: deadline, hold: deadline + budgetHoldSlack, now: now,
-		byBudget: map[types.NamespacedName]map[types.UID]*inFlightEviction{}}
+		byBudget: map[types.NamespacedName]map[types.UID]*inFlightEviction{},
+		foreign:  map[types.NamespacedName]map[types.UID]*inFlightEviction{}}
 }
+
+// Share has ReserveShared share this ledger's reservations with the other
+// replicas through s; nil shares nothing. Call it before the ledger is used.
+func (l *BudgetLedger) Share(s *Reservations) { l.shared = s }
 
 // BudgetHold is one reserved eviction; the zero value holds nothing.
 type BudgetHold struct {
@@ -129,6 +142,9 @@ type BudgetHold struct {
 	budget  types.NamespacedName
 	pod     types.UID
 	created bool
+	// shared: this hold wrote the reservation into the budget's Lease.
+	shared  bool
+	podName string
 }
 
 // Reserve takes one of pdb's disruptions for pod's eviction, pdb being the
@@ -150,7 +166,7 @@ func (l *BudgetLedger) Reserve(pdb *policyv1.PodDisruptionBudget, pod *corev1.Po
 	if budgetRefuses(pdb, inFlight) {
 		return BudgetHold{}, inFlight, false
 	}
-	hold = BudgetHold{ledger: l, budget: key, pod: pod.UID}
+	hold = BudgetHold{ledger: l, budget: key, pod: pod.UID, podName: pod.Name}
 	if !held {
 		if entries == nil {
 			entries = map[types.UID]*inFlightEviction{}
@@ -160,6 +176,83 @@ func (l *BudgetLedger) Reserve(pdb *policyv1.PodDisruptionBudget, pod *corev1.Po
 		hold.created = true
 	}
 	return hold, inFlight, true
+}
+
+// ReserveShared is Reserve, and then, when the ledger is shared (Share),
+// the reservation taken in the budget's Lease too, counting the other
+// replicas' reservations there (those the read does not show: their pod
+// neither in status.disruptedPods nor seen going before read, and not
+// expired) besides this replica's own (Reserve's, counted once). An error
+// (the Lease cannot be read or written, or was found unreadable) reserves
+// nothing: the eviction must wait, not pass uncounted.
+func (l *BudgetLedger) ReserveShared(ctx context.Context, pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod, read ReadStamp) (hold BudgetHold, inFlight int, ok bool, err error) {
+	hold, inFlight, ok = l.Reserve(pdb, pod, read)
+	if l == nil || l.shared == nil || !ok {
+		return hold, inFlight, ok, nil
+	}
+	key := types.NamespacedName{Namespace: pdb.Namespace, Name: pdb.Name}
+	inFlight, ok, wrote, err := l.shared.reserve(ctx, reservationRequest{budget: key, pod: pod.Name, podUID: pod.UID, now: l.now(), hold: l.hold,
+		admits: func(others []reservation) (int, bool) { return l.admitsWith(key, pdb, read, pod.UID, others) }})
+	if err != nil || !ok {
+		hold.Cancel()
+		return BudgetHold{}, inFlight, false, err
+	}
+	hold.shared = wrote
+	return hold, inFlight, true, nil
+}
+
+// admitsWith counts the evictions in flight under pdb for a read begun at
+// read, others being the other replicas' live reservations in its Lease,
+// and reports whether the budget still allows self's eviction.
+func (l *BudgetLedger) admitsWith(key types.NamespacedName, pdb *policyv1.PodDisruptionBudget, read ReadStamp, self types.UID, others []reservation) (int, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	entries := l.prune(key, pdb)
+	n := l.counted(entries, pdb, read, self)
+	known := l.noteForeign(key, pdb, others)
+	seen := map[types.UID]bool{}
+	for _, r := range others {
+		if r.PodUID == self || seen[r.PodUID] {
+			continue
+		}
+		seen[r.PodUID] = true
+		if _, mine := entries[r.PodUID]; mine {
+			continue // this replica's ledger counts that eviction already
+		}
+		if _, shown := pdb.Status.DisruptedPods[r.Pod]; shown {
+			continue
+		}
+		if e := known[r.PodUID]; e != nil && e.accounted != 0 && e.accounted < read {
+			continue
+		}
+		n++
+	}
+	return n, !budgetRefuses(pdb, n)
+}
+
+// noteForeign keeps what the ledger knows of the other replicas'
+// reservations under key, as of the Lease's others: new ones are added (for
+// SeePods to look at their pods), those gone from the Lease dropped (at
+// worst, one counted again), those pdb shows accounted for. l.mu is held.
+func (l *BudgetLedger) noteForeign(key types.NamespacedName, pdb *policyv1.PodDisruptionBudget, others []reservation) map[types.UID]*inFlightEviction {
+	old := l.foreign[key]
+	known := make(map[types.UID]*inFlightEviction, len(others))
+	for _, r := range others {
+		e := old[r.PodUID]
+		if e == nil || e.pod != r.Pod {
+			e = &inFlightEviction{pod: r.Pod, since: r.Expires.Add(-l.hold)}
+		}
+		if _, shown := pdb.Status.DisruptedPods[r.Pod]; shown {
+			l.account(e)
+		}
+		known[r.PodUID] = e
+	}
+	if len(known) == 0 {
+		delete(l.foreign, key)
+	} else {
+		l.foreign[key] = known
+	}
+	return known
 }
 
 // InFlight is how many evictions under pdb, read from read on, the ledger
@@ -235,11 +328,20 @@ func (h BudgetHold) Cancel() {
 		return
 	}
 	h.ledger.mu.Lock()
-	defer h.ledger.mu.Unlock()
 	if entries := h.ledger.byBudget[h.budget]; entries != nil {
 		delete(entries, h.pod)
 		if len(entries) == 0 {
 			delete(h.ledger.byBudget, h.budget)
+		}
+	}
+	h.ledger.mu.Unlock()
+	if h.shared && h.ledger.shared != nil {
+		// Given back at once, so the other replicas need not wait for it
+		// to expire; failing that, it expires.
+		ctx, cancel := context.WithTimeout(context.Background(), reservationReleaseTimeout)
+		defer cancel()
+		if err := h.ledger.shared.release(ctx, h.budget, h.pod, h.ledger.now(), h.ledger.hold); err != nil {
+			h.ledger.shared.log.Error(err, "cannot give back a budget reservation; it expires", "budget", h.budget.String(), "pod", h.podName)
 		}
 	}
 }
@@ -265,13 +367,15 @@ func (l *BudgetLedger) SeePods(ctx context.Context, pods client.Reader, namespac
 	}
 	var want []pending
 	l.mu.Lock()
-	for key, entries := range l.byBudget {
-		if key.Namespace != namespace {
-			continue
-		}
-		for uid, e := range entries {
-			if e.accounted == 0 {
-				want = append(want, pending{e.pod, uid})
+	for _, byBudget := range []map[types.NamespacedName]map[types.UID]*inFlightEviction{l.byBudget, l.foreign} {
+		for key, entries := range byBudget {
+			if key.Namespace != namespace {
+				continue
+			}
+			for uid, e := range entries {
+				if e.accounted == 0 {
+					want = append(want, pending{e.pod, uid})
+				}
 			}
 		}
 	}
@@ -286,9 +390,11 @@ func (l *BudgetLedger) SeePods(ctx context.Context, pods client.Reader, namespac
 			continue
 		}
 		l.mu.Lock()
-		for key, entries := range l.byBudget {
-			if e := entries[p.uid]; key.Namespace == namespace && e != nil {
-				l.account(e)
+		for _, byBudget := range []map[types.NamespacedName]map[types.UID]*inFlightEviction{l.byBudget, l.foreign} {
+			for key, entries := range byBudget {
+				if e := entries[p.uid]; key.Namespace == namespace && e != nil {
+					l.account(e)
+				}
 			}
 		}
 		l.mu.Unlock()

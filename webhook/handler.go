@@ -60,6 +60,10 @@ type Options struct {
 	// a runner-guard.io/job annotation it verifies refuses as busy (rule
 	// 4h); nil trusts none.
 	JobKeys *jobannotation.Keyring
+	// Reservations shares the disruptions reserved under each
+	// PodDisruptionBudget with the other replicas (a Lease per budget);
+	// nil: each replica counts only its own.
+	Reservations *Reservations
 }
 
 // Handler is the admission.Handler for DELETE pods and CREATE pods/eviction.
@@ -98,6 +102,7 @@ func NewHandler(o Options) (*Handler, error) {
 	}
 	d := newDecider(o.Config, o.GitHub, o.Pods, o.Now)
 	d.policy.JobKeys = o.JobKeys
+	d.budgets.Share(o.Reservations)
 	d.metrics = o.Metrics
 	if o.Metrics != nil && d.resolver.bindings.open() {
 		o.Metrics.ScopesOpen.Set(1)

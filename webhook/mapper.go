@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -10,7 +11,8 @@ import (
 )
 
 // DecisionRESTMapper maps every kind a decision reads or writes (pods, PDBs,
-// namespaces, Secrets, ConfigMaps, ARC's EphemeralRunners and Runners) to its
+// namespaces, Secrets, ConfigMaps, ARC's EphemeralRunners and Runners, the
+// Leases sharing budget reservations between replicas) to its
 // resource without asking the API server. A discovering mapper fills itself
 // on first use with requests that carry no deadline, so the first decisions
 // after a start (or after a CRD appears) could outlive the API server's
@@ -24,6 +26,7 @@ func DecisionRESTMapper() meta.RESTMapper {
 		corev1.SchemeGroupVersion.WithKind("Secret"),
 		corev1.SchemeGroupVersion.WithKind("ConfigMap"),
 		policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget"),
+		coordinationv1.SchemeGroupVersion.WithKind("Lease"),
 		arc.GroupVersionKind(),
 		arc.LegacyGroupVersionKind(),
 	}

@@ -18,6 +18,7 @@ func TestDecisionRESTMapperMapsEveryKindADecisionReads(t *testing.T) {
 		"configmap":       {schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, "configmaps", meta.RESTScopeNameNamespace},
 		"namespace":       {schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, "namespaces", meta.RESTScopeNameRoot},
 		"pdb":             {schema.GroupVersionKind{Group: "policy", Version: "v1", Kind: "PodDisruptionBudget"}, "poddisruptionbudgets", meta.RESTScopeNameNamespace},
+		"lease":           {schema.GroupVersionKind{Group: "coordination.k8s.io", Version: "v1", Kind: "Lease"}, "leases", meta.RESTScopeNameNamespace},
 		"ephemeralrunner": {schema.GroupVersionKind{Group: "actions.github.com", Version: "v1alpha1", Kind: "EphemeralRunner"}, "ephemeralrunners", meta.RESTScopeNameNamespace},
 		"legacy runner":   {schema.GroupVersionKind{Group: "actions.summerwind.dev", Version: "v1alpha1", Kind: "Runner"}, "runners", meta.RESTScopeNameNamespace},
 	}

@@ -152,6 +152,9 @@ type review struct {
 	// PDBInFlight is how many evictions under PDBBlocks this replica let
 	// through that the API server has not accounted for yet.
 	PDBInFlight int
+	// PDBReserveErr says why no disruption of PDBBlocks could be reserved
+	// with the other replicas (its Lease could not be read or written).
+	PDBReserveErr error
 	// budgetHold is the disruption reserved for this eviction: kept when it
 	// is let through, given back otherwise.
 	budgetHold BudgetHold
@@ -358,7 +361,7 @@ func (d *decider) resolve(ctx context.Context, r *review, s stage) {
 			r.Busy = d.busy.recall(r.Target)
 		}
 		if r.Operation == OperationEvict && !r.DryRun {
-			r.PDBBlocks, r.PDBSeveral, r.PDBInFlight, r.budgetHold = d.blockingPDB(ctx, r.Pod)
+			r.PDBBlocks, r.PDBSeveral, r.PDBInFlight, r.budgetHold, r.PDBReserveErr = d.blockingPDB(ctx, r.Pod)
 		}
 	case stageGitHub:
 		if !r.askable() {
@@ -923,9 +926,14 @@ func rulePDBBlocks(r *review, p *policy) (Decision, bool) {
 	if r.PDBBlocks == "" {
 		return Decision{}, false
 	}
+	if r.PDBReserveErr != nil {
+		return Decision{Reason: ReasonPDBBlocks, Code: http.StatusTooManyRequests, RetryAfter: p.BusyRetryAfter,
+			Message: fmt.Sprintf("PodDisruptionBudget %s: cannot reserve a disruption of pod %s with runner-guard's other replicas (%v); runner not unregistered, retry in %s",
+				r.PDBBlocks, r.podRef(), r.PDBReserveErr, roundUp(p.BusyRetryAfter))}, true
+	}
 	inFlight := ""
 	if r.PDBInFlight > 0 {
-		inFlight = fmt.Sprintf(" once the %d eviction(s) runner-guard let through under it, not yet accounted for by the API server, are counted", r.PDBInFlight)
+		inFlight = fmt.Sprintf(" once the %d eviction(s) runner-guard's replicas let through under it, not yet accounted for by the API server, are counted", r.PDBInFlight)
 	}
 	d := Decision{Reason: ReasonPDBBlocks, Code: http.StatusTooManyRequests, RetryAfter: p.BusyRetryAfter,
 		Message: fmt.Sprintf("PodDisruptionBudget %s allows no disruption of pod %s now%s; runner not unregistered, retry in %s",

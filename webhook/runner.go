@@ -113,26 +113,34 @@ func namespaceDeleting(ctx context.Context, pods client.Reader, name string) boo
 
 // blockingPDB names the PodDisruptionBudget for which the API server's
 // eviction subresource would refuse evicting the pod now (pdbBlocks), once
-// the evictions this replica let through under it and the API server has not
-// yet accounted for are counted; else it reserves one of the budget's
-// disruptions for this eviction (hold). A failed read blocks nothing: the API
-// server checks the budgets itself after the webhooks.
-func (d *decider) blockingPDB(ctx context.Context, pod *corev1.Pod) (blocking string, several []string, inFlight int, hold BudgetHold) {
+// the evictions let through under it and the API server has not yet
+// accounted for are counted (this replica's, and the other replicas'
+// reservations in the budget's Lease); else it reserves one of the budget's
+// disruptions for this eviction (hold). A failed read of the budgets blocks
+// nothing: the API server checks them itself after the webhooks. A failed
+// reservation blocks (reserveErr): the budget allows the eviction, but
+// another replica may have taken the last disruption, and the runner must
+// not be unregistered for an eviction the API server then refuses.
+func (d *decider) blockingPDB(ctx context.Context, pod *corev1.Pod) (blocking string, several []string, inFlight int, hold BudgetHold, reserveErr error) {
 	read := d.budgets.SeePods(ctx, d.pods, pod.Namespace)
 	var pdbs policyv1.PodDisruptionBudgetList
 	if err := d.pods.List(ctx, &pdbs, client.InNamespace(pod.Namespace)); err != nil {
 		logr.FromContextOrDiscard(ctx).V(1).Info("cannot list PodDisruptionBudgets; the API server will check them", "error", err.Error())
-		return "", nil, 0, BudgetHold{}
+		return "", nil, 0, BudgetHold{}, nil
 	}
 	charged, several := ChargedBudget(pod, BudgetsThatCount(pdbs.Items))
 	if charged == nil {
-		return "", several, 0, BudgetHold{}
+		return "", several, 0, BudgetHold{}, nil
 	}
-	hold, inFlight, ok := d.budgets.Reserve(charged, pod, read)
+	hold, inFlight, ok, err := d.budgets.ReserveShared(ctx, charged, pod, read)
+	if err != nil {
+		logr.FromContextOrDiscard(ctx).Info("cannot reserve a disruption with the other replicas; refusing the eviction", "budget", charged.Name, "error", err.Error())
+		return charged.Name, nil, inFlight, BudgetHold{}, err
+	}
 	if !ok {
-		return charged.Name, nil, inFlight, BudgetHold{}
+		return charged.Name, nil, inFlight, BudgetHold{}, nil
 	}
-	return "", nil, 0, hold
+	return "", nil, 0, hold, nil
 }
 
 // BlockingBudgets is what the eviction subresource would say of evicting pod

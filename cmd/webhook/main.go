@@ -274,7 +274,13 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		retirer = nil
 	}
 	events := mgr.GetEventRecorder("runner-guard")
+	// Replicas count each other's evictions under a budget (issue 37).
+	reservations, err := budgetReservations(live, getenv, logger.WithName("budget-reservations"))
+	if err != nil {
+		return err
+	}
 	handler, err := webhook.NewHandler(webhook.Options{
+		Reservations:  reservations,
 		Retirements:   retirements,
 		Config:        hcfg,
 		GitHub:        gh,
