@@ -217,7 +217,7 @@ func (ep *endpoint) start(ctx context.Context, bin, dir string) error {
 	}
 	ep.child = child
 	return process.WaitReady(ctx, ep.name, 30*time.Second, child, func(ctx context.Context) error {
-		_, err := deliver(ctx, ep.url, nil, "", "ready")
+		_, _, err := deliver(ctx, ep.url, nil, "", "ready")
 		return err
 	})
 }
@@ -241,17 +241,18 @@ func (a *attackBench) stopAll() {
 var deliveryClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
 // deliver POSTs a workflow_job delivery with signature (none when empty)
-// and X-GitHub-Delivery id, and returns the answer's status.
-func deliver(ctx context.Context, url string, body []byte, signature, id string) (int, error) {
+// and X-GitHub-Delivery id, and returns the answer's status and the first
+// line of its body (the endpoint's outcome: applied, stale, ...).
+func deliver(ctx context.Context, url string, body []byte, signature, id string) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	return send(req, signature, id)
 }
 
 // send adds a delivery's headers to req and sends it.
-func send(req *http.Request, signature, id string) (int, error) {
+func send(req *http.Request, signature, id string) (int, string, error) {
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(events.HeaderEvent, "workflow_job")
 	req.Header.Set(events.HeaderDelivery, id)
@@ -260,54 +261,48 @@ func send(req *http.Request, signature, id string) (int, error) {
 	}
 	resp, err := deliveryClient.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, nil
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	outcome, _, _ := strings.Cut(string(body), "\n")
+	return resp.StatusCode, outcome, err
 }
 
 // What a flood request got besides an HTTP status.
 const (
-	answerNone   = 0  // none before the client gave up
-	answerClosed = -1 // the connection closed or reset before an answer was read
+	answerNone   = "none"   // nothing before the client gave up
+	answerClosed = "closed" // the connection closed or reset before an answer was read
 )
 
-// statuses counts the answers of the flood's requests by HTTP status, or
-// answerNone or answerClosed.
-type statuses struct {
+// tally counts answers (an HTTP status, with the endpoint's outcome where
+// it matters) from many goroutines.
+type tally struct {
 	mu sync.Mutex
-	n  map[int]int
+	n  map[string]int
 }
 
-func (s *statuses) add(code int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.n == nil {
-		s.n = map[int]int{}
+func (t *tally) add(key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n == nil {
+		t.n = map[string]int{}
 	}
-	s.n[code]++
+	t.n[key]++
 }
 
-func (s *statuses) count(code int) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.n[code]
+func (t *tally) count(key string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.n[key]
 }
 
-func (s *statuses) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (t *tally) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	var parts []string
-	for _, c := range slices.Sorted(maps.Keys(s.n)) {
-		name := strconv.Itoa(c)
-		switch c {
-		case answerNone:
-			name = "none"
-		case answerClosed:
-			name = "closed"
-		}
-		parts = append(parts, fmt.Sprintf("%s x%d", name, s.n[c]))
+	for _, k := range slices.Sorted(maps.Keys(t.n)) {
+		parts = append(parts, fmt.Sprintf("%s x%d", k, t.n[k]))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -386,7 +381,7 @@ func (a *attackBench) floodDuringAdmission(ctx context.Context, e *env, target *
 	for _, code := range []int{http.StatusUnauthorized, http.StatusRequestEntityTooLarge, http.StatusServiceUnavailable} {
 		n := 0
 		for _, k := range wave {
-			n += k.answers.count(code)
+			n += k.answers.count(strconv.Itoa(code))
 		}
 		e.record(fmt.Sprintf("events_flood_answers_%d", code), float64(n), "requests", "(info)", true,
 			fmt.Sprintf("of the wave's %d requests", len(wave)*floodConns))
@@ -487,8 +482,8 @@ func (a *attackBench) admissionLatencies(ctx context.Context, ns string, names [
 // floodKind is one kind of flood request and the answers it got.
 type floodKind struct {
 	name    string
-	send    func(i int) int // the i-th concurrent request: its status, answerClosed or answerNone
-	answers statuses
+	send    func(i int) string // the i-th concurrent request: its status, answerClosed or answerNone
+	answers tally
 }
 
 // floodKinds are the flood's requests, all with a wrong signature: 25 MiB
@@ -497,19 +492,19 @@ type floodKind struct {
 func (a *attackBench) floodKinds(ctx context.Context) []*floodKind {
 	big := bytes.Repeat([]byte("x"), floodBody)
 	wrong := "sha256=" + strings.Repeat("0", 64)
-	answer := func(code int, err error) int {
+	answer := func(code int, _ string, err error) string {
 		if err != nil {
 			return answerClosed
 		}
-		return code
+		return strconv.Itoa(code)
 	}
 	return []*floodKind{
-		{name: "25 MiB", send: func(i int) int { return answer(deliver(ctx, a.url, big, wrong, fmt.Sprintf("flood-%d", i))) }},
-		{name: fmt.Sprintf("%d bytes (the limit)", events.MaxPayload), send: func(i int) int {
+		{name: "25 MiB", send: func(i int) string { return answer(deliver(ctx, a.url, big, wrong, fmt.Sprintf("flood-%d", i))) }},
+		{name: fmt.Sprintf("%d bytes (the limit)", events.MaxPayload), send: func(i int) string {
 			return answer(deliver(ctx, a.url, big[:events.MaxPayload], wrong, fmt.Sprintf("limit-%d", i)))
 		}},
-		{name: "slow, claiming 1 GiB", send: func(int) int { return slowBody(ctx, a.url, wrong) }},
-		{name: "chunked 25 MiB", send: func(i int) int {
+		{name: "slow, claiming 1 GiB", send: func(int) string { return slowBody(ctx, a.url, wrong) }},
+		{name: "chunked 25 MiB", send: func(i int) string {
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.url, io.MultiReader(bytes.NewReader(big))) // no Content-Length
 			if err != nil {
 				return answerClosed
@@ -547,7 +542,7 @@ func describe(kinds []*floodKind) string {
 // every 100 ms until the server answers or closes, for at most
 // slowBodyFor, and returns the status it answered, answerClosed or
 // answerNone.
-func slowBody(ctx context.Context, url, signature string) int {
+func slowBody(ctx context.Context, url, signature string) string {
 	host, path, _ := strings.Cut(strings.TrimPrefix(url, "http://"), "/")
 	conn, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", host)
 	if err != nil {
@@ -559,7 +554,7 @@ func slowBody(ctx context.Context, url, signature string) int {
 	if _, err := io.WriteString(conn, head); err != nil {
 		return answerClosed
 	}
-	answered := make(chan int, 1)
+	answered := make(chan string, 1)
 	go func() {
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		if err != nil {
@@ -567,7 +562,7 @@ func slowBody(ctx context.Context, url, signature string) int {
 			return
 		}
 		resp.Body.Close()
-		answered <- resp.StatusCode
+		answered <- strconv.Itoa(resp.StatusCode)
 	}()
 	chunk := bytes.Repeat([]byte("x"), slowBodyStep)
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -575,8 +570,8 @@ func slowBody(ctx context.Context, url, signature string) int {
 	giveUp := time.After(slowBodyFor)
 	for {
 		select {
-		case code := <-answered:
-			return code
+		case got := <-answered:
+			return got
 		case <-giveUp:
 			return answerNone
 		case <-tick.C:
@@ -677,14 +672,17 @@ func (a *attackBench) staleDeliveries(ctx context.Context, e *env) error {
 		}
 	}
 	var sent []signedDelivery
-	start := time.Now().Add(-24 * time.Hour).Truncate(time.Second)
+	// The jobs run on the pods: they start once the pods exist (a job
+	// that started before its pod ran on an earlier one). One job after
+	// another on each runner, a second apart, in whole seconds as GitHub's
+	// timestamps are.
+	start := time.Now().Truncate(time.Second).Add(time.Second)
 	for r, runner := range names {
 		for k := range staleJobsEach {
 			id := int64(700000 + r*staleJobsEach + k)
-			// One job after another on each runner: started, completed 5 minutes later.
-			began := start.Add(time.Duration(k)*10*time.Minute + time.Duration(r)*time.Second)
+			began := start.Add(time.Duration(2*k) * time.Second)
 			sent = append(sent, jobDelivery(orgName, runner, id, began, time.Time{}, a.secret),
-				jobDelivery(orgName, runner, id, began, began.Add(5*time.Minute), a.secret))
+				jobDelivery(orgName, runner, id, began, began.Add(time.Second), a.secret))
 		}
 	}
 	rng := rand.New(rand.NewPCG(36, 1))
@@ -693,15 +691,15 @@ func (a *attackBench) staleDeliveries(ctx context.Context, e *env) error {
 		sent = append(sent, sent[rng.IntN(len(sent))])
 	}
 
-	answers := &statuses{}
+	answers := &tally{}
 	var mu sync.Mutex
 	completed := map[int64]bool{} // jobs whose completed was answered 2xx
 	deliverRange := func(from, to int) error {
 		return forEach(to-from, 8, func(i int) error {
 			i += from
 			d := sent[i]
-			code, err := deliver(ctx, eps[i%len(eps)].url, d.body, d.signature, fmt.Sprintf("00000000-0000-4000-8036-%012d", i))
-			answers.add(code)
+			code, outcome, err := deliver(ctx, eps[i%len(eps)].url, d.body, d.signature, fmt.Sprintf("00000000-0000-4000-8036-%012d", i))
+			answers.add(fmt.Sprintf("%s: %d %s", d.action, code, outcome))
 			if err == nil && code/100 == 2 && d.action == "completed" {
 				mu.Lock()
 				completed[d.jobID] = true
@@ -719,6 +717,9 @@ func (a *attackBench) staleDeliveries(ctx context.Context, e *env) error {
 	}
 	if err := deliverRange(pairs, len(sent)); err != nil {
 		return err
+	}
+	if answers.count("in_progress: 200 "+events.OutcomeApplied) == 0 {
+		return fmt.Errorf("no in_progress delivery was applied, so none can be left stale (answers: %s)", answers)
 	}
 	stale, err := a.settled(ctx, func() (int, error) { return staleJobs(ctx, a.fenv, ns, completed) })
 	if err != nil {
@@ -810,12 +811,12 @@ func (a *attackBench) crossScope(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	answers := &statuses{}
+	answers := &tally{}
 	secretA := []byte("secret-of-" + orgA)
-	began := time.Now().Add(-time.Hour).Truncate(time.Second)
+	began := time.Now().Truncate(time.Second).Add(time.Second) // after the pods' creation
 	for i := range crossDeliveries {
 		runner := names[i%len(names)]
-		d := jobDelivery(orgB, runner, int64(800000+i), began.Add(time.Duration(i)*time.Second), time.Time{}, secretA)
+		d := jobDelivery(orgB, runner, int64(800000+i), began, time.Time{}, secretA)
 		if i%2 == 1 {
 			// org-a's organization, org-b's repository and runner.
 			var p workflowJob
@@ -824,11 +825,11 @@ func (a *attackBench) crossScope(ctx context.Context, e *env) error {
 			d.body, _ = json.Marshal(p)
 			d.signature = events.Sign(d.body, secretA)
 		}
-		code, err := deliver(ctx, ep.url, d.body, d.signature, fmt.Sprintf("00000000-0000-4000-8037-%012d", i))
+		code, _, err := deliver(ctx, ep.url, d.body, d.signature, fmt.Sprintf("00000000-0000-4000-8037-%012d", i))
 		if err != nil {
 			return err
 		}
-		answers.add(code)
+		answers.add(strconv.Itoa(code))
 	}
 	changed, err := a.settled(ctx, func() (int, error) {
 		after, err := versions()
