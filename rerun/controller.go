@@ -436,6 +436,9 @@ func (w *lossWatch) admit(ctx context.Context, l loss) (Record, Outcome, string)
 		scope = s
 		if w.arcCredentials {
 			secret, _, _ := unstructured.NestedString(l.er.Object, "spec", "githubConfigSecret")
+			if secret == "" {
+				return rec, OutcomeUnnamed, fmt.Sprintf("EphemeralRunner %s/%s names no spec.githubConfigSecret: no credentials reach its job", l.er.GetNamespace(), l.er.GetName())
+			}
 			rec.Credentials = CredentialsRef{Mode: CredentialsARC, Secret: types.NamespacedName{Namespace: l.er.GetNamespace(), Name: secret}, BaseURL: base}
 		}
 	} else {

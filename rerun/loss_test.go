@@ -204,6 +204,9 @@ func TestLossRecordedInsideTheBinding(t *testing.T) {
 		"an annotated scale-set pod whose EphemeralRunner is gone, ARC's credentials": {
 			pod:      annotate(scaleSetPod(runner("https://github.com/org-a", "org-a/app")).Obj(), "org-a/app", 77, 5001),
 			arcCreds: true, outcome: OutcomeUnnamed, says: "credentials that reach its job are unknown"},
+		"ARC's credentials, and no Secret named": {
+			er: runner("https://github.com/org-a", "org-a/app").ConfigSecret(""), arcCreds: true,
+			outcome: OutcomeUnnamed, says: "no spec.githubConfigSecret"},
 		"a legacy pod's job outside its runner's scope": {
 			pod: legacyPod("org-a/app", 9002), guard: fakeGuard{res: webhook.Resolved{Runner: ghclient.Runner{Scope: orgB, Name: "legacy-1"}}},
 			outcome: OutcomeUnnamed, says: "outside the runner's scope"},
