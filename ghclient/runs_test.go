@@ -23,6 +23,9 @@ func TestWorkflowRunAndJobs(t *testing.T) {
 	if err != nil || got.Completed() || got.Attempt != 1 || got.Conclusion != "" {
 		t.Fatalf("run in progress: %+v, %v", got, err)
 	}
+	if r, _ := e.fake.Run(run); got.Path != ".github/workflows/ci.yml" || !got.Started.Equal(r.RunStartedAt) {
+		t.Errorf("run %+v: want path .github/workflows/ci.yml and start %s", got, r.RunStartedAt)
+	}
 	_ = e.fake.CompleteRun(run, ghfake.ConclusionFailure)
 	if got, _ = e.client.WorkflowRun(ctx, repo, run); !got.Completed() || got.Conclusion != "failure" {
 		t.Fatalf("completed run: %+v", got)
