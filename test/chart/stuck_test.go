@@ -24,14 +24,18 @@ import (
 // policy.deletesFailurePolicy / policy.evictionsFailurePolicy override it
 // per kind, and that the evictions entry covers only the namespaces the user
 // named (guardedNamespaces or the opt-in label) unless
-// evictionsInAllNamespaces, where it defaults to Ignore; with job budgets on
-// (disruption.budgets, the default) it defaults to Ignore too: the API
-// server holds busy runners itself.
+// evictionsInAllNamespaces, where it defaults to Ignore. With job budgets on
+// (disruption.budgets, the default) it defaults to Ignore only when the
+// leader knows every busy runner's job, legacy ones' too: with
+// disruption.hintsFromListing or events.enabled. At the defaults a busy
+// legacy runner has no budget, so the entry is Fail: values.yaml's promise
+// that no job is lost while runner-guard is down.
 func TestFailurePolicyPerEntry(t *testing.T) {
 	const (
 		fail   = admissionregistrationv1.Fail
 		ignore = admissionregistrationv1.Ignore
 	)
+	events := []string{"--set", "events.enabled=true", "--set", "events.secret=not-a-real-secret"}
 	cases := []struct {
 		name       string
 		args       []string
@@ -39,11 +43,17 @@ func TestFailurePolicyPerEntry(t *testing.T) {
 		evictions  admissionregistrationv1.FailurePolicyType
 		unlabelled bool // the evictions entry covers a namespace without the label
 	}{
-		{"defaults: job budgets, evictions Ignore", nil, fail, ignore, false},
+		{"defaults: legacy runners have no budget, evictions Fail", nil, fail, fail, false},
+		{"budgets and listings: evictions Ignore", []string{"--set", "disruption.hintsFromListing=true"}, fail, ignore, false},
+		{"budgets and deliveries: evictions Ignore", events, fail, ignore, false},
+		{"listings without budgets", []string{"--set", "disruption.budgets=false", "--set", "disruption.hintsFromListing=true"}, fail, fail, false},
+		{"deliveries without budgets", append([]string{"--set", "disruption.budgets=false"}, events...), fail, fail, false},
 		{"budgets off", []string{"--set", "disruption.budgets=false"}, fail, fail, false},
 		{"failurePolicy sets both", []string{"--set", "policy.failurePolicy=Ignore"}, ignore, ignore, false},
 		{"deletes override", []string{"--set", "policy.deletesFailurePolicy=Ignore", "--set", "disruption.budgets=false"}, ignore, fail, false},
 		{"evictions override", []string{"--set", "policy.evictionsFailurePolicy=Ignore"}, fail, ignore, false},
+		{"evictions override wins over listings", []string{"--set", "policy.evictionsFailurePolicy=Fail",
+			"--set", "disruption.hintsFromListing=true"}, fail, fail, false},
 		{"overrides win over failurePolicy", []string{"--set", "policy.failurePolicy=Ignore",
 			"--set", "policy.deletesFailurePolicy=Fail", "--set", "policy.evictionsFailurePolicy=Fail"}, fail, fail, false},
 		{"evictions everywhere default to Ignore", []string{"--set", "policy.evictionsInAllNamespaces=true"}, fail, ignore, true},
@@ -51,7 +61,7 @@ func TestFailurePolicyPerEntry(t *testing.T) {
 			"--set", "policy.evictionsFailurePolicy=Fail"}, fail, fail, true},
 		{"custom runner pods", []string{"--set", "policy.runnerPods[0].name=custom",
 			"--set", "policy.runnerPods[0].selector.matchLabels.runner=yes", "--set", "policy.runnerPods[0].container=runner",
-			"--set", "policy.runnerPods[0].scopeEnv.organization=ORG", "--set", "policy.deletesFailurePolicy=Ignore"}, ignore, ignore, false},
+			"--set", "policy.runnerPods[0].scopeEnv.organization=ORG", "--set", "policy.deletesFailurePolicy=Ignore"}, ignore, fail, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -91,10 +101,9 @@ func TestFailurePolicyPerEntry(t *testing.T) {
 			sel.Matches(labels.Merge(labels.Set{"kubernetes.io/metadata.name": "team-web"}, guardLabel)) {
 			t.Errorf("%s namespaceSelector %s, want only the guarded namespace ci", wh.Name, sel)
 		}
+		// Listed namespaces change nothing of the policy: Fail, since at the
+		// defaults a busy legacy runner has no job budget.
 		want := admissionregistrationv1.Fail
-		if wh.Rules[0].Resources[0] == "pods/eviction" {
-			want = admissionregistrationv1.Ignore // job budgets hold busy runners
-		}
 		if got := render.ActivatedPolicy(t, vwc, wh); got != want {
 			t.Errorf("%s failurePolicy once activated %s, want %s", wh.Name, got, want)
 		}
@@ -215,3 +224,63 @@ func TestDisruptionBudget(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestEvictionsPolicyNotes checks NOTES say what the evictions entry does
+// while no replica answers, and why: at the defaults Fail refuses every
+// eviction in the guarded namespaces (an idle runner's too), because a busy
+// legacy runner has no job budget; with listings or deliveries Ignore lets
+// evictions through and the budgets hold busy runners; covering every
+// namespace without either, Ignore loses a busy legacy runner's job.
+func TestEvictionsPolicyNotes(t *testing.T) {
+	notes := func(set ...string) string {
+		args := []string{"install", "rg", render.ChartDir(t), "--namespace", "rg", "--dry-run=client"}
+		args = append(append(args, valid...), set...)
+		out, err := render.Helm(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(l, "Evictions (drains, autoscalers) are guarded in:") {
+				return l
+			}
+		}
+		t.Fatalf("NOTES do not say where evictions are guarded:\n%s", out)
+		return ""
+	}
+	cases := []struct {
+		name    string
+		set     []string
+		want    []string
+		notWant []string
+	}{
+		{"defaults", nil, []string{"(failurePolicy Fail: while no replica answers, every eviction there is refused, an idle runner's too",
+			"a busy legacy runner's pod has no job budget unless disruption.hintsFromListing or events.enabled"}, nil},
+		{"listings", []string{"--set", "disruption.hintsFromListing=true"},
+			[]string{"(failurePolicy Ignore: while no replica answers, evictions go through unchecked and a busy runner's pod is held by its job budget"}, []string{"can die"}},
+		{"deliveries", []string{"--set", "events.enabled=true", "--set", "events.secret=s"},
+			[]string{"(failurePolicy Ignore: while no replica answers, evictions go through unchecked and a busy runner's pod is held by its job budget"}, []string{"can die"}},
+		{"every namespace", []string{"--set", "policy.evictionsInAllNamespaces=true"},
+			[]string{"(failurePolicy Ignore: while no replica answers, evictions go through and a busy legacy runner's job can die on a drain; a scale-set runner's pod is held by its job budget"}, nil},
+		{"budgets off", []string{"--set", "disruption.budgets=false"},
+			[]string{"(failurePolicy Fail: while no replica answers, every eviction there is refused, an idle runner's too)"}, []string{"job budget"}},
+		{"explicit Fail", []string{"--set", "policy.evictionsFailurePolicy=Fail", "--set", "disruption.hintsFromListing=true"},
+			[]string{"(failurePolicy Fail: while no replica answers, every eviction there is refused, an idle runner's too)"}, []string{"job budget"}},
+		{"explicit Ignore, budgets off", []string{"--set", "policy.evictionsFailurePolicy=Ignore", "--set", "disruption.budgets=false"},
+			[]string{"(failurePolicy Ignore: while no replica answers, evictions go through and a busy runner's job can die on a drain)"}, []string{"job budget"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			l := notes(c.set...)
+			for _, w := range c.want {
+				if !strings.Contains(l, w) {
+					t.Errorf("NOTES lack %q:\n%s", w, l)
+				}
+			}
+			for _, w := range c.notWant {
+				if strings.Contains(l, w) {
+					t.Errorf("NOTES say %q:\n%s", w, l)
+				}
+			}
+		})
+	}
+}

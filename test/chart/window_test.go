@@ -190,7 +190,8 @@ func (e *installEnv) requireFailurePolicies(p admissionregistrationv1.FailurePol
 
 // activatedPolicies is each entry's failurePolicy once a replica has
 // activated it: the one the configuration's annotation for its kind names
-// (with job budgets on, the evictions entry stays Ignore).
+// (Fail at the defaults; Ignore for evictions only when job budgets hold
+// every busy runner, or where the values say so).
 func (e *installEnv) activatedPolicies() map[string]admissionregistrationv1.FailurePolicyType {
 	e.t.Helper()
 	vwc, err := e.env.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(e.ctx, releaseName, metav1.GetOptions{})

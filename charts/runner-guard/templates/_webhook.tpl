@@ -44,18 +44,32 @@ clientConfig:
 {{- end }}
 
 {{/*
+Whether the leader knows the job of every runner pod without asking GitHub per
+pod, so job budgets (disruption.budgets) hold every busy runner while
+runner-guard is down: a scale-set pod's job is on its EphemeralRunner, but a
+legacy (summerwind) or policy.runnerPods pod's only from GitHub's listing of
+its scope (disruption.hintsFromListing) or a workflow_job delivery
+(events.enabled). "true" or "".
+*/}}
+{{- define "runner-guard.budgetsHoldEveryJob" -}}
+{{- if and .Values.disruption.budgets (or .Values.disruption.hintsFromListing .Values.events.enabled) }}true{{ end }}
+{{- end }}
+
+{{/*
 The failurePolicy of the evictions entry: policy.evictionsFailurePolicy; else
 Ignore when the entry covers namespaces nobody named
 (policy.evictionsInAllNamespaces), so an outage never blocks the drain of a
-node running other teams' pods, or when job budgets are on
-(disruption.budgets), since the API server then holds busy runners itself;
-else policy.failurePolicy.
+node running other teams' pods, or when job budgets hold every busy runner
+(runner-guard.budgetsHoldEveryJob: the API server then refuses their evictions
+itself); else policy.failurePolicy. At the defaults (budgets on, no listing, no
+deliveries) a busy legacy runner has no budget, so the entry stays Fail: with
+Ignore its eviction would be admitted while runner-guard is down.
 */}}
 {{- define "runner-guard.evictionsFailurePolicy" -}}
 {{- $p := .Values.policy }}
 {{- if $p.evictionsFailurePolicy }}{{ $p.evictionsFailurePolicy }}
 {{- else if and $p.evictionsInAllNamespaces (not $p.guardedNamespaces) }}Ignore
-{{- else if .Values.disruption.budgets }}Ignore
+{{- else if include "runner-guard.budgetsHoldEveryJob" . }}Ignore
 {{- else }}{{ $p.failurePolicy }}
 {{- end }}
 {{- end }}
