@@ -24,7 +24,9 @@ import (
 func TestHintReconcilerFollowsJobAnnotation(t *testing.T) {
 	secret := "s"
 	job := jobannotation.Job{Repository: "acme/app", RunID: 1, Attempt: 1, JobID: 9, Name: "build"}
-	signed := func(uid string) string { return fixture.JobAnnotation(t, secret, job, jobannotation.StateInProgress, uid) }
+	signed := func(uid string) string {
+		return fixture.JobAnnotation(t, secret, job, jobannotation.StateInProgress, uid)
+	}
 	ours := map[string]string{AnnotationDoNotDisrupt: "true", AnnotationSafeToEvict: "false", AnnotationOwned: "do-not-disrupt,safe-to-evict"}
 	none := map[string]string{}
 	cases := map[string]struct {
@@ -36,9 +38,13 @@ func TestHintReconcilerFollowsJobAnnotation(t *testing.T) {
 		completed bool
 		want      map[string]string
 	}{
-		"signed job: hints set":                 {annotation: signed, secret: secret, want: ours},
-		"forged mac: nothing":                   {annotation: func(uid string) string { return fixture.JobAnnotation(t, "guess", job, jobannotation.StateInProgress, uid) }, secret: secret, want: none},
-		"copied from another pod: nothing":      {annotation: func(string) string { return fixture.JobAnnotation(t, secret, job, jobannotation.StateInProgress, "other-uid") }, secret: secret, want: none},
+		"signed job: hints set": {annotation: signed, secret: secret, want: ours},
+		"forged mac: nothing": {annotation: func(uid string) string {
+			return fixture.JobAnnotation(t, "guess", job, jobannotation.StateInProgress, uid)
+		}, secret: secret, want: none},
+		"copied from another pod: nothing": {annotation: func(string) string {
+			return fixture.JobAnnotation(t, secret, job, jobannotation.StateInProgress, "other-uid")
+		}, secret: secret, want: none},
 		"completed: ours go":                    {annotation: signed, secret: secret, completed: true, want: none},
 		"never annotated: hints stay as before": {secret: secret, hints: ours, want: ours},
 		"events off: the annotation is nothing": {annotation: signed, want: none},

@@ -15,9 +15,9 @@ import (
 
 	"github.com/runner-guard/runner-guard/disruption"
 	"github.com/runner-guard/runner-guard/events"
-	"github.com/runner-guard/runner-guard/internal/jobannotation"
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
+	"github.com/runner-guard/runner-guard/internal/jobannotation"
 	"github.com/runner-guard/runner-guard/test/e2e/framework"
 	"github.com/runner-guard/runner-guard/test/process"
 )
