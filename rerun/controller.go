@@ -43,11 +43,13 @@ const (
 )
 
 // Event reasons, shared by Events, logs and metrics' meaning: JobRerun
-// (outcome rerun), JobLost (every other outcome, named in the note), and
+// (outcome rerun), LostJobEnded (outcome ended: a Normal Event, the job
+// needs nothing), JobLost (every other outcome, named in the note), and
 // JobRerunWaiting (a record whose credentials cannot be resolved).
 const (
 	ReasonJobRerun        = "JobRerun"
 	ReasonJobLost         = "JobLost"
+	ReasonLostJobEnded    = "LostJobEnded"
 	ReasonJobRerunWaiting = "JobRerunWaiting"
 )
 

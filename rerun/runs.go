@@ -344,10 +344,13 @@ func (r *runReconciler) decide(ctx context.Context, it item) error {
 	rec := it.rec
 	r.metrics.jobLost(rec.Cause, rec.Outcome)
 	note := fmt.Sprintf("%s (%s): %s", jobTitle(rec), rec.Outcome, rec.Message)
-	if rec.State == StateRerun {
+	switch rec.Outcome {
+	case OutcomeRerun:
 		r.metrics.jobRerun(rec.Cause)
 		r.events.Eventf(podOf(rec), nil, corev1.EventTypeNormal, ReasonJobRerun, "Rerun", "%s", truncate(note))
-	} else {
+	case OutcomeEnded:
+		r.events.Eventf(podOf(rec), nil, corev1.EventTypeNormal, ReasonLostJobEnded, "Record", "%s", truncate(note))
+	default:
 		r.events.Eventf(podOf(rec), nil, corev1.EventTypeWarning, ReasonJobLost, "Record", "%s", truncate(note))
 	}
 	r.log.Info("lost job decided", "state", rec.State, "outcome", rec.Outcome, "repository", rec.Repository, "runID", rec.RunID,
