@@ -99,10 +99,14 @@ func (o *Offline) Decide(ctx context.Context, runID int64) (time.Duration, error
 	return res.RequeueAfter, err
 }
 
-// oneRunner is a cache holding one EphemeralRunner, and no Nodes.
+// oneRunner is a cache holding one EphemeralRunner; it cannot tell a
+// pod's node (the cause is then how the pod was deleted).
 type oneRunner struct{ er *unstructured.Unstructured }
 
 func (c oneRunner) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	if _, ok := obj.(*corev1.Node); ok {
+		return fmt.Errorf("the offline cache holds no Nodes")
+	}
 	u, ok := obj.(*unstructured.Unstructured)
 	if ok && c.er != nil && c.er.GetNamespace() == key.Namespace && c.er.GetName() == key.Name {
 		c.er.DeepCopyInto(u)
