@@ -39,12 +39,19 @@ func (e *env) budgetRun() error {
 	}
 	defer stop()
 	b := &budgetBench{disruptionBench: *d}
-	turnaround, err := b.evictAll(ctx, e)
+	turnaround, err := b.evictAll(ctx, e, 1)
 	if err != nil {
 		return fmt.Errorf("evictions at once: %w", err)
 	}
 	if err := b.drain(ctx, e, turnaround); err != nil {
 		return fmt.Errorf("drain: %w", err)
+	}
+	// As the chart runs it: replicas behind one address, each review sent
+	// to the next (issue 37).
+	for _, n := range []int{2, 3} {
+		if _, err := b.evictAll(ctx, e, n); err != nil {
+			return fmt.Errorf("evictions at once over %d replicas: %w", n, err)
+		}
 	}
 	return nil
 }
@@ -160,10 +167,25 @@ func (b *budgetBench) unregisteredStaying(ctx context.Context, ns, node string, 
 // again until the node is empty; each round's evicted pods are replaced
 // elsewhere so the budget opens again. It returns the budget's turnaround:
 // the longest wait from a round's evictions to kube-controller-manager
-// allowing a disruption again.
-func (b *budgetBench) evictAll(ctx context.Context, e *env) (time.Duration, error) {
-	const ns, node = "bench-budget-evict", "bench-budget-evict-node"
-	scope := org("bench-budget-evict")
+// allowing a disruption again. With replicas > 1 the webhook runs as that
+// many replicas behind one address, and the figure is
+// unregistered_beyond_budget_<n>_replicas.
+func (b *budgetBench) evictAll(ctx context.Context, e *env, replicas int) (time.Duration, error) {
+	ns, node, figure := "bench-budget-evict", "bench-budget-evict-node", "unregistered_beyond_budget"
+	if replicas > 1 {
+		suffix := fmt.Sprintf("-%d-replicas", replicas)
+		ns, node, figure = ns+suffix, node+suffix, fmt.Sprintf("%s_%d_replicas", figure, replicas)
+		r, err := b.fenv.StartReplicas(ctx, replicas)
+		if err != nil {
+			return 0, err
+		}
+		defer func() {
+			if err := r.Stop(ctx); err != nil {
+				progress("budget: start the single webhook again: %v", err)
+			}
+		}()
+	}
+	scope := org(ns)
 	if err := b.node(ctx, ns, node, scope); err != nil {
 		return 0, err
 	}
@@ -235,12 +257,18 @@ func (b *budgetBench) evictAll(ctx context.Context, e *env) (time.Duration, erro
 		}
 		fromLast = max(fromLast, time.Since(lastAnswer))
 	}
-	progress("budget: %d idle runners evicted at once under a budget allowing %d: node empty after %d rounds (%s), at most %d unregistered runners whose pod stayed; budget turnaround %s (%s from the round's last answer)",
-		budgetRunners, budgetAllows, rounds, time.Since(start).Round(time.Millisecond), beyond, turnaround.Round(time.Millisecond), fromLast.Round(time.Millisecond))
-	e.record("unregistered_beyond_budget", float64(beyond), "runners", "0", beyond == 0,
-		fmt.Sprintf("%d idle Ready runner pods, a budget allowing %d, all evicted at once until the node is empty (%d rounds): runners unregistered whose pod then stayed", budgetRunners, budgetAllows, rounds))
-	e.record("budget_turnaround_s", turnaround.Seconds(), "s", "reported", true,
-		fmt.Sprintf("from a round's first admitted eviction to kube-controller-manager allowing a disruption again (%.2f s from the round's last answer)", fromLast.Seconds()))
+	progress("budget: %d idle runners evicted at once under a budget allowing %d over %d replica(s): node empty after %d rounds (%s), at most %d unregistered runners whose pod stayed; budget turnaround %s (%s from the round's last answer)",
+		budgetRunners, budgetAllows, replicas, rounds, time.Since(start).Round(time.Millisecond), beyond, turnaround.Round(time.Millisecond), fromLast.Round(time.Millisecond))
+	over := ""
+	if replicas > 1 {
+		over = fmt.Sprintf(", spread over %d webhook replicas behind one address", replicas)
+	}
+	e.record(figure, float64(beyond), "runners", "0", beyond == 0,
+		fmt.Sprintf("%d idle Ready runner pods, a budget allowing %d, all evicted at once until the node is empty (%d rounds%s): runners unregistered whose pod then stayed", budgetRunners, budgetAllows, rounds, over))
+	if replicas == 1 {
+		e.record("budget_turnaround_s", turnaround.Seconds(), "s", "reported", true,
+			fmt.Sprintf("from a round's first admitted eviction to kube-controller-manager allowing a disruption again (%.2f s from the round's last answer)", fromLast.Seconds()))
+	}
 	return turnaround, nil
 }
 
