@@ -37,9 +37,6 @@ const (
 	// DefaultPoll is how often a waiting run is asked about: a completed
 	// run's lost job is re-run within about that long.
 	DefaultPoll = 15 * time.Second
-	// keepDone is how long a decided record stays: GitHub re-runs nothing
-	// older than 30 days, so a replayed record can do no harm after.
-	keepDone = 31 * 24 * time.Hour
 )
 
 // Event reasons, shared by Events, logs and metrics' meaning: JobRerun
