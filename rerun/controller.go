@@ -88,6 +88,10 @@ type Options struct {
 	// EphemeralRunner's githubConfigSecret (credentialsMode arc); legacy
 	// runners' are the static ones either way.
 	ARCCredentials bool
+	// StaticBaseURL is the API base the static credentials reach ("": no
+	// static credentials): a scale-set runner registered at another GitHub
+	// is not asked about with them.
+	StaticBaseURL string
 	// Client returns the GitHub client of credentials (nil: the static ones).
 	Client func(*ghclient.Credentials) (Runs, error)
 	// Exclude are rerun.exclude's entries: never re-run.
@@ -170,7 +174,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("rerun client: %w", err)
 	}
 	w := &lossWatch{
-		reader: c, live: mgr.GetAPIReader(), writer: cl, namespace: o.Namespace, guard: o.Guard, arcCredentials: o.ARCCredentials,
+		reader: c, live: mgr.GetAPIReader(), writer: cl, namespace: o.Namespace, guard: o.Guard, arcCredentials: o.ARCCredentials, staticBase: o.StaticBaseURL,
 		jobKeys: o.JobKeys, exclude: o.Exclude, erServed: erServed, events: o.Events, metrics: o.Metrics, now: o.Now, log: o.Log.WithName("lost"),
 		pending: map[types.NamespacedName]loss{}, runners: map[types.NamespacedName]*unstructured.Unstructured{},
 	}
@@ -265,6 +269,7 @@ type lossWatch struct {
 	namespace      string
 	guard          Guard
 	arcCredentials bool
+	staticBase     string
 	jobKeys        *jobannotation.Keyring
 	exclude        Exclusions
 	// erServed: the API server serves EphemeralRunners (the cache holds them).
@@ -433,6 +438,10 @@ func (w *lossWatch) admit(ctx context.Context, l loss) (Record, Outcome, string)
 			return rec, OutcomeUnnamed, fmt.Sprintf("EphemeralRunner %s/%s: spec.githubConfigUrl: %s", l.er.GetNamespace(), l.er.GetName(), err.Error())
 		}
 		scope = s
+		if !w.arcCredentials && w.staticBase != "" && !sameAPIBase(base, ghclient.DefaultBaseURL) && !sameAPIBase(base, w.staticBase) {
+			return rec, OutcomeUnnamed, fmt.Sprintf("EphemeralRunner %s/%s is registered at %s, and runner-guard's static credentials reach %s: not asked there",
+				l.er.GetNamespace(), l.er.GetName(), ghclient.RedactURL(base), ghclient.RedactURL(w.staticBase))
+		}
 		if w.arcCredentials {
 			secret, _, _ := unstructured.NestedString(l.er.Object, "spec", "githubConfigSecret")
 			if secret == "" {

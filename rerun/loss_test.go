@@ -154,13 +154,14 @@ func TestLossRecordedInsideTheBinding(t *testing.T) {
 	orgB, _ := ghclient.OrgScope("org-b")
 	exclude, _ := ParseExclusions([]string{"org-a/legacy-*"})
 	tests := map[string]struct {
-		er       *fixture.EphemeralRunnerWrapper
-		pod      *corev1.Pod
-		guard    fakeGuard
-		arcCreds bool
-		want     *Record // nil: nothing recorded
-		outcome  Outcome // counted at once when nothing is recorded ("": not a loss)
-		says     string
+		er         *fixture.EphemeralRunnerWrapper
+		pod        *corev1.Pod
+		guard      fakeGuard
+		arcCreds   bool
+		staticBase string
+		want       *Record // nil: nothing recorded
+		outcome    Outcome // counted at once when nothing is recorded ("": not a loss)
+		says       string
 	}{
 		"a tenant's EphemeralRunner names another organization's repository": {
 			er: runner("https://github.com/org-a", "org-b/app"), guard: fakeGuard{bound: []string{"org:org-a"}},
@@ -204,6 +205,12 @@ func TestLossRecordedInsideTheBinding(t *testing.T) {
 		"an annotated scale-set pod whose EphemeralRunner is gone, ARC's credentials": {
 			pod:      annotate(scaleSetPod(runner("https://github.com/org-a", "org-a/app")).Obj(), "org-a/app", 77, 5001),
 			arcCreds: true, outcome: OutcomeUnnamed, says: "credentials that reach its job are unknown"},
+		"a runner of another GitHub, static credentials": {
+			er: runner("https://ghes.example.com/org-a", "org-a/app"), staticBase: "https://api.github.com/",
+			outcome: OutcomeUnnamed, says: "registered at https://ghes.example.com/api/v3"},
+		"a runner of the GitHub the static credentials reach": {
+			er: runner("https://ghes.example.com/org-a", "org-a/app"), staticBase: "https://ghes.example.com/api/v3",
+			want: &Record{Job: Job{Repository: "org-a/app", RunID: 77, Runner: "runner-1"}, Credentials: CredentialsRef{Mode: CredentialsStatic}}},
 		"ARC's credentials, and no Secret named": {
 			er: runner("https://github.com/org-a", "org-a/app").ConfigSecret(""), arcCreds: true,
 			outcome: OutcomeUnnamed, says: "no spec.githubConfigSecret"},
@@ -218,6 +225,7 @@ func TestLossRecordedInsideTheBinding(t *testing.T) {
 				ers = append(ers, tc.er.Obj())
 			}
 			h := newLossHarness(t, tc.guard, tc.arcCreds, exclude, ers...)
+			h.w.staticBase = tc.staticBase
 			pod := tc.pod
 			if pod == nil {
 				pod = scaleSetPod(tc.er).Obj()

@@ -28,6 +28,7 @@ type OfflineOptions struct {
 	Guard          Guard
 	JobKeys        *jobannotation.Keyring
 	ARCCredentials bool
+	StaticBaseURL  string
 	Client         func(*ghclient.Credentials) (Runs, error)
 	Exclude        Exclusions
 	Enabled        bool
@@ -63,7 +64,7 @@ func NewOffline(o OfflineOptions) *Offline {
 	}
 	return &Offline{
 		w: &lossWatch{
-			live: o.API, writer: o.API, namespace: o.Namespace, guard: o.Guard, arcCredentials: o.ARCCredentials,
+			live: o.API, writer: o.API, namespace: o.Namespace, guard: o.Guard, arcCredentials: o.ARCCredentials, staticBase: o.StaticBaseURL,
 			jobKeys: o.JobKeys, exclude: o.Exclude, erServed: true, events: o.Events, metrics: o.Metrics, now: o.Now,
 			log: logr.Discard(), pending: map[types.NamespacedName]loss{}, runners: map[types.NamespacedName]*unstructured.Unstructured{},
 		},

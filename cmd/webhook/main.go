@@ -317,7 +317,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 				}); err != nil {
 					return err
 				}
-				return opts.rerun.setup(cmgr, rerunSetup{handler: handler, arcCredentials: arcMode, router: gh, namespace: opts.disruption.leaseNamespace(getenv),
+				return opts.rerun.setup(cmgr, rerunSetup{handler: handler, arcCredentials: arcMode, staticBaseURL: staticBaseURL(staticCreds, gcfg.BaseURL), router: gh, namespace: opts.disruption.leaseNamespace(getenv),
 					runnerNamespaces: hcfg.RunnerNamespaces, podDeletes: deletes, jobKeys: webhookSecrets.keys, events: events, metrics: rerunMetrics, log: logger.WithName("rerun")})
 			})
 		if controllers.restart, err = addARCServed(mgr, restCfg, logger.WithName("disruption")); err != nil {

@@ -68,7 +68,7 @@ func (f *rerunFlags) checkRight(ctx context.Context, static *ghclient.Client, lo
 func (f *rerunFlags) setup(mgr ctrl.Manager, o rerunSetup) error {
 	return rerun.Setup(mgr, rerun.Options{
 		Namespace: o.namespace, RunnerNamespaces: o.runnerNamespaces,
-		Guard: o.handler, ARCCredentials: o.arcCredentials, Exclude: f.excluded,
+		Guard: o.handler, ARCCredentials: o.arcCredentials, StaticBaseURL: o.staticBaseURL, Exclude: f.excluded,
 		Client: func(c *ghclient.Credentials) (rerun.Runs, error) {
 			cl, err := o.router.ClientFor(c)
 			if err != nil {
@@ -87,6 +87,7 @@ func (f *rerunFlags) setup(mgr ctrl.Manager, o rerunSetup) error {
 type rerunSetup struct {
 	handler          *webhook.Handler
 	arcCredentials   bool
+	staticBaseURL    string
 	router           *ghclient.Router
 	namespace        string
 	runnerNamespaces []string
