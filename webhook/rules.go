@@ -1106,7 +1106,7 @@ func busyDenial(r *review, p *policy, wait time.Duration) Decision {
 		what = fmt.Sprintf("the eviction can be retried in %s", roundUp(wait))
 	}
 	if p.ForceAnnotation != "" {
-		what += fmt.Sprintf(", or annotate the pod %s=true to delete it anyway (cancels the job)", p.ForceAnnotation)
+		what += fmt.Sprintf(", or annotate the pod %s=true to delete it anyway (cancels the job; with --rerun-lost-jobs runner-guard re-runs it once its run completes, unless the pod is also annotated runner-guard.io/rerun=false)", p.ForceAnnotation)
 	}
 	d.Message = fmt.Sprintf("runner busy: GitHub runner %q in %s is running a job, so runner-guard refused to %s pod %s%s; %s",
 		r.Target.Name, r.Target.Scope, r.Operation, r.podRef(), parenthesized(JobClause(r.ARC, r.Pod, time.Now())), what)
