@@ -206,11 +206,11 @@ func (s *Reservations) reserve(ctx context.Context, req reservationRequest) (inF
 			if err != nil {
 				return 0, false, false, err
 			}
-			return 0, false, false, fmt.Errorf("Lease %s: %w: %w; every disruption counts as reserved until %s", key, ErrReservationsUnreadable, perr, until.UTC().Format(time.RFC3339))
+			return 0, false, false, fmt.Errorf("reservations in Lease %s: %w: %w; every disruption counts as reserved until %s", key, ErrReservationsUnreadable, perr, until.UTC().Format(time.RFC3339))
 		}
 		state = state.live(req.now)
 		if u := state.UnreadableUntil; u != nil {
-			return 0, false, false, fmt.Errorf("Lease %s: %w; every disruption counts as reserved until %s", key, ErrReservationsUnreadable, u.UTC().Format(time.RFC3339))
+			return 0, false, false, fmt.Errorf("reservations in Lease %s: %w; every disruption counts as reserved until %s", key, ErrReservationsUnreadable, u.UTC().Format(time.RFC3339))
 		}
 		var others []reservation
 		for _, r := range state.Reservations {
@@ -234,7 +234,7 @@ func (s *Reservations) reserve(ctx context.Context, req reservationRequest) (inF
 		}
 		return inFlight, true, true, nil
 	}
-	return 0, false, false, fmt.Errorf("Lease %s: other replicas kept writing it (%d attempts)", key, maxReservationAttempts)
+	return 0, false, false, fmt.Errorf("reservations in Lease %s: other replicas kept writing it (%d attempts)", key, maxReservationAttempts)
 }
 
 // release gives back this replica's reservation for pod under budget,
@@ -259,7 +259,7 @@ func (s *Reservations) release(ctx context.Context, budget types.NamespacedName,
 		}
 		return err
 	}
-	return fmt.Errorf("Lease %s: other replicas kept writing it (%d attempts)", key, maxReservationAttempts)
+	return fmt.Errorf("reservations in Lease %s: other replicas kept writing it (%d attempts)", key, maxReservationAttempts)
 }
 
 // write stores state in lease: created when it was not found, else
