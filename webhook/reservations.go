@@ -62,6 +62,9 @@ func NewReservations(c client.Client, replica string, log logr.Logger) *Reservat
 	return &Reservations{client: c, replica: replica, log: log}
 }
 
+// Replica is the name this replica writes in its reservations.
+func (s *Reservations) Replica() string { return s.replica }
+
 // ReplicaIdentity names this process in the reservations it writes: its pod
 // (POD_NAME, else the hostname, which is the pod's name) and a random part.
 func ReplicaIdentity(pod string) (string, error) {
