@@ -65,9 +65,7 @@ func TestEventsKeepBusyLegacyRunnerNode(t *testing.T) {
 	// takes the node; runner-guard unregisters the runner first.
 	jobEnd := time.Now()
 	cluster.GitHub.SetBusy(busy.Scope, busy.Name, false)
-	if err := cluster.WaitAnnotation(s.ctx, s.name, busy.Name, jobannotation.Annotation, "", time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	s.waitJobRunning(busy.Name, false)
 	if err := cluster.WaitAnnotation(s.ctx, s.name, busy.Name, DoNotDisrupt, "", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -128,14 +126,22 @@ func (s *scenario) requireChosenFirst(node, notNode string) {
 // the events secret, and returns the job.
 func (s *scenario) waitJob(pod string) jobannotation.Job {
 	s.t.Helper()
+	return s.waitJobRunning(pod, true)
+}
+
+// waitJobRunning waits until the pod's verified job record holds a job in
+// progress (running) or no longer does (its completed is recorded), and
+// returns the job it holds.
+func (s *scenario) waitJobRunning(pod string, running bool) jobannotation.Job {
+	s.t.Helper()
 	var job jobannotation.Job
-	err := process.Poll(s.ctx, "job annotation on pod "+pod, time.Minute, func(ctx context.Context) error {
+	err := process.Poll(s.ctx, fmt.Sprintf("job in progress on pod %s: %v", pod, running), time.Minute, func(ctx context.Context) error {
 		p, err := cluster.Client.CoreV1().Pods(s.name).Get(ctx, pod, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		var ok bool
-		if job, ok = fixture.JobKeys(s.t, eventsSecret).JobFromPod(p); !ok {
+		if job, ok = fixture.JobKeys(s.t, eventsSecret).JobFromPod(p); ok != running {
 			return fmt.Errorf("%w: annotations %v", errNotYet, p.Annotations)
 		}
 		return nil
