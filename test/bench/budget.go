@@ -43,7 +43,7 @@ func (e *env) budgetRun() error {
 	if err != nil {
 		return fmt.Errorf("evictions at once: %w", err)
 	}
-	if err := b.drain(ctx, e, turnaround); err != nil {
+	if err := b.drain(ctx, e, turnaround, 1); err != nil {
 		return fmt.Errorf("drain: %w", err)
 	}
 	// As the chart runs it: replicas behind one address, each review sent
@@ -53,7 +53,38 @@ func (e *env) budgetRun() error {
 			return fmt.Errorf("evictions at once over %d replicas: %w", n, err)
 		}
 	}
+	if err := b.drain(ctx, e, turnaround, 2); err != nil {
+		return fmt.Errorf("drain over 2 replicas: %w", err)
+	}
 	return nil
+}
+
+// startReplicas runs the webhook as n replicas behind one address and
+// waits until one of them leads the disruption controllers; stop puts the
+// single webhook back.
+func (b *budgetBench) startReplicas(ctx context.Context, n int) (stop func(), err error) {
+	r, err := b.fenv.StartReplicas(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	stop = func() {
+		if err := r.Stop(ctx); err != nil {
+			progress("budget: start the single webhook again: %v", err)
+		}
+	}
+	// The single webhook gave its lease up on stopping (ReleaseOnCancel).
+	deadline := time.Now().Add(time.Minute)
+	for {
+		lease, err := b.fenv.Client.CoordinationV1().Leases("runner-guard-system").Get(ctx, "runner-guard-disruption", metav1.GetOptions{})
+		if err == nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "" {
+			return stop, nil
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, fmt.Errorf("no replica of %d leads the disruption controllers a minute on (%v)", n, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 type budgetBench struct {
@@ -175,15 +206,11 @@ func (b *budgetBench) evictAll(ctx context.Context, e *env, replicas int) (time.
 	if replicas > 1 {
 		suffix := fmt.Sprintf("-%d-replicas", replicas)
 		ns, node, figure = ns+suffix, node+suffix, fmt.Sprintf("%s_%d_replicas", figure, replicas)
-		r, err := b.fenv.StartReplicas(ctx, replicas)
+		stop, err := b.startReplicas(ctx, replicas)
 		if err != nil {
 			return 0, err
 		}
-		defer func() {
-			if err := r.Stop(ctx); err != nil {
-				progress("budget: start the single webhook again: %v", err)
-			}
-		}()
+		defer stop()
 	}
 	scope := org(ns)
 	if err := b.node(ctx, ns, node, scope); err != nil {
@@ -273,10 +300,22 @@ func (b *budgetBench) evictAll(ctx context.Context, e *env, replicas int) (time.
 }
 
 // drain: the same node drained by runner-guard's drain controller (cordon),
-// the evicted pods replaced elsewhere as ARC would.
-func (b *budgetBench) drain(ctx context.Context, e *env, turnaround time.Duration) error {
-	const ns, node = "bench-budget-drain", "bench-budget-drain-node"
-	scope := org("bench-budget-drain")
+// the evicted pods replaced elsewhere as ARC would. With replicas > 1 the
+// webhook runs as that many replicas behind one address (the leader
+// drains; any replica decides its evictions), and the figure is
+// drain_budget_node_s_<n>_replicas.
+func (b *budgetBench) drain(ctx context.Context, e *env, turnaround time.Duration, replicas int) error {
+	ns, node, figure := "bench-budget-drain", "bench-budget-drain-node", "drain_budget_node_s"
+	if replicas > 1 {
+		suffix := fmt.Sprintf("-%d-replicas", replicas)
+		ns, node, figure = ns+suffix, node+suffix, fmt.Sprintf("%s_%d_replicas", figure, replicas)
+		stop, err := b.startReplicas(ctx, replicas)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	scope := org(ns)
 	if err := b.node(ctx, ns, node, scope); err != nil {
 		return err
 	}
@@ -329,9 +368,9 @@ func (b *budgetBench) drain(ctx context.Context, e *env, turnaround time.Duratio
 	took := time.Since(start)
 	limit := 4 * turnaround
 	beyond := len(counted)
-	progress("budget drain: %d idle runners released %s after the cordon (budget turnaround %s); at most %d unregistered runners whose pod stayed",
-		budgetRunners, took.Round(time.Millisecond), turnaround.Round(time.Millisecond), beyond)
-	e.record("drain_budget_node_s", took.Seconds(), "s", fmt.Sprintf("<= 4 x turnaround (%.1f s)", limit.Seconds()), took <= limit && beyond == 0,
-		fmt.Sprintf("cordon -> the last of %d idle runners' pods gone under a budget allowing %d; turnaround %.2f s; %d unregistered whose pod stayed", budgetRunners, budgetAllows, turnaround.Seconds(), beyond))
+	progress("budget drain over %d replica(s): %d idle runners released %s after the cordon (budget turnaround %s); at most %d unregistered runners whose pod stayed",
+		replicas, budgetRunners, took.Round(time.Millisecond), turnaround.Round(time.Millisecond), beyond)
+	e.record(figure, took.Seconds(), "s", fmt.Sprintf("<= 4 x turnaround (%.1f s)", limit.Seconds()), took <= limit && beyond == 0,
+		fmt.Sprintf("cordon -> the last of %d idle runners' pods gone under a budget allowing %d, %d webhook replica(s); turnaround %.2f s; %d unregistered whose pod stayed", budgetRunners, budgetAllows, replicas, turnaround.Seconds(), beyond))
 	return nil
 }
