@@ -126,12 +126,17 @@ func nodeClaimOf(node *corev1.Node, claims []unstructured.Unstructured) *unstruc
 }
 
 // graceWarning is the Warning said ahead of time when a NodeClaim's
-// terminationGracePeriod will end a running job.
-func graceWarning(nodeClaim string, deadline time.Time, tgp time.Duration, pod types.NamespacedName, job string, now time.Time) string {
+// terminationGracePeriod will end a running job; honored is
+// --honor-node-deadlines (webhook rule 4i).
+func graceWarning(nodeClaim string, deadline time.Time, tgp time.Duration, pod types.NamespacedName, job string, now time.Time, honored bool) string {
 	left := deadline.Sub(now).Round(time.Second)
 	when := fmt.Sprintf("in %s", left)
 	if left <= 0 {
 		when = "now"
+	}
+	if honored {
+		return fmt.Sprintf("NodeClaim %s's terminationGracePeriod (%s) ends at %s (%s): once pod %s's own grace period no longer fits before it, Karpenter deletes the pod past budgets and do-not-disrupt, and runner-guard lets it (--honor-node-deadlines): its job (%s) is then lost, recorded node-deadline (re-run once its run completes, with --rerun-lost-jobs)",
+			nodeClaim, tgp, deadline.UTC().Format(time.RFC3339), when, pod, job)
 	}
 	return fmt.Sprintf("NodeClaim %s's terminationGracePeriod (%s) ends at %s (%s): Karpenter then deletes pod %s past budgets and do-not-disrupt; runner-guard still refuses while its job (%s) runs, so the node outlives its deadline until the job ends, unless the pod is force-deleted (which cancels the job)",
 		nodeClaim, tgp, deadline.UTC().Format(time.RFC3339), when, pod, job)

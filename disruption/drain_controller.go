@@ -73,6 +73,9 @@ type drainReconciler struct {
 	reports *drainReports
 	now     func() time.Time
 	log     logr.Logger
+	// honorNodeDeadlines: the webhook lets Karpenter's DELETE past a
+	// NodeClaim's deadline go (the grace warning says so).
+	honorNodeDeadlines bool
 	// noNodeClaims says once that the API server serves no NodeClaims.
 	noNodeClaims sync.Once
 	// noEviction says once that pods/eviction is not granted.
@@ -527,7 +530,7 @@ func (r *drainReconciler) waiting(ctx context.Context, node *corev1.Node, why st
 		return
 	}
 	r.events.Eventf(pod, node, corev1.EventTypeWarning, EventJobOutlivesGrace, "Drain", "%s",
-		graceWarning(nc.GetName(), deadline, tgp, key, job, r.now()))
+		graceWarning(nc.GetName(), deadline, tgp, key, job, r.now(), r.honorNodeDeadlines))
 }
 
 // nodeClaimOnce is one reconcile's look-up of its node's NodeClaim: a live

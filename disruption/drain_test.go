@@ -95,10 +95,12 @@ func TestGraceDeadline(t *testing.T) {
 			}
 		})
 	}
-	msg := graceWarning("default-abcde", del.Add(time.Hour), time.Hour, types.NamespacedName{Namespace: "ci", Name: "r-1"}, `job "build" of acme/app`, del.Add(20*time.Minute))
-	for _, want := range []string{"default-abcde", "1h0m0s", "in 40m0s", "ci/r-1", `job "build" of acme/app`, "outlives its deadline"} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("warning %q lacks %q", msg, want)
+	for honored, last := range map[bool]string{false: "outlives its deadline", true: "recorded node-deadline"} {
+		msg := graceWarning("default-abcde", del.Add(time.Hour), time.Hour, types.NamespacedName{Namespace: "ci", Name: "r-1"}, `job "build" of acme/app`, del.Add(20*time.Minute), honored)
+		for _, want := range []string{"default-abcde", "1h0m0s", "in 40m0s", "ci/r-1", `job "build" of acme/app`, last} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("warning %q lacks %q", msg, want)
+			}
 		}
 	}
 }

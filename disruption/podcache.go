@@ -149,8 +149,11 @@ func (p pairs) asMap() map[string]string {
 }
 
 type cachedPodSpec struct {
-	NodeName   string            `json:"nodeName,omitempty"`
-	Containers []cachedContainer `json:"containers,omitempty"`
+	NodeName string `json:"nodeName,omitempty"`
+	// TerminationGracePeriodSeconds tells whether a NodeClaim's deadline had
+	// passed for the pod when it was deleted (the lost-job watch).
+	TerminationGracePeriodSeconds *int64            `json:"terminationGracePeriodSeconds,omitempty"`
+	Containers                    []cachedContainer `json:"containers,omitempty"`
 }
 
 type cachedContainer struct {
@@ -205,6 +208,7 @@ func (p *cachedPod) deepCopy() *cachedPod {
 	out := &cachedPod{TypeMeta: p.TypeMeta, labels: slices.Clone(p.labels), annotations: slices.Clone(p.annotations)}
 	p.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
 	out.Spec.NodeName = p.Spec.NodeName
+	out.Spec.TerminationGracePeriodSeconds = copyInt64(p.Spec.TerminationGracePeriodSeconds)
 	if p.Spec.Containers != nil {
 		out.Spec.Containers = make([]cachedContainer, len(p.Spec.Containers))
 		for i, c := range p.Spec.Containers {
@@ -253,6 +257,7 @@ func (p *cachedPod) podInto(out *corev1.Pod) {
 	p.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
 	out.Labels, out.Annotations = p.labels.asMap(), p.annotations.asMap()
 	out.Spec.NodeName = p.Spec.NodeName
+	out.Spec.TerminationGracePeriodSeconds = copyInt64(p.Spec.TerminationGracePeriodSeconds)
 	if len(p.Spec.Containers) > 0 {
 		out.Spec.Containers = make([]corev1.Container, len(p.Spec.Containers))
 		for i, ct := range p.Spec.Containers {
@@ -293,6 +298,14 @@ func copyBool(b *bool) *bool {
 		return nil
 	}
 	v := *b
+	return &v
+}
+
+func copyInt64(i *int64) *int64 {
+	if i == nil {
+		return nil
+	}
+	v := *i
 	return &v
 }
 

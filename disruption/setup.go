@@ -61,6 +61,9 @@ type Options struct {
 	Budgets bool
 	// Drain releases the runners of draining nodes.
 	Drain bool
+	// HonorNodeDeadlines is --honor-node-deadlines: the webhook lets
+	// Karpenter delete a busy runner's pod past its NodeClaim's deadline.
+	HonorNodeDeadlines bool
 	// BusyRetryFirst and BusyRetryMax bound the backoff of a busy runner's
 	// DELETE on a draining node (defaults 1s and 15s).
 	BusyRetryFirst, BusyRetryMax time.Duration
@@ -219,7 +222,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		events: o.Events, backoff: newBackoff(o.BusyRetryFirst, o.BusyRetryMax, o.Now), said: newOnce(), now: o.Now,
 		log: o.Log.WithName("drain"), budgets: budgetLedgerOf(o.Guard, o.Now), budgetLocks: newKeyedLocks(), evictLocks: newKeyedLocks(), grants: newEvictionGrants(o.Now),
 		reports:    reports,
-		budgetPoll: budgetPollEvery,
+		budgetPoll: budgetPollEvery, honorNodeDeadlines: o.HonorNodeDeadlines,
 	}
 	// A node drained no more, or gone, is looked at once more for its report.
 	draining := predicate.NewTypedPredicateFuncs(func(node *corev1.Node) bool { return drainReason(node) != "" || d.reports.tracking(node.Name) })

@@ -99,6 +99,10 @@ type Options struct {
 	// JobKeys verifies the job annotation (AnnotationJob) that names a
 	// legacy runner pod's job; nil: legacy pods name no job.
 	JobKeys *jobannotation.Keyring
+	// HonorNodeDeadlines: the webhook lets Karpenter delete a busy runner's
+	// pod past its NodeClaim's deadline (--honor-node-deadlines); such a
+	// loss is recorded node-deadline.
+	HonorNodeDeadlines bool
 	// Enabled re-runs lost jobs; off, their Events only say they were lost.
 	Enabled   bool
 	MaxPerRun int
@@ -175,7 +179,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	}
 	w := &lossWatch{
 		reader: c, live: mgr.GetAPIReader(), writer: cl, namespace: o.Namespace, guard: o.Guard, arcCredentials: o.ARCCredentials, staticBase: o.StaticBaseURL,
-		jobKeys: o.JobKeys, exclude: o.Exclude, erServed: erServed, events: o.Events, metrics: o.Metrics, now: o.Now, log: o.Log.WithName("lost"),
+		jobKeys: o.JobKeys, exclude: o.Exclude, erServed: erServed, honorNodeDeadlines: o.HonorNodeDeadlines, events: o.Events, metrics: o.Metrics, now: o.Now, log: o.Log.WithName("lost"),
 		pending: map[types.NamespacedName]loss{}, runners: map[types.NamespacedName]*unstructured.Unstructured{},
 	}
 	b := ctrl.NewControllerManagedBy(mgr).Named("lost-jobs").
@@ -272,6 +276,8 @@ type lossWatch struct {
 	staticBase     string
 	jobKeys        *jobannotation.Keyring
 	exclude        Exclusions
+	// honorNodeDeadlines: losses past a NodeClaim's deadline are node-deadline.
+	honorNodeDeadlines bool
 	// erServed: the API server serves EphemeralRunners (the cache holds them).
 	erServed bool
 	events   events.EventRecorder
@@ -390,10 +396,24 @@ func (w *lossWatch) lost(ctx context.Context, pod *corev1.Pod) (loss, bool) {
 	default:
 		return loss{}, false
 	}
-	l.rec.Cause = lossCause(pod, node, known)
+	l.rec.Cause = lossCause(pod, node, known, w.pastDeadline(ctx, pod, node))
 	l.rec.PodNamespace, l.rec.PodName, l.rec.PodUID = pod.Namespace, pod.Name, string(pod.UID)
 	l.rec.State, l.rec.Recorded = StateWaiting, w.now()
 	return l, true
+}
+
+// pastDeadline reports whether the pod was deleted past its draining node's
+// NodeClaim deadline, read live (the NodeClaim outlives the node's pods);
+// false when that cannot be told.
+func (w *lossWatch) pastDeadline(ctx context.Context, pod *corev1.Pod, node *corev1.Node) bool {
+	if !w.honorNodeDeadlines || node == nil || !nodeDraining(node) || pod.DeletionTimestamp == nil {
+		return false
+	}
+	dl, ok, err := webhook.ReadNodeDeadline(ctx, w.live, node.Name)
+	if err != nil {
+		w.log.V(1).Info("cannot read the NodeClaim of a lost pod's node", "node", node.Name, "error", err.Error())
+	}
+	return ok && deletedPastDeadline(pod, dl)
 }
 
 // node reads the pod's node; known is false when that could not be told.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/internal/jobannotation"
+	"github.com/runner-guard/runner-guard/webhook"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
@@ -153,13 +155,16 @@ func runnerDone(er *unstructured.Unstructured) bool {
 }
 
 // lossCause says why the pod went: its node's state first (node is nil when
-// the node is gone), then how it was deleted.
-func lossCause(pod *corev1.Pod, node *corev1.Node, nodeKnown bool) Cause {
+// the node is gone), then how it was deleted. pastDeadline says the pod was
+// deleted past its node's NodeClaim deadline (deletedPastDeadline).
+func lossCause(pod *corev1.Pod, node *corev1.Node, nodeKnown, pastDeadline bool) Cause {
 	switch {
 	case pod.Spec.NodeName != "" && nodeKnown && node == nil:
 		return CauseNodeGone
 	case node != nil && !nodeReady(node):
 		return CauseNodeNotReady
+	case pastDeadline:
+		return CauseNodeDeadline
 	case node != nil && nodeDraining(node):
 		return CauseNodeDraining
 	case disruptedFor(pod, "DeletionByPodGC"):
@@ -177,6 +182,24 @@ func lossCause(pod *corev1.Pod, node *corev1.Node, nodeKnown bool) Cause {
 		return CausePodFailed
 	}
 	return CauseDeleted
+}
+
+// deletedPastDeadline reports whether the pod's deletion was asked for once
+// its node's deadline, less the pod's terminationGracePeriodSeconds, had
+// passed: when Karpenter deletes it whatever budgets say, and when
+// --honor-node-deadlines lets that DELETE go (webhook rule 4i). The request's
+// time is the deletionTimestamp less deletionGracePeriodSeconds, which the
+// API server keeps when a later delete shortens the grace period.
+func deletedPastDeadline(pod *corev1.Pod, dl webhook.NodeDeadline) bool {
+	if pod.DeletionTimestamp == nil {
+		return false
+	}
+	asked := pod.DeletionTimestamp.Time
+	if g := pod.DeletionGracePeriodSeconds; g != nil {
+		asked = asked.Add(-time.Duration(*g) * time.Second)
+	}
+	// deletionTimestamp has whole seconds: the request may be up to a second later.
+	return webhook.NodeDeadlinePassed(dl, pod, asked.Add(time.Second))
 }
 
 func nodeReady(n *corev1.Node) bool {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/runner-guard/runner-guard/internal/jobannotation"
 	"github.com/runner-guard/runner-guard/test/fixture"
+	"github.com/runner-guard/runner-guard/webhook"
 )
 
 func ephemeralRunner(status map[string]any) *unstructured.Unstructured {
@@ -100,14 +101,17 @@ func TestLossCause(t *testing.T) {
 	cordoned.Spec.Unschedulable = true
 	onNode := corev1.PodSpec{NodeName: "n1"}
 	tests := map[string]struct {
-		pod       corev1.Pod
-		node      *corev1.Node
-		nodeKnown bool
-		want      Cause
+		pod          corev1.Pod
+		node         *corev1.Node
+		nodeKnown    bool
+		pastDeadline bool
+		want         Cause
 	}{
-		"node gone":      {pod: corev1.Pod{Spec: onNode}, nodeKnown: true, want: CauseNodeGone},
-		"node not ready": {pod: corev1.Pod{Spec: onNode}, node: ready(corev1.ConditionUnknown), nodeKnown: true, want: CauseNodeNotReady},
-		"node draining":  {pod: corev1.Pod{Spec: onNode}, node: cordoned, nodeKnown: true, want: CauseNodeDraining},
+		"node gone":                   {pod: corev1.Pod{Spec: onNode}, nodeKnown: true, want: CauseNodeGone},
+		"node not ready":              {pod: corev1.Pod{Spec: onNode}, node: ready(corev1.ConditionUnknown), nodeKnown: true, want: CauseNodeNotReady},
+		"node draining":               {pod: corev1.Pod{Spec: onNode}, node: cordoned, nodeKnown: true, want: CauseNodeDraining},
+		"node deadline":               {pod: corev1.Pod{Spec: onNode}, node: cordoned, nodeKnown: true, pastDeadline: true, want: CauseNodeDeadline},
+		"node gone past its deadline": {pod: corev1.Pod{Spec: onNode}, nodeKnown: true, pastDeadline: true, want: CauseNodeGone},
 		"evicted": {pod: corev1.Pod{Spec: onNode, Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}}}},
 			node: ready(corev1.ConditionTrue), nodeKnown: true, want: CauseEvicted},
 		"deleted by the pod GC": {pod: corev1.Pod{Spec: onNode, Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "DeletionByPodGC"}}}},
@@ -121,7 +125,7 @@ func TestLossCause(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if got := lossCause(&tc.pod, tc.node, tc.nodeKnown); got != tc.want {
+			if got := lossCause(&tc.pod, tc.node, tc.nodeKnown, tc.pastDeadline); got != tc.want {
 				t.Errorf("lossCause = %s, want %s", got, tc.want)
 			}
 		})
@@ -147,5 +151,41 @@ func TestRecordRoundTrip(t *testing.T) {
 	cm.Data["runID"] = "x"
 	if _, err := parseRecord(cm); err == nil {
 		t.Error("a record without a run ID parsed")
+	}
+}
+
+func TestDeletedPastDeadline(t *testing.T) {
+	deadline := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	dl := webhook.NodeDeadline{NodeClaim: "default-abc", At: deadline}
+	sec := func(i int64) *int64 { return &i }
+	// deleted is a pod whose deletion was asked for at asked with grace.
+	deleted := func(tgp *int64, asked time.Time, grace int64) *corev1.Pod {
+		ts := metav1.NewTime(asked.Add(time.Duration(grace) * time.Second))
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &ts, DeletionGracePeriodSeconds: &grace},
+			Spec:       corev1.PodSpec{TerminationGracePeriodSeconds: tgp},
+		}
+	}
+	tests := map[string]struct {
+		pod  *corev1.Pod
+		dl   webhook.NodeDeadline
+		want bool
+	}{
+		// Karpenter asks with the grace period left before the deadline.
+		"Karpenter's DELETE past the deadline less the grace period": {pod: deleted(sec(30), deadline.Add(-20*time.Second), 20), dl: dl, want: true},
+		"past the deadline itself":                                   {pod: deleted(sec(30), deadline.Add(5*time.Second), 1), dl: dl, want: true},
+		"the kubelet's final delete keeps the request time":          {pod: deleted(sec(30), deadline.Add(-20*time.Second), 0), dl: dl, want: true},
+		"before the deadline less the grace period":                  {pod: deleted(sec(30), deadline.Add(-90*time.Second), 30), dl: dl, want: false},
+		"a long grace period moves it earlier":                       {pod: deleted(sec(600), deadline.Add(-90*time.Second), 600), dl: dl, want: true},
+		"no grace period of its own":                                 {pod: deleted(nil, deadline.Add(5*time.Second), 1), dl: dl, want: false},
+		"no deadline":                                                {pod: deleted(sec(30), deadline.Add(5*time.Second), 1), want: false},
+		"not deleted":                                                {pod: &corev1.Pod{Spec: corev1.PodSpec{TerminationGracePeriodSeconds: sec(30)}}, dl: dl, want: false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := deletedPastDeadline(tc.pod, tc.dl); got != tc.want {
+				t.Errorf("deletedPastDeadline = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -134,10 +134,14 @@ const (
 	CauseForceDeleted Cause = "force-deleted"
 	CausePodFailed    Cause = "pod-failed"
 	CauseDeleted      Cause = "deleted"
+	// CauseNodeDeadline: the pod was deleted once its node's NodeClaim's
+	// termination deadline, less the pod's grace period, had passed
+	// (--honor-node-deadlines lets Karpenter's DELETE go then).
+	CauseNodeDeadline Cause = "node-deadline"
 )
 
 // Causes are every Cause, for metrics.
-var Causes = []Cause{CauseNodeGone, CauseNodeNotReady, CauseNodeDraining, CauseEvicted, CauseForceDeleted, CausePodFailed, CauseDeleted}
+var Causes = []Cause{CauseNodeGone, CauseNodeNotReady, CauseNodeDraining, CauseNodeDeadline, CauseEvicted, CauseForceDeleted, CausePodFailed, CauseDeleted}
 
 // Job names a workflow job a runner pod held.
 type Job struct {

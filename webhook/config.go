@@ -106,6 +106,14 @@ type Config struct {
 	// Deployment may use, per credential.
 	GitHubBudget GitHubBudget `json:"githubBudget,omitempty"`
 
+	// KarpenterUsers are the usernames Karpenter deletes pods as (default
+	// DefaultKarpenterUsers): rule 4i lets only them past a node's deadline.
+	KarpenterUsers []string `json:"karpenterUsers,omitempty"`
+	// HonorNodeDeadlines lets Karpenter delete a busy runner's pod once its
+	// NodeClaim's termination deadline, less the pod's grace period, has
+	// passed (--honor-node-deadlines, rule 4i).
+	HonorNodeDeadlines bool `json:"-"`
+
 	// OnErrorSource names the setting that chose OnError, for denial messages
 	// ("--on-error=deny", "onError: deny in --config"); empty means the flag's default.
 	OnErrorSource string `json:"-"`
@@ -283,6 +291,9 @@ func (c *Config) policy() policy {
 		ExemptNamespaces: c.ExemptNamespaces,
 		BusyRetryAfter:   c.BusyRetryAfter.Duration,
 		BusyRetryMax:     c.BusyRetryMax.Duration,
+
+		HonorNodeDeadlines: c.HonorNodeDeadlines,
+		KarpenterUsers:     c.KarpenterUsers,
 	}
 }
 
@@ -349,6 +360,9 @@ func (c *Config) Default() {
 	}
 	if c.GitHubBudget.NamespaceShare == 0 {
 		c.GitHubBudget.NamespaceShare = ghclient.DefaultNamespaceShare
+	}
+	if c.KarpenterUsers == nil {
+		c.KarpenterUsers = DefaultKarpenterUsers()
 	}
 }
 

@@ -12,7 +12,8 @@ import (
 
 // DecisionRESTMapper maps every kind a decision reads or writes (pods, PDBs,
 // namespaces, Secrets, ConfigMaps, ARC's EphemeralRunners and Runners, the
-// Leases sharing budget reservations between replicas) to its
+// Leases sharing budget reservations between replicas, Nodes and Karpenter's
+// NodeClaims) to its
 // resource without asking the API server. A discovering mapper fills itself
 // on first use with requests that carry no deadline, so the first decisions
 // after a start (or after a CRD appears) could outlive the API server's
@@ -34,5 +35,9 @@ func DecisionRESTMapper() meta.RESTMapper {
 		m.Add(gvk, meta.RESTScopeNamespace)
 	}
 	m.Add(corev1.SchemeGroupVersion.WithKind("Namespace"), meta.RESTScopeRoot)
+	// Karpenter's DELETE past a node's deadline (rule 4g) reads the Node and
+	// its NodeClaim.
+	m.Add(corev1.SchemeGroupVersion.WithKind("Node"), meta.RESTScopeRoot)
+	m.Add(nodeClaimGVK(), meta.RESTScopeRoot)
 	return m
 }

@@ -70,6 +70,7 @@ const (
 	ReasonDeadline           Reason = "deadline-too-close"
 	ReasonRateLimited        Reason = "rate-limited"
 	ReasonGitHubError        Reason = "github-error"
+	ReasonNodeDeadline       Reason = "node-deadline"
 )
 
 // Event reasons (events.k8s.io reason field, CamelCase by convention).
@@ -89,6 +90,7 @@ const (
 	EventRunnerLookupFailed = "RunnerLookupFailed"
 	EventScopeNotBound      = "RunnerScopeNotBound"
 	EventBudgetSpent        = "GitHubBudgetSpent"
+	EventNodeDeadline       = "NodeDeadlinePassed"
 )
 
 // Decision is the outcome of one review.
@@ -158,6 +160,9 @@ type review struct {
 	// budgetHold is the disruption reserved for this eviction: kept when it
 	// is let through, given back otherwise.
 	budgetHold BudgetHold
+	// NodeDeadline is the deadline of the pod's node's NodeClaim, read for
+	// Karpenter's DELETE with --honor-node-deadlines (zero: none; stageRunner).
+	NodeDeadline NodeDeadline
 	// GitHub is GitHub's answer (stageGitHub).
 	GitHub githubResult
 }
@@ -208,6 +213,11 @@ type policy struct {
 	// JobKeys verifies the runner-guard.io/job annotation (rule 4h);
 	// nil: no annotation is trusted.
 	JobKeys *jobannotation.Keyring
+	// HonorNodeDeadlines lets Karpenter delete a busy runner's pod past its
+	// NodeClaim's deadline (rule 4i, --honor-node-deadlines).
+	HonorNodeDeadlines bool
+	// KarpenterUsers are the usernames Karpenter deletes pods as.
+	KarpenterUsers []string
 }
 
 // GitHub is what the decision needs from GitHub; *ghclient.Router implements
@@ -356,6 +366,16 @@ func (d *decider) resolve(ctx context.Context, r *review, s stage) {
 			}
 		}
 		r.resolution = d.resolver.resolve(ctx, r.Pod, r.Spec)
+		if d.policy.HonorNodeDeadlines && r.Operation == OperationDelete && !r.DryRun && karpenterUser(r.User.Username, &d.policy) {
+			dl, ok, err := ReadNodeDeadline(ctx, d.pods, r.Pod.Spec.NodeName)
+			if err != nil {
+				// Unread, the node is held as without the flag.
+				logr.FromContextOrDiscard(ctx).V(1).Info("cannot read the NodeClaim of the pod's node", "node", r.Pod.Spec.NodeName, "error", err.Error())
+			}
+			if ok {
+				r.NodeDeadline = dl
+			}
+		}
 		if r.askable() {
 			r.RecentlyAdmitted = d.memory.admitted(r.Pod.UID, r.Target)
 			r.Busy = d.busy.recall(r.Target)
@@ -564,6 +584,7 @@ func decisionTable() []rule {
 		{[]Reason{ReasonRunnerLookupFailed}, stageRunner, ruleRunnerLookupFailed},
 		{[]Reason{ReasonRemovedByARC}, stageRunner, ruleRemovedByARC},
 		{[]Reason{ReasonNamespaceDeleting}, stageRunner, ruleNamespaceDeleting},
+		{[]Reason{ReasonNodeDeadline}, stageRunner, ruleNodeDeadline},
 		{[]Reason{ReasonJobRunning}, stageRunner, ruleJobRunning},
 		{[]Reason{ReasonScopeUnknown}, stageRunner, ruleScopeUnknown},
 		{[]Reason{ReasonScopeNotBound}, stageRunner, ruleScopeNotBound},
@@ -573,6 +594,7 @@ func decisionTable() []rule {
 		{[]Reason{ReasonPDBBlocks}, stageRunner, rulePDBBlocks},
 		{[]Reason{ReasonBypassUser, ReasonDisrupted, ReasonBypassBusy}, stageGitHub, ruleBypass},
 		{[]Reason{ReasonDryRunBusy, ReasonDryRunIdle, ReasonDryRunNotFound}, stageGitHub, ruleDryRun},
+		{[]Reason{ReasonNodeDeadline}, stageGitHub, ruleNodeDeadline},
 		{[]Reason{ReasonRecentlyBusy}, stageGitHub, ruleRecentlyBusy},
 		{[]Reason{ReasonListedBusy}, stageGitHub, ruleListedBusy},
 		{[]Reason{ReasonUnregistered, ReasonRunnerNotFound}, stageGitHub, ruleUnregistered},
@@ -839,6 +861,55 @@ func ruleJobRunning(r *review, p *policy) (Decision, bool) {
 	d.Reason = ReasonJobRunning
 	d.Message = strings.Replace(d.Message, "is running a job", fmt.Sprintf("is running a job (EphemeralRunner %s records it; GitHub not asked)", r.ARC.EphemeralRunner), 1)
 	return d, true
+}
+
+// Rule 4i: Karpenter deletes a busy runner's pod past its NodeClaim's
+// termination deadline less the pod's terminationGracePeriodSeconds, as its
+// node termination does (past budgets and do-not-disrupt), and ends the
+// instance once the pod is gone. With --honor-node-deadlines the operator's
+// deadline wins: the DELETE is let go, loudly, the runner is not
+// unregistered, and the job is lost (the re-run controller records it
+// node-deadline). It decides only what would be a busy refusal (job fields,
+// a verified job annotation, or GitHub's "busy"): an idle runner is still
+// unregistered first, and before the deadline, for any other requester or
+// with the flag off the busy runner is held as ever.
+func ruleNodeDeadline(r *review, p *policy) (Decision, bool) {
+	if !p.HonorNodeDeadlines || r.DryRun || r.Operation != OperationDelete || !karpenterUser(r.User.Username, p) ||
+		!r.heldBusy(p) || !NodeDeadlinePassed(r.NodeDeadline, r.Pod, r.arrived()) {
+		return Decision{}, false
+	}
+	dl := r.NodeDeadline
+	msg := fmt.Sprintf("node deadline: NodeClaim %s of node %s ends at %s, and pod %s's terminationGracePeriodSeconds (%ds) no longer fits before it; Karpenter deletes the pod although its runner %q is running a job%s (--honor-node-deadlines): the runner was not unregistered and the job is lost (recorded %s; with --rerun-lost-jobs it is re-run once its run completes)",
+		dl.NodeClaim, r.Pod.Spec.NodeName, dl.At.UTC().Format(time.RFC3339), r.podRef(), *r.Pod.Spec.TerminationGracePeriodSeconds,
+		r.Target.Name, parenthesized(JobClause(r.ARC, r.Pod, time.Now())), ReasonNodeDeadline)
+	d := allow(ReasonNodeDeadline, msg)
+	d.Warning = d.Message
+	d.EventType, d.EventReason = corev1.EventTypeWarning, EventNodeDeadline
+	return d, true
+}
+
+// heldBusy reports what a busy refusal would hold the pod for: the
+// EphemeralRunner's job fields (rule 4f), a verified job annotation (rule
+// 4h), or GitHub's "busy" (rules 6c, 6d, 8).
+func (r *review) heldBusy(p *policy) bool {
+	if r.ARC != nil && r.ARC.Job.Started() {
+		return true
+	}
+	if r.Pod != nil && p.JobKeys.Configured() {
+		if _, ok := p.JobKeys.JobFromPod(r.Pod); ok {
+			return true
+		}
+	}
+	return r.GitHub.Err == nil && r.GitHub.Outcome == ghclient.Busy
+}
+
+// arrived is when the review reached the handler (now for a review without
+// an arrival time, as in tests that call the decider directly).
+func (r *review) arrived() time.Time {
+	if r.Arrived.IsZero() {
+		return time.Now()
+	}
+	return r.Arrived
 }
 
 // Rule 6c: GitHub answered "busy" for this runner moments ago, and nothing

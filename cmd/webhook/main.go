@@ -310,7 +310,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 				if err := disruption.Setup(ctx, cmgr, disruption.Options{
 					Guard: handler, PodDeleted: deletes.Deleted, GitHub: gh, Listing: disruption.RouterListing{Router: gh, Refresh: true},
 					HintListing: opts.disruption.hintListing(gh), Retirer: retirer,
-					Hints: opts.disruption.hints(), Budgets: opts.disruption.budgets, Drain: opts.disruption.drain,
+					Hints: opts.disruption.hints(), Budgets: opts.disruption.budgets, Drain: opts.disruption.drain, HonorNodeDeadlines: hcfg.HonorNodeDeadlines,
 					BusyRetryMax: opts.disruption.busyRetryMax, Events: events, Metrics: dMetrics, Log: logger.WithName("disruption"),
 					// Watched only where runner-guard guards pods (and is granted them).
 					Namespaces: hcfg.RunnerNamespaces, JobKeys: webhookSecrets.keys,
@@ -318,7 +318,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 					return err
 				}
 				return opts.rerun.setup(cmgr, rerunSetup{handler: handler, arcCredentials: arcMode, staticBaseURL: staticBaseURL(staticCreds, gcfg.BaseURL), router: gh, namespace: opts.disruption.leaseNamespace(getenv),
-					runnerNamespaces: hcfg.RunnerNamespaces, podDeletes: deletes, jobKeys: webhookSecrets.keys, events: events, metrics: rerunMetrics, log: logger.WithName("rerun")})
+					runnerNamespaces: hcfg.RunnerNamespaces, podDeletes: deletes, jobKeys: webhookSecrets.keys, honorNodeDeadlines: hcfg.HonorNodeDeadlines, events: events, metrics: rerunMetrics, log: logger.WithName("rerun")})
 			})
 		if controllers.restart, err = addARCServed(mgr, restCfg, logger.WithName("disruption")); err != nil {
 			return err

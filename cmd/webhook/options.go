@@ -44,6 +44,7 @@ type options struct {
 	clientCAFile        string
 	credentialsMode     string
 	retireRunners       string
+	honorNodeDeadlines  bool
 	disruption          disruptionFlags
 	rerun               rerunFlags
 	activation          activationFlags
@@ -80,6 +81,7 @@ func parseFlags(args []string, output io.Writer) (*options, error) {
 	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "CA bundle (PEM) that signs the API server's client certificate; when set, the webhook server requires and verifies a client certificate.")
 	fs.StringVar(&o.credentialsMode, "credentials-mode", "", `Where runners' GitHub credentials come from: "static" (these flags, the default) or "arc" (each scale-set runner's EphemeralRunner githubConfigSecret in its namespace, with ARC's keys; legacy pods still use these flags). Overrides credentialsMode from --config.`)
 	fs.StringVar(&o.retireRunners, "retire-ephemeral-runners", "", `"true" (default) or "false": delete the EphemeralRunner of a scale-set runner runner-guard unregistered, so ARC creates a fresh runner. Overrides retireEphemeralRunners from --config.`)
+	fs.BoolVar(&o.honorNodeDeadlines, "honor-node-deadlines", true, "Let Karpenter delete a busy runner's pod once its NodeClaim's termination deadline (karpenter.sh/nodeclaim-termination-timestamp: deletionTimestamp plus terminationGracePeriod) less the pod's terminationGracePeriodSeconds has passed, as Karpenter does past budgets; the job is lost and recorded node-deadline (re-run with --rerun-lost-jobs). Off, the node is held until the job ends.")
 	o.disruption.bind(fs)
 	o.rerun.bind(fs)
 	o.activation.bind(fs)
@@ -207,6 +209,7 @@ func (o *options) handlerConfig(getenv func(string) string) (webhook.Config, err
 		}
 		cfg.RetireEphemeralRunners = &retire
 	}
+	cfg.HonorNodeDeadlines = o.honorNodeDeadlines
 	if o.githubTimeout < 0 {
 		return cfg, fmt.Errorf("--github-timeout: must be positive, got %s", o.githubTimeout)
 	}

@@ -79,7 +79,7 @@ func (f *rerunFlags) setup(mgr ctrl.Manager, o rerunSetup) error {
 		PodDeletes: o.podDeletes,
 		JobKeys:    o.jobKeys,
 		Enabled:    f.enabled, MaxPerRun: f.maxPerRun,
-		Events: o.events, Metrics: o.metrics, Log: o.log,
+		Events: o.events, Metrics: o.metrics, Log: o.log, HonorNodeDeadlines: o.honorNodeDeadlines,
 	})
 }
 
@@ -96,4 +96,6 @@ type rerunSetup struct {
 	events           events.EventRecorder
 	metrics          *rerun.Metrics
 	log              logr.Logger
+	// honorNodeDeadlines is --honor-node-deadlines.
+	honorNodeDeadlines bool
 }
