@@ -254,8 +254,9 @@ func TestDisruptionValues(t *testing.T) {
 		"safe-to-evict off":      {"disruption.safeToEvict=false", "--hint-safe-to-evict=false"},
 		"hints from the listing": {"disruption.hintsFromListing=true", "--hint-from-listing"},
 		"drains off":             {"disruption.drainRunners=false", "--drain-runners=false"},
+		"node deadlines held":    {"disruption.honorNodeDeadlines=false", "--honor-node-deadlines=false"},
 	}
-	flags := []string{"--hint-do-not-disrupt", "--hint-safe-to-evict", "--hint-from-listing", "--drain-runners"}
+	flags := []string{"--hint-do-not-disrupt", "--hint-safe-to-evict", "--hint-from-listing", "--drain-runners", "--honor-node-deadlines"}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			args := []string{"--values", "testdata/values/certmanager-token.yaml"}

@@ -70,6 +70,9 @@ default install's args are those of dist/install.yaml plus --config.
 {{- if not .Values.disruption.drainRunners }}
 - --drain-runners=false
 {{- end }}
+{{- if not .Values.disruption.honorNodeDeadlines }}
+- --honor-node-deadlines=false
+{{- end }}
 {{- if .Values.events.enabled }}
 {{- /* The endpoint runs in the events Deployment; the webhook verifies the
 job annotations it writes. */}}
