@@ -255,6 +255,26 @@ func (l *BudgetLedger) noteForeign(key types.NamespacedName, pdb *policyv1.PodDi
 	return known
 }
 
+// pruneForeign forgets the other replicas' reservations in namespace that
+// have expired, so a budget no review reads again leaves no pod for
+// SeePods to look at. l.mu is held.
+func (l *BudgetLedger) pruneForeign(namespace string) {
+	now := l.now()
+	for key, entries := range l.foreign {
+		if key.Namespace != namespace {
+			continue
+		}
+		for uid, e := range entries {
+			if now.Sub(e.since) > l.hold {
+				delete(entries, uid)
+			}
+		}
+		if len(entries) == 0 {
+			delete(l.foreign, key)
+		}
+	}
+}
+
 // InFlight is how many evictions under pdb, read from read on, the ledger
 // counts.
 func (l *BudgetLedger) InFlight(pdb *policyv1.PodDisruptionBudget, read ReadStamp) int {
@@ -367,6 +387,7 @@ func (l *BudgetLedger) SeePods(ctx context.Context, pods client.Reader, namespac
 	}
 	var want []pending
 	l.mu.Lock()
+	l.pruneForeign(namespace)
 	for _, byBudget := range []map[types.NamespacedName]map[types.UID]*inFlightEviction{l.byBudget, l.foreign} {
 		for key, entries := range byBudget {
 			if key.Namespace != namespace {

@@ -331,3 +331,31 @@ func TestParseReservations(t *testing.T) {
 		})
 	}
 }
+
+// Another replica's reservation, once expired, is forgotten: the pods
+// SeePods looks at are only those of reservations that may still count.
+func TestExpiredOtherReservationsAreForgotten(t *testing.T) {
+	clock := fakeclock.New(time.Unix(100000, 0))
+	const hold = DefaultWebhookTimeout + budgetHoldSlack
+	pdb := budget("pdb", func(p *policyv1.PodDisruptionBudget) { p.ResourceVersion = "10" })
+	l := NewBudgetLedger(DefaultWebhookTimeout, clock.Now)
+	key := types.NamespacedName{Namespace: "ci", Name: "pdb"}
+	l.mu.Lock()
+	l.noteForeign(key, &pdb, []reservation{{Replica: "b/1", Pod: "runner-2", PodUID: "uid-runner-2", Expires: clock.Now().Add(hold)}})
+	l.mu.Unlock()
+	var gets int
+	c := fake.NewClientBuilder().WithObjects(runnerPodFor(true, named("runner-2"))).WithInterceptorFuncs(interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			gets++
+			return c.Get(ctx, key, obj, opts...)
+		}}).Build()
+	l.SeePods(context.Background(), c, "ci")
+	if gets != 1 {
+		t.Fatalf("SeePods read %d pods for a live reservation of another replica, want 1", gets)
+	}
+	clock.Advance(hold + time.Second)
+	l.SeePods(context.Background(), c, "ci")
+	if gets != 1 || len(l.foreign) != 0 {
+		t.Errorf("an expired reservation of another replica is still looked at (%d reads, %d budgets remembered)", gets, len(l.foreign))
+	}
+}
