@@ -121,8 +121,10 @@ func TestExplain(t *testing.T) {
 		}
 		s.requireAlive(busy.name)
 		// The dry runs asked GitHub read-only at most: nothing was removed.
+		// Only this scenario's scope counts: the leader may still be
+		// releasing runners of earlier scenarios' nodes meanwhile.
 		for _, req := range env.GitHub.Requests()[before:] {
-			if req.Method != "GET" {
+			if req.Method != "GET" && req.Scope != nil && strings.EqualFold(req.Scope.Name, scope.Name) {
 				t.Errorf("explain made GitHub request %s %s; a dry run only reads", req.Method, req.Path)
 			}
 		}
