@@ -427,7 +427,15 @@ func (r *drainReconciler) reserveBudget(ctx context.Context, pod *corev1.Pod) (h
 		if charged, _ = r.chargedBudget(ctx, pod); charged == nil {
 			return hold, unlock, ""
 		}
-		if hold, inFlight, ok = r.budgets.Reserve(charged, pod, read); ok || !r.budgetMoving(key, polls) {
+		// Shared with the other replicas (a Lease per budget): their
+		// admissions take the same disruptions. A failure to reserve
+		// waits, as a refusal does: the runner stays registered.
+		var err error
+		if hold, inFlight, ok, err = r.budgets.ReserveShared(ctx, charged, pod, read); err != nil {
+			r.log.V(1).Info("cannot reserve a disruption shared with the other replicas; the release waits", "pod", client.ObjectKeyFromObject(pod), "budget", key, "error", err.Error())
+			ok = false
+		}
+		if ok || !r.budgetMoving(key, polls) {
 			break
 		}
 		select {
