@@ -14,7 +14,7 @@ import (
 const module = "github.com/runner-guard/runner-guard/"
 
 // floorRow matches a row of docs/development.md's Layers table.
-var floorRow = regexp.MustCompile("^\\| (\\d+) \\| (.+) \\|$")
+var floorRow = regexp.MustCompile(`^\| (\d+) \| (.+) \|$`)
 
 // floors reads the Layers table: package (relative to the module) to floor.
 func floors(t *testing.T, root string) map[string]int {
