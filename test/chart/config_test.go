@@ -201,3 +201,29 @@ func deref[T any](p *T) T {
 	}
 	return *p
 }
+
+// TestKarpenterUsers: disruption.karpenterUsers becomes karpenterUsers in
+// the --config file, which the webhook parses; left empty, the file names
+// none and the binary's default (Karpenter's ServiceAccount) holds.
+func TestKarpenterUsers(t *testing.T) {
+	cases := map[string]struct {
+		set  []string
+		want []string
+	}{
+		"default":       {want: webhook.DefaultKarpenterUsers()},
+		"its own names": {set: []string{"--set", "disruption.karpenterUsers={system:serviceaccount:autoscaling:karpenter}"}, want: []string{"system:serviceaccount:autoscaling:karpenter"}},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			args := append([]string{"--values", "testdata/values/certmanager-token.yaml"}, c.set...)
+			cm := render.Get[corev1.ConfigMap](t, render.MustTemplate(t, args...), "ConfigMap", "runner-guard-config")
+			cfg, err := webhook.ParseConfig([]byte(cm.Data["config.yaml"]))
+			if err != nil {
+				t.Fatalf("the webhook rejects the chart's config: %v\n%s", err, cm.Data["config.yaml"])
+			}
+			if !slices.Equal(cfg.KarpenterUsers, c.want) {
+				t.Errorf("karpenterUsers %v, want %v", cfg.KarpenterUsers, c.want)
+			}
+		})
+	}
+}
