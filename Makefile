@@ -7,8 +7,14 @@ BIN            ?= $(CURDIR)/bin
 GO             ?= go
 VERSION        ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS        := -s -w -X main.version=$(VERSION)
-# Prerequisites of `make test`; fragments under hack/make add to it.
+# Prerequisites of `make test`'s go test ./...; fragments under hack/make add to it.
 TEST_DEPS      := build kustomize
+# The stages of `make test`, which share nothing at run time (go test ./...
+# on loopback, the Karpenter scenarios and the real node each in a network
+# namespace of their own): fragments add theirs, and `make test` runs
+# TEST_JOBS of them side by side (TEST_JOBS=1: one after another).
+TEST_STAGES    := go-test
+TEST_JOBS      ?= 3
 # Where the control-plane binaries live; the script prints it after building
 # them once (cold: about 12 minutes on 2 cores).
 K8S_ASSETS      = $(shell $(CURDIR)/hack/build-k8s.sh)
@@ -46,8 +52,16 @@ e2e: build k8s kustomize ## Run only the e2e suite against a real kube-apiserver
 	KUBEBUILDER_ASSETS=$(K8S_ASSETS) RUNNER_GUARD_BIN=$(BIN)/webhook $(GO) test -count=1 -timeout 30m -v ./test/e2e/...
 
 .PHONY: test
-test: vet $(TEST_DEPS) k8s ## The full suite: go vet, golangci-lint, unit tests with -race, and the e2e suite (what CI runs).
-	KUBEBUILDER_ASSETS=$(K8S_ASSETS) RUNNER_GUARD_BIN=$(BIN)/webhook $(GO) test -race -count=1 -timeout 60m ./...
+test: ## The full suite (what CI runs): go vet, golangci-lint, unit tests with -race, the e2e suite, and where the machine allows the Karpenter and real-node scenarios, side by side (TEST_JOBS).
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_STAGES)
+	@echo "make test: every stage passed ($(TEST_STAGES))"
+
+# Each stage's output is printed whole when it ends (--output-sync), so the
+# side-by-side runs do not interleave.
+.PHONY: go-test
+go-test: vet $(TEST_DEPS) k8s ## go test ./... with -race (unit, e2e, chart, process), the stage of `make test` every machine runs.
+	@start=$$SECONDS; KUBEBUILDER_ASSETS=$(K8S_ASSETS) RUNNER_GUARD_BIN=$(BIN)/webhook $(GO) test -race -count=1 -timeout 60m ./... \
+	  && echo "stage go-test passed in $$((SECONDS-start))s"
 
 .PHONY: demo
 demo: build k8s kustomize ## Start a local control plane, fake GitHub and the webhook, and show a busy and an idle runner pod being deleted.

@@ -10,19 +10,20 @@ KARPENTER_CAPABLE := $(shell [ "$$(id -u)" = 0 ] && command -v nsenter >/dev/nul
 karpenter: ## Build Karpenter (KWOK provider), KWOK and kube-scheduler into bin/karpenter (cached; Karpenter with GOTOOLCHAIN=go1.27.3).
 	@$(CURDIR)/hack/build-karpenter.sh >/dev/null
 
-# RUNNER_GUARD_KARPENTER_SKIP is cleared: make test sets it for its own go
-# test (see below), and its prerequisites inherit it.
+# RUNNER_GUARD_KARPENTER_SKIP is cleared: make test sets it for its go test
+# ./... stage (see below).
 .PHONY: e2e-karpenter
 e2e-karpenter: build k8s kustomize karpenter ## Run the Karpenter scenarios (root): consolidation and do-not-disrupt, a busy runner holding a chosen node.
-	RUNNER_GUARD_KARPENTER_SKIP= E2E_NODE=1 KUBEBUILDER_ASSETS=$(K8S_ASSETS) RUNNER_GUARD_BIN=$(BIN)/webhook \
+	@start=$$SECONDS; RUNNER_GUARD_KARPENTER_SKIP= E2E_NODE=1 KUBEBUILDER_ASSETS=$(K8S_ASSETS) RUNNER_GUARD_BIN=$(BIN)/webhook \
 	  KUSTOMIZE=$(KUSTOMIZE) KARPENTER_ASSETS=$$($(CURDIR)/hack/build-karpenter.sh) \
-	  $(GO) test -count=1 -timeout 30m -v ./test/karpenter/
+	  $(GO) test -count=1 -timeout 30m -v ./test/karpenter/ \
+	  && echo "stage e2e-karpenter passed in $$((SECONDS-start))s"
 
-# `make test` runs the scenarios where it can (or must: E2E_NODE=1) before
-# its `go test ./...`, verbosely, so each scenario's name, PASS line and
-# figures are in the output; that `go test ./...` then runs only the
-# package's unit tests.
+# `make test` runs the scenarios where it can (or must: E2E_NODE=1) as a
+# stage of their own beside `go test ./...`, verbosely, so each scenario's
+# name, PASS line and figures are in the output; that `go test ./...` then
+# runs only the package's unit tests.
 ifneq ($(or $(filter 1,$(E2E_NODE)),$(KARPENTER_CAPABLE)),)
-TEST_DEPS += e2e-karpenter
-test: export RUNNER_GUARD_KARPENTER_SKIP := ran by make e2e-karpenter before go test ./...
+TEST_STAGES += e2e-karpenter
+go-test: export RUNNER_GUARD_KARPENTER_SKIP := ran by make e2e-karpenter beside go test ./...
 endif

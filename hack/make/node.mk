@@ -34,17 +34,18 @@ node-deps: k8s node $(HELM) image image-fakegithub node-images
 	   echo "RUNNER_GUARD_NODE_IMAGES=$(NODE_IMAGE_PAUSE) $(IMAGE_TAR) $(FAKEGITHUB_TAR) $(NODE_IMAGE_FAKERUNNER)"; \
 	   echo "HELM=$(HELM)"; } > $(NODE_ENV_FILE)
 
-# RUNNER_GUARD_NODE_SKIP is cleared: make test sets it for its own go test
-# (see below), and its prerequisites inherit it.
+# RUNNER_GUARD_NODE_SKIP is cleared: make test sets it for its go test ./...
+# stage (see below).
 .PHONY: e2e-node
 e2e-node: node-deps ## Run the real-node scenarios (root): runner-guard installed with helm, busy/idle runners, drain, rollout, the e2e suite, dist/install.yaml.
-	RUNNER_GUARD_NODE_SKIP= E2E_NODE=1 RUNNER_GUARD_NODE_ENV=$(NODE_ENV_FILE) $(GO) test -count=1 -timeout 45m -v ./test/node/
+	@start=$$SECONDS; RUNNER_GUARD_NODE_SKIP= E2E_NODE=1 RUNNER_GUARD_NODE_ENV=$(NODE_ENV_FILE) $(GO) test -count=1 -timeout 45m -v ./test/node/ \
+	  && echo "stage e2e-node passed in $$((SECONDS-start))s"
 
-# `make test` runs the node where it can (or must: E2E_NODE=1), before its
-# `go test ./...` and verbosely, so each scenario's name and PASS line are in
-# the output; that `go test ./...` then skips the package instead of running
-# the node a second time.
+# `make test` runs the node where it can (or must: E2E_NODE=1), as a stage
+# of its own beside `go test ./...` and verbosely, so each scenario's name and
+# PASS line are in the output; that `go test ./...` then skips the package
+# instead of running the node a second time.
 ifneq ($(or $(filter 1,$(E2E_NODE)),$(NODE_CAPABLE)),)
-TEST_DEPS += e2e-node
-test: export RUNNER_GUARD_NODE_SKIP := ran by make e2e-node before go test ./...
+TEST_STAGES += e2e-node
+go-test: export RUNNER_GUARD_NODE_SKIP := ran by make e2e-node beside go test ./...
 endif
