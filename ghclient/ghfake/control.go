@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -132,7 +133,7 @@ func (f *Fake) ControlHandler() http.Handler {
 		writeJSON(w, http.StatusCreated, map[string]int64{"id": id})
 	})
 	mux.HandleFunc("GET /_fake/runners", func(w http.ResponseWriter, r *http.Request) {
-		scope, err := scopeFrom(ScopeJSON{Kind: ghclient.ScopeKind(r.URL.Query().Get("kind")), Name: r.URL.Query().Get("name")})
+		scope, err := scopeFromQuery(r.URL.Query())
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -143,18 +144,8 @@ func (f *Fake) ControlHandler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, runners)
 	})
-	mux.HandleFunc("DELETE /_fake/runners", func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		scope, err := scopeFrom(ScopeJSON{Kind: ghclient.ScopeKind(q.Get("kind")), Name: q.Get("name")})
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		if !f.RemoveRunnerByName(scope, q.Get("runner")) {
-			http.Error(w, "no such runner", http.StatusNotFound)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
+	remover(mux, "DELETE /_fake/runners", "no such runner", func(scope ghclient.Scope, q url.Values) bool {
+		return f.RemoveRunnerByName(scope, q.Get("runner"))
 	})
 	mux.HandleFunc("POST /_fake/runners/state", func(w http.ResponseWriter, r *http.Request) {
 		var req RunnerRequest
@@ -280,6 +271,28 @@ func (f *Fake) handleSecondaryControls(mux *http.ServeMux) {
 		f.ResetSecondaryUsage()
 		w.WriteHeader(http.StatusNoContent)
 	})
+}
+
+// remover serves a DELETE control whose scope is in the kind and name query
+// parameters: 204 when remove found what the request names, else 404 notFound.
+func remover(mux *http.ServeMux, pattern, notFound string, remove func(ghclient.Scope, url.Values) bool) {
+	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		scope, err := scopeFromQuery(q)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if !remove(scope, q) {
+			http.Error(w, notFound, http.StatusNotFound)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+func scopeFromQuery(q url.Values) (ghclient.Scope, error) {
+	return scopeFrom(ScopeJSON{Kind: ghclient.ScopeKind(q.Get("kind")), Name: q.Get("name")})
 }
 
 func scopeFrom(s ScopeJSON) (ghclient.Scope, error) {
@@ -441,18 +454,8 @@ func (f *Fake) handleStrictnessControls(mux *http.ServeMux) {
 		f.AddScope(scope)
 		return nil
 	})
-	mux.HandleFunc("DELETE /_fake/scopes", func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		scope, err := scopeFrom(ScopeJSON{Kind: ghclient.ScopeKind(q.Get("kind")), Name: q.Get("name")})
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		if !f.RemoveScope(scope) {
-			http.Error(w, "no such scope", http.StatusNotFound)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
+	remover(mux, "DELETE /_fake/scopes", "no such scope", func(scope ghclient.Scope, _ url.Values) bool {
+		return f.RemoveScope(scope)
 	})
 	setter(mux, "POST /_fake/leniency", func(req Leniency) error {
 		f.SetLeniency(req)

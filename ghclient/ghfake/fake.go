@@ -1335,23 +1335,14 @@ func decodeSegment(seg string, v any) error {
 // If-None-Match matches it gets 304 with no body.
 func (f *Fake) listResponseLocked(r *http.Request, h http.Header, k scopeKey, cred string) response {
 	q := r.URL.Query()
-	perPage := defaultPerPage
-	if v, err := strconv.Atoi(q.Get("per_page")); err == nil && v > 0 {
-		perPage = min(v, maxPerPage)
-	}
-	page := 1
-	if v, err := strconv.Atoi(q.Get("page")); err == nil && v > 0 {
-		page = v
-	}
+	p := listPageOf(q)
 	all := f.listLocked(k, q.Get("name"), true)
 	total := len(all)
-	start := min((page-1)*perPage, total)
-	end := min(start+perPage, total)
-	runners := all[start:end]
+	runners := all[p.start(total):p.end(total)]
 	if runners == nil {
 		runners = []Runner{}
 	}
-	link := linkHeader(r, page, perPage, total)
+	link := linkHeader(r, p, total)
 	resp := jsonResponse(http.StatusOK, h, struct {
 		TotalCount int      `json:"total_count"`
 		Runners    []Runner `json:"runners"`
@@ -1402,9 +1393,29 @@ func etagMatches(ifNoneMatch, etag string) bool {
 	return false
 }
 
+// listPage is the page a list request asks for with page and per_page
+// (per_page 30 when absent, at most 100, as GitHub's).
+type listPage struct{ page, perPage int }
+
+func listPageOf(q url.Values) listPage {
+	p := listPage{page: 1, perPage: defaultPerPage}
+	if v, err := strconv.Atoi(q.Get("per_page")); err == nil && v > 0 {
+		p.perPage = min(v, maxPerPage)
+	}
+	if v, err := strconv.Atoi(q.Get("page")); err == nil && v > 0 {
+		p.page = v
+	}
+	return p
+}
+
+// start and end bound the page's items among total: items[start:end].
+func (p listPage) start(total int) int { return min((p.page-1)*p.perPage, total) }
+func (p listPage) end(total int) int   { return min(p.start(total)+p.perPage, total) }
+
 // linkHeader renders GitHub's paging header, e.g.
 // `<URL?page=2>; rel="next", <URL?page=3>; rel="last"`.
-func linkHeader(r *http.Request, page, perPage, total int) string {
+func linkHeader(r *http.Request, p listPage, total int) string {
+	page, perPage := p.page, p.perPage
 	last := (total + perPage - 1) / perPage
 	if last <= 1 {
 		return ""
@@ -1413,15 +1424,15 @@ func linkHeader(r *http.Request, page, perPage, total int) string {
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	pageURL := func(p int) string {
+	pageURL := func(n int) string {
 		q := r.URL.Query()
 		q.Set("per_page", strconv.Itoa(perPage))
-		q.Set("page", strconv.Itoa(p))
+		q.Set("page", strconv.Itoa(n))
 		u := url.URL{Scheme: scheme, Host: r.Host, Path: r.URL.Path, RawQuery: q.Encode()}
 		return u.String()
 	}
 	var links []string
-	add := func(p int, rel string) { links = append(links, fmt.Sprintf("<%s>; rel=%q", pageURL(p), rel)) }
+	add := func(n int, rel string) { links = append(links, fmt.Sprintf("<%s>; rel=%q", pageURL(n), rel)) }
 	if page > 1 {
 		add(min(page-1, last), "prev")
 	}

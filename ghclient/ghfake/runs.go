@@ -132,6 +132,27 @@ var (
 	ErrNoJob = errors.New("no such job")
 )
 
+// runLocked is the run runID, or ErrNoRun.
+func (f *Fake) runLocked(runID int64) (*WorkflowRun, error) {
+	run, ok := f.wf.runs[runID]
+	if !ok {
+		return nil, fmt.Errorf("%w: %d", ErrNoRun, runID)
+	}
+	return run, nil
+}
+
+// updateJob applies change to the job jobID under the lock, or returns ErrNoJob.
+func (f *Fake) updateJob(jobID int64, change func(*WorkflowJob)) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	j, ok := f.wf.jobs[jobID]
+	if !ok {
+		return fmt.Errorf("%w: %d", ErrNoJob, jobID)
+	}
+	change(j)
+	return nil
+}
+
 // MaxRunAttempts is how many attempts GitHub lets a run have: a run is
 // re-run at most 50 times (GitHub changelog, 2026-04-10).
 const MaxRunAttempts = 50
@@ -156,9 +177,9 @@ func (f *Fake) AddJob(runID int64, name, runnerName string, needs ...string) (in
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.wf.init()
-	run, ok := f.wf.runs[runID]
-	if !ok {
-		return 0, fmt.Errorf("%w: %d", ErrNoRun, runID)
+	run, err := f.runLocked(runID)
+	if err != nil {
+		return 0, err
 	}
 	f.wf.nextID++
 	j := &WorkflowJob{ID: f.wf.nextID, RunID: runID, RunAttempt: run.RunAttempt, Status: StatusQueued, Name: name, Needs: needs}
@@ -169,14 +190,7 @@ func (f *Fake) AddJob(runID int64, name, runnerName string, needs ...string) (in
 
 // StartJob puts a queued job (a re-run's) on runnerName.
 func (f *Fake) StartJob(jobID int64, runnerName string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	j, ok := f.wf.jobs[jobID]
-	if !ok {
-		return fmt.Errorf("%w: %d", ErrNoJob, jobID)
-	}
-	f.assignLocked(j, runnerName)
-	return nil
+	return f.updateJob(jobID, func(j *WorkflowJob) { f.assignLocked(j, runnerName) })
 }
 
 func (f *Fake) assignLocked(j *WorkflowJob, runnerName string) {
@@ -195,14 +209,7 @@ func (f *Fake) assignLocked(j *WorkflowJob, runnerName string) {
 
 // FinishJob completes a job with conclusion.
 func (f *Fake) FinishJob(jobID int64, conclusion string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	j, ok := f.wf.jobs[jobID]
-	if !ok {
-		return fmt.Errorf("%w: %d", ErrNoJob, jobID)
-	}
-	j.Status, j.Conclusion = StatusCompleted, &conclusion
-	return nil
+	return f.updateJob(jobID, func(j *WorkflowJob) { j.Status, j.Conclusion = StatusCompleted, &conclusion })
 }
 
 // CompleteRun completes the run's current attempt with conclusion; its jobs
@@ -210,9 +217,9 @@ func (f *Fake) FinishJob(jobID int64, conclusion string) error {
 func (f *Fake) CompleteRun(runID int64, conclusion string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	run, ok := f.wf.runs[runID]
-	if !ok {
-		return fmt.Errorf("%w: %d", ErrNoRun, runID)
+	run, err := f.runLocked(runID)
+	if err != nil {
+		return err
 	}
 	run.Status, run.Conclusion = StatusCompleted, &conclusion
 	for _, j := range f.attemptJobsLocked(run, run.RunAttempt) {
@@ -493,21 +500,12 @@ func (f *Fake) listJobsLocked(r *http.Request, h http.Header, rt workflowRoute) 
 	default:
 		return errorResponse(http.StatusUnprocessableEntity, h, "Invalid request.\n\nfilter must be latest or all.")
 	}
-	perPage := defaultPerPage
-	if v, err := strconv.Atoi(q.Get("per_page")); err == nil && v > 0 {
-		perPage = min(v, maxPerPage)
-	}
-	page := 1
-	if v, err := strconv.Atoi(q.Get("page")); err == nil && v > 0 {
-		page = v
-	}
-	start := min((page-1)*perPage, len(jobs))
-	end := min(start+perPage, len(jobs))
-	out := make([]WorkflowJob, 0, end-start)
-	for _, j := range jobs[start:end] {
+	p := listPageOf(q)
+	out := []WorkflowJob{}
+	for _, j := range jobs[p.start(len(jobs)):p.end(len(jobs))] {
 		out = append(out, *j)
 	}
-	if link := linkHeader(r, page, perPage, len(jobs)); link != "" {
+	if link := linkHeader(r, p, len(jobs)); link != "" {
 		h.Set("Link", link)
 	}
 	return jsonResponse(http.StatusOK, h, struct {
