@@ -67,33 +67,40 @@ func (p Priority) String() string {
 	return "release"
 }
 
-type priorityKey struct{}
+// contextKey keys the one value of type T that ghclient keeps in a context:
+// a Priority, a namespace, a limitName.
+type contextKey[T any] struct{}
+
+func withValue[T any](ctx context.Context, v T) context.Context {
+	return context.WithValue(ctx, contextKey[T]{}, v)
+}
+
+// valueOf is the value withValue gave ctx, or T's zero value.
+func valueOf[T any](ctx context.Context) T {
+	v, _ := ctx.Value(contextKey[T]{}).(T)
+	return v
+}
 
 // WithPriority marks every GitHub request made with ctx.
 func WithPriority(ctx context.Context, p Priority) context.Context {
-	return context.WithValue(ctx, priorityKey{}, p)
+	return withValue(ctx, p)
 }
 
 // PriorityOf is the priority WithPriority gave ctx (PriorityRelease when none).
-func PriorityOf(ctx context.Context) Priority {
-	p, _ := ctx.Value(priorityKey{}).(Priority)
-	return p
-}
+func PriorityOf(ctx context.Context) Priority { return valueOf[Priority](ctx) }
 
-type namespaceKey struct{}
+// namespace is the Kubernetes namespace a request is charged to.
+type namespace string
 
 // WithNamespace charges every GitHub request made with ctx to the Kubernetes
 // namespace ns, for the namespace's fair share of the budget
 // (BudgetConfig.NamespaceShare). Requests without one (controllers) are
 // charged to nobody and held only by the window.
 func WithNamespace(ctx context.Context, ns string) context.Context {
-	return context.WithValue(ctx, namespaceKey{}, ns)
+	return withValue(ctx, namespace(ns))
 }
 
-func namespaceOf(ctx context.Context) string {
-	ns, _ := ctx.Value(namespaceKey{}).(string)
-	return ns
-}
+func namespaceOf(ctx context.Context) string { return string(valueOf[namespace](ctx)) }
 
 // BudgetConfig sets how much of GitHub's limits a credential's requests may
 // use. The figures are for the whole Deployment; each of Replicas replicas
@@ -315,8 +322,8 @@ type hourlyLimit struct {
 	blocked time.Time
 }
 
-// limitKeyCtx carries the primary limit a request counts against.
-type limitKeyCtx struct{}
+// limitName is the primary limit a request counts against.
+type limitName string
 
 // limitKey names the primary limit req counts against: the App's own when
 // it is authenticated by a JWT (the token exchanges), else the one its
@@ -325,8 +332,7 @@ func limitKey(req *http.Request) string {
 	if a := req.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer ") && strings.Count(a, ".") == 2 {
 		return "app-jwt"
 	}
-	k, _ := req.Context().Value(limitKeyCtx{}).(string)
-	return k
+	return string(valueOf[limitName](req.Context()))
 }
 
 // limitKeyTransport marks every request of one installation's client with
@@ -337,7 +343,7 @@ type limitKeyTransport struct {
 }
 
 func (t *limitKeyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	return t.next.RoundTrip(req.WithContext(context.WithValue(req.Context(), limitKeyCtx{}, t.key)))
+	return t.next.RoundTrip(req.WithContext(withValue(req.Context(), limitName(t.key))))
 }
 
 type spend struct {

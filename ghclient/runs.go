@@ -108,28 +108,25 @@ func (c *Client) AttemptJobs(ctx context.Context, repo Scope, runID int64, attem
 // Errors: ErrRerunRefused or ErrNotFound (errors.Is), *RateLimited
 // (errors.As), else a wrapped error.
 func (c *Client) RerunJob(ctx context.Context, repo Scope, jobID int64) error {
-	op := fmt.Sprintf("re-run job %d of %s", jobID, repo)
-	gh, owner, name, ctx, err := c.runsAPI(ctx, repo)
-	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	resp, err := gh.Actions.RerunJobByID(ctx, owner, name, jobID)
-	if err != nil {
-		return c.runsError(op, repo, resp, err)
-	}
-	return nil
+	return c.rerun(ctx, repo, fmt.Sprintf("re-run job %d of %s", jobID, repo), jobID, (*github.ActionsService).RerunJobByID)
 }
 
 // RerunFailedJobs asks GitHub to re-run every failed job of the run's
 // latest attempt, and their dependents. Errors as RerunJob's.
 func (c *Client) RerunFailedJobs(ctx context.Context, repo Scope, runID int64) error {
-	op := fmt.Sprintf("re-run the failed jobs of workflow run %d of %s", runID, repo)
+	return c.rerun(ctx, repo, fmt.Sprintf("re-run the failed jobs of workflow run %d of %s", runID, repo), runID, (*github.ActionsService).RerunFailedJobsByID)
+}
+
+// rerun makes one of the re-run requests, which all take the repository's
+// owner and name and one ID and answer with no body.
+func (c *Client) rerun(ctx context.Context, repo Scope, op string, id int64,
+	request func(*github.ActionsService, context.Context, string, string, int64) (*github.Response, error),
+) error {
 	gh, owner, name, ctx, err := c.runsAPI(ctx, repo)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	resp, err := gh.Actions.RerunFailedJobsByID(ctx, owner, name, runID)
-	if err != nil {
+	if resp, err := request(gh.Actions, ctx, owner, name, id); err != nil {
 		return c.runsError(op, repo, resp, err)
 	}
 	return nil
