@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/runner-guard/runner-guard/events"
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/internal/jobannotation"
 	"github.com/runner-guard/runner-guard/webhook"
@@ -79,7 +80,7 @@ func Explain(ctx context.Context, c Cluster, req Request) (Report, error) {
 		}
 	}
 	h, err := webhook.NewHandler(webhook.Options{
-		Config: cfg, GitHub: neverAsked{}, Pods: c.Client, GitHubBaseURL: githubBase,
+		Config: cfg, GitHub: events.NoGitHub{Err: errNeverAsked}, Pods: c.Client, GitHubBaseURL: githubBase,
 		// The user's own reads, without the Secret: explain names
 		// credentials, it never reads them.
 		Runners: arc.NewResolver(arc.Options{Reader: c.Client}),
@@ -142,24 +143,9 @@ func dryRuns(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod) (d
 	return del, evict
 }
 
-// neverAsked is the webhook's GitHub for explain, whose resolver never asks
-// GitHub: a call is a bug, answered with an error rather than a request.
-type neverAsked struct{}
-
-var _ webhook.GitHub = neverAsked{}
-
+// errNeverAsked answers the resolver's GitHub calls: explain's resolver never
+// asks GitHub, so a call is a bug.
 var errNeverAsked = errors.New("explain does not ask GitHub")
-
-func (neverAsked) Unregister(context.Context, ghclient.Runner) (ghclient.Outcome, error) {
-	return 0, errNeverAsked
-}
-func (neverAsked) Status(context.Context, ghclient.Runner) (ghclient.RunnerStatus, error) {
-	return ghclient.RunnerStatus{}, errNeverAsked
-}
-func (neverAsked) Listed(context.Context, ghclient.Runner, bool) (ghclient.Listing, error) {
-	return ghclient.Listing{}, errNeverAsked
-}
-func (neverAsked) Pressed(ghclient.Runner) bool { return false }
 
 // installLabel finds runner-guard's Deployment in the chart and manifests/base.
 const installLabel = "app.kubernetes.io/name=runner-guard"

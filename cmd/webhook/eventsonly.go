@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -13,12 +12,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/runner-guard/runner-guard/ghclient"
-	"github.com/runner-guard/runner-guard/metricsauth"
+	"github.com/runner-guard/runner-guard/events"
 	"github.com/runner-guard/runner-guard/webhook"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
@@ -49,32 +45,16 @@ func eventsOnly(ctx context.Context, opts *options, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
-	opts.zap.DestWriter = stderr
-	logger := zap.New(zap.UseFlagOptions(&opts.zap))
-	ctrl.SetLogger(logger)
+	logger := opts.setLogger(stderr)
 	log := logger.WithName("setup")
 
-	restCfg, err := restConfig(opts.kubeconfig)
+	// As the webhook's; only signed deliveries reach the API server.
+	restCfg, err := opts.apiConfig("events")
 	if err != nil {
-		return fmt.Errorf("--kubeconfig: %w", err)
-	}
-	restCfg.UserAgent = "runner-guard/" + version + " (events)"
-	// As the webhook's: no client-side throttling. GitHub starts many jobs
-	// at once and waits 10 s for each answer; only signed deliveries reach
-	// the API server, and its priority and fairness bounds us.
-	restCfg.QPS, restCfg.Burst = -1, 0
-
-	tlsOpts := []func(*tls.Config){func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }}
-	if !opts.enableHTTP2 {
-		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
-	}
-	metricsOpts := metricsserver.Options{BindAddress: opts.metricsBindAddress, TLSOpts: tlsOpts}
-	if opts.metricsSecure {
-		metricsOpts.SecureServing = true
-		metricsOpts.FilterProvider = metricsauth.Provider
+		return err
 	}
 	// No webhook server is asked for, so none is started; no leader election.
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{Metrics: metricsOpts, HealthProbeBindAddress: opts.healthProbeBindAddr})
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{Metrics: opts.metricsServer(opts.servingTLS()), HealthProbeBindAddress: opts.healthProbeBindAddr})
 	if err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
@@ -92,18 +72,14 @@ func eventsOnly(ctx context.Context, opts *options, getenv func(string) string, 
 	// githubConfigSecret, whatever credentialsMode says; no Writer, so
 	// nothing is retired.
 	runners := arc.NewResolver(arc.Options{Reader: live})
-	handler, err := webhook.NewHandler(webhook.Options{
+	handler, err := newGuard(mgr, webhook.Options{
 		Config:  hcfg,
-		GitHub:  noGitHub{},
+		GitHub:  events.NoGitHub{Err: errNoGitHub},
 		Runners: runners,
 		Pods:    live,
 		Scheme:  mgr.GetScheme(),
-		JobKeys: secrets.keys,
-	})
+	}, opts.events.bindAddress, secrets, live, logger)
 	if err != nil {
-		return err
-	}
-	if err := addEventsServer(mgr, opts.events.bindAddress, secrets, live, handler, hcfg.RunnerNamespaces, logger.WithName("events")); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
@@ -145,23 +121,6 @@ func listening(address string) healthz.Checker {
 	}
 }
 
-// errNoGitHub: the events endpoint asks GitHub nothing.
+// errNoGitHub answers the resolver's GitHub calls: the events endpoint
+// asks GitHub nothing, and nothing of the handler but resolving runs.
 var errNoGitHub = errors.New("--events-only asks GitHub nothing")
-
-// noGitHub is the GitHub of the handler --events-only resolves pods with:
-// resolving never asks GitHub, and nothing else of the handler runs.
-type noGitHub struct{}
-
-func (noGitHub) Unregister(context.Context, ghclient.Runner) (ghclient.Outcome, error) {
-	return 0, errNoGitHub
-}
-
-func (noGitHub) Status(context.Context, ghclient.Runner) (ghclient.RunnerStatus, error) {
-	return ghclient.RunnerStatus{}, errNoGitHub
-}
-
-func (noGitHub) Listed(context.Context, ghclient.Runner, bool) (ghclient.Listing, error) {
-	return ghclient.Listing{}, errNoGitHub
-}
-
-func (noGitHub) Pressed(ghclient.Runner) bool { return false }

@@ -23,9 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -33,7 +31,6 @@ import (
 	"github.com/runner-guard/runner-guard/disruption"
 	"github.com/runner-guard/runner-guard/explain"
 	"github.com/runner-guard/runner-guard/ghclient"
-	"github.com/runner-guard/runner-guard/metricsauth"
 	"github.com/runner-guard/runner-guard/rerun"
 	"github.com/runner-guard/runner-guard/webhook"
 	"github.com/runner-guard/runner-guard/webhook/activation"
@@ -148,9 +145,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	if err != nil {
 		return err
 	}
-	opts.zap.DestWriter = stderr
-	logger := zap.New(zap.UseFlagOptions(&opts.zap))
-	ctrl.SetLogger(logger)
+	logger := opts.setLogger(stderr)
 	log := logger.WithName("setup")
 
 	ghMetrics := ghclient.NewMetrics()
@@ -177,20 +172,13 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		return fmt.Errorf("GitHub client: %w", err)
 	}
 
-	restCfg, err := restConfig(opts.kubeconfig)
+	// Every runner-pod decision reads the live pod.
+	restCfg, err := opts.apiConfig("")
 	if err != nil {
-		return fmt.Errorf("--kubeconfig: %w", err)
+		return err
 	}
-	restCfg.UserAgent = "runner-guard/" + version
-	// Every runner-pod decision reads the live pod: a namespace deletion sends
-	// hundreds at once, and client-side throttling would turn them into
-	// failed decisions. The API server's priority and fairness bounds us.
-	restCfg.QPS, restCfg.Burst = -1, 0
 
-	tlsOpts := []func(*tls.Config){func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }}
-	if !opts.enableHTTP2 {
-		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
-	}
+	tlsOpts := opts.servingTLS()
 	serverOpts := ctrlwebhook.Options{
 		Host:    opts.webhookHost,
 		Port:    opts.webhookPort,
@@ -214,14 +202,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		}
 	}
 	server := ctrlwebhook.NewServer(serverOpts)
-	metricsOpts := metricsserver.Options{BindAddress: opts.metricsBindAddress, TLSOpts: tlsOpts}
-	if opts.metricsSecure {
-		// As kubebuilder scaffolds: HTTPS with a self-signed certificate, and
-		// only requesters the API server authenticates (TokenReview) and
-		// authorizes for GET /metrics (SubjectAccessReview).
-		metricsOpts.SecureServing = true
-		metricsOpts.FilterProvider = metricsauth.Provider
-	}
+	metricsOpts := opts.metricsServer(tlsOpts)
 	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
 	if len(hcfg.RunnerNamespaces) > 0 {
 		// The controllers watch runner pods and EphemeralRunners only where
@@ -279,7 +260,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	if err != nil {
 		return err
 	}
-	handler, err := webhook.NewHandler(webhook.Options{
+	handler, err := newGuard(mgr, webhook.Options{
 		Reservations:  reservations,
 		Retirements:   retirements,
 		Config:        hcfg,
@@ -290,12 +271,8 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		Events:        events,
 		Metrics:       hMetrics,
 		Scheme:        mgr.GetScheme(),
-		JobKeys:       webhookSecrets.keys,
-	})
+	}, opts.events.bindAddress, webhookSecrets, live, logger)
 	if err != nil {
-		return err
-	}
-	if err := addEventsServer(mgr, opts.events.bindAddress, webhookSecrets, live, handler, hcfg.RunnerNamespaces, logger.WithName("events")); err != nil {
 		return err
 	}
 	// GetWebhookServer, not server: the manager starts the server only once it has been asked for it.
