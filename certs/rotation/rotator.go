@@ -118,24 +118,10 @@ func (r *Rotator) Start(ctx context.Context) error {
 		default:
 		}
 	}
-	secretsAPI := r.opts.Client.CoreV1().Secrets(r.opts.Namespace)
-	secrets := r.inform(ctx, &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return secretsAPI.List(ctx, r.byName(o, r.opts.SecretName))
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return secretsAPI.Watch(ctx, r.byName(o, r.opts.SecretName))
-		},
-	}, &corev1.Secret{}, poke)
-	vwcAPI := r.opts.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	vwcs := r.inform(ctx, &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return vwcAPI.List(ctx, r.byName(o, r.opts.ConfigurationName))
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return vwcAPI.Watch(ctx, r.byName(o, r.opts.ConfigurationName))
-		},
-	}, &admissionregistrationv1.ValidatingWebhookConfiguration{}, poke)
+	secrets := r.inform(ctx, namedListWatch(r.opts.Client.CoreV1().Secrets(r.opts.Namespace), r.opts.SecretName),
+		&corev1.Secret{}, poke)
+	vwcs := r.inform(ctx, namedListWatch(r.opts.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations(), r.opts.ConfigurationName),
+		&admissionregistrationv1.ValidatingWebhookConfiguration{}, poke)
 	if !cache.WaitForCacheSync(ctx.Done(), secrets.HasSynced, vwcs.HasSynced) {
 		return nil
 	}
@@ -177,11 +163,27 @@ func (r *Rotator) Start(ctx context.Context) error {
 	}
 }
 
-// byName narrows o to one object by a metadata.name field selector, so RBAC
-// with resourceNames allows the list and the watch.
-func (r *Rotator) byName(o metav1.ListOptions, name string) metav1.ListOptions {
-	o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
-	return o
+// listerWatcher is a typed client's List and Watch, e.g. SecretInterface's.
+type listerWatcher[L runtime.Object] interface {
+	List(ctx context.Context, o metav1.ListOptions) (L, error)
+	Watch(ctx context.Context, o metav1.ListOptions) (watch.Interface, error)
+}
+
+// namedListWatch lists and watches only the object called name, by a
+// metadata.name field selector, so RBAC with resourceNames allows both.
+func namedListWatch[L runtime.Object](api listerWatcher[L], name string) *cache.ListWatch {
+	byName := func(o metav1.ListOptions) metav1.ListOptions {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+		return o
+	}
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return api.List(ctx, byName(o))
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return api.Watch(ctx, byName(o))
+		},
+	}
 }
 
 // inform runs an informer on lw that pokes on every change.
@@ -277,36 +279,43 @@ func LiveBundle(vwc *admissionregistrationv1.ValidatingWebhookConfiguration) []b
 // with it), testing the resourceVersion it was planned from.
 func (r *Rotator) write(ctx context.Context, old *corev1.Secret, vwc *admissionregistrationv1.ValidatingWebhookConfiguration, data map[string][]byte) (*corev1.Secret, error) {
 	secrets := r.opts.Client.CoreV1().Secrets(r.opts.Namespace)
+	var (
+		written *corev1.Secret
+		err     error
+		verb    string
+		// lostRace tells the error of a write another writer made stale.
+		lostRace func(error) bool
+	)
 	if old == nil {
-		s := &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{
-				Name: r.opts.SecretName, Namespace: r.opts.Namespace,
-				Labels: map[string]string{"app.kubernetes.io/managed-by": "runner-guard"},
-				OwnerReferences: []metav1.OwnerReference{{APIVersion: "admissionregistration.k8s.io/v1",
-					Kind: "ValidatingWebhookConfiguration", Name: vwc.Name, UID: vwc.UID}},
-			},
-			Type: corev1.SecretTypeTLS,
-			Data: data,
-		}
-		created, err := secrets.Create(ctx, s, metav1.CreateOptions{FieldManager: FieldManager})
-		if apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("create Secret %s/%s: %w: %w", r.opts.Namespace, r.opts.SecretName, errLostRace, err)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("create Secret %s/%s: %w", r.opts.Namespace, r.opts.SecretName, err)
-		}
-		return created, nil
+		verb, lostRace = "create", apierrors.IsAlreadyExists
+		written, err = secrets.Create(ctx, r.newSecret(vwc, data), metav1.CreateOptions{FieldManager: FieldManager})
+	} else {
+		verb, lostRace = "update", apierrors.IsConflict
+		s := old.DeepCopy()
+		s.Data = data
+		written, err = secrets.Update(ctx, s, metav1.UpdateOptions{FieldManager: FieldManager})
 	}
-	s := old.DeepCopy()
-	s.Data = data
-	updated, err := secrets.Update(ctx, s, metav1.UpdateOptions{FieldManager: FieldManager})
-	if apierrors.IsConflict(err) {
-		return nil, fmt.Errorf("update Secret %s/%s: %w: %w", r.opts.Namespace, r.opts.SecretName, errLostRace, err)
+	switch {
+	case lostRace(err):
+		return nil, fmt.Errorf("%s Secret %s/%s: %w: %w", verb, r.opts.Namespace, r.opts.SecretName, errLostRace, err)
+	case err != nil:
+		return nil, fmt.Errorf("%s Secret %s/%s: %w", verb, r.opts.Namespace, r.opts.SecretName, err)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("update Secret %s/%s: %w", r.opts.Namespace, r.opts.SecretName, err)
+	return written, nil
+}
+
+// newSecret is the Secret holding data, owned by the configuration.
+func (r *Rotator) newSecret(vwc *admissionregistrationv1.ValidatingWebhookConfiguration, data map[string][]byte) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: r.opts.SecretName, Namespace: r.opts.Namespace,
+			Labels: map[string]string{"app.kubernetes.io/managed-by": "runner-guard"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "admissionregistration.k8s.io/v1",
+				Kind: "ValidatingWebhookConfiguration", Name: vwc.Name, UID: vwc.UID}},
+		},
+		Type: corev1.SecretTypeTLS,
+		Data: data,
 	}
-	return updated, nil
 }
 
 // serve loads the Secret's certificate when it changed.
