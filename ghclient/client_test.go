@@ -120,6 +120,13 @@ func trusted(id int64) ghclient.IDHint { return ghclient.IDHint{ID: id, Trusted:
 // untrusted is an ID hint that must be verified before use (a pod annotation).
 func untrusted(id int64) ghclient.IDHint { return ghclient.IDHint{ID: id} }
 
+// addBusy registers a runner that is running a job and returns its ID.
+func addBusy(f *ghfake.Fake, s ghclient.Scope, name string) int64 {
+	id := f.AddRunner(s, name)
+	f.SetBusy(s, name, true)
+	return id
+}
+
 func listCall(path, name string) string {
 	return fmt.Sprintf("GET %s?name=%s&page=1&per_page=100", path, name)
 }
@@ -225,20 +232,12 @@ func TestUnregister(t *testing.T) {
 			wantCalls: []string{"DELETE " + orgRunners + "/1001", listCall(orgRunners, "r1")},
 		},
 		"busy runner with hint: 422 is Busy": {
-			setup: func(f *ghfake.Fake) ghclient.IDHint {
-				id := f.AddRunner(org, "r1")
-				f.SetBusy(org, "r1", true)
-				return trusted(id)
-			},
+			setup:     func(f *ghfake.Fake) ghclient.IDHint { return trusted(addBusy(f, org, "r1")) },
 			want:      ghclient.Busy,
 			wantCalls: []string{"DELETE " + orgRunners + "/1001"},
 		},
 		"busy runner without hint": {
-			setup: func(f *ghfake.Fake) ghclient.IDHint {
-				f.AddRunner(org, "r1")
-				f.SetBusy(org, "r1", true)
-				return trusted(0)
-			},
+			setup:     func(f *ghfake.Fake) ghclient.IDHint { addBusy(f, org, "r1"); return trusted(0) },
 			want:      ghclient.Busy,
 			wantCalls: []string{listCall(orgRunners, "r1"), "DELETE " + orgRunners + "/1001"},
 		},
@@ -469,8 +468,7 @@ func TestUnregisterInvalidArguments(t *testing.T) {
 func TestUnregisterCachesIDNotBusyness(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	e.fake.AddRunner(org, "r1")
-	e.fake.SetBusy(org, "r1", true)
+	addBusy(e.fake, org, "r1")
 
 	steps := []struct {
 		before    func()
@@ -554,7 +552,7 @@ func TestStatus(t *testing.T) {
 			want:  ghclient.RunnerStatus{State: ghclient.StateIdle, ID: 1001, Online: true},
 		},
 		"busy": {
-			setup: func(f *ghfake.Fake) { f.AddRunner(org, "r1"); f.SetBusy(org, "r1", true) },
+			setup: func(f *ghfake.Fake) { addBusy(f, org, "r1") },
 			want:  ghclient.RunnerStatus{State: ghclient.StateBusy, ID: 1001, Online: true},
 		},
 		"idle and offline": {
@@ -620,8 +618,7 @@ func TestRateLimitRememberedClientSide(t *testing.T) {
 			e := newEnv(t)
 			ctx := context.Background()
 			tc.setup(e.fake)
-			id := e.fake.AddRunner(org, "r1")
-			e.fake.SetBusy(org, "r1", true)
+			id := addBusy(e.fake, org, "r1")
 
 			_, err := e.client.Unregister(ctx, org, "r1", trusted(id))
 			if tc.firstErr {
@@ -987,8 +984,7 @@ func TestMetrics(t *testing.T) {
 	for _, c := range e.metrics.Collectors() {
 		reg.MustRegister(c)
 	}
-	id := e.fake.AddRunner(org, "r1")
-	e.fake.SetBusy(org, "r1", true)
+	id := addBusy(e.fake, org, "r1")
 	ctx := context.Background()
 	_, _ = e.client.Unregister(ctx, org, "r1", trusted(id))   // 422
 	_, _ = e.client.Unregister(ctx, org, "r1", trusted(id))   // 422

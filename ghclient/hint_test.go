@@ -142,11 +142,7 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 			wantRejected: rejected{"not_found": 1, "other_runner": 0},
 		},
 		"untrusted hint on a busy runner: listing, then 422": {
-			setup: func(f *ghfake.Fake) ghclient.IDHint {
-				id := f.AddRunner(org, "r1")
-				f.SetBusy(org, "r1", true)
-				return untrusted(id)
-			},
+			setup:        func(f *ghfake.Fake) ghclient.IDHint { return untrusted(addBusy(f, org, "r1")) },
 			want:         ghclient.Busy,
 			wantCalls:    []string{page1(orgRunners), "DELETE " + orgRunners + "/1001"},
 			wantRejected: noneRejected,
@@ -291,8 +287,7 @@ func TestUnregisterIDHintTrust(t *testing.T) {
 func TestUnregisterUntrustedHintCached(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	id := e.fake.AddRunner(org, "r1")
-	e.fake.SetBusy(org, "r1", true)
+	id := addBusy(e.fake, org, "r1")
 	id2 := e.fake.AddRunner(org, "r2")
 	victim := e.fake.AddRunner(org, "victim")
 

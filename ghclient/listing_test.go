@@ -80,8 +80,7 @@ func TestListedSharesOneConditionalListing(t *testing.T) {
 // Concurrent decisions in one scope share one listing.
 func TestListedConcurrentCallersShareOneRefresh(t *testing.T) {
 	e := newEnv(t)
-	e.fake.AddRunner(org, "r1")
-	e.fake.SetBusy(org, "r1", true)
+	addBusy(e.fake, org, "r1")
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() {
@@ -100,8 +99,7 @@ func TestListedConcurrentCallersShareOneRefresh(t *testing.T) {
 // 422: Listed reports what it lists, and only Unregister can say busy then.
 func TestListedLagsTheDelete(t *testing.T) {
 	e := newEnv(t)
-	e.fake.AddRunner(org, "r1")
-	e.fake.SetBusy(org, "r1", true)
+	addBusy(e.fake, org, "r1")
 	e.fake.SetListingLags(org, "r1", true)
 	if got, err := e.client.Listed(context.Background(), org, "r1", true); err != nil || got.State != ghclient.ListedIdle {
 		t.Fatalf("Listed = %v, %v; want the lagging idle", got.State, err)
