@@ -123,21 +123,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	case o.Client == nil || o.Guard == nil:
 		return errors.New("rerun: Options.Client and Options.Guard are required")
 	}
-	if o.MaxPerRun <= 0 {
-		o.MaxPerRun = DefaultMaxPerRun
-	}
-	if o.Poll <= 0 {
-		o.Poll = DefaultPoll
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.Events == nil {
-		o.Events = &events.FakeRecorder{}
-	}
-	if o.Metrics == nil {
-		o.Metrics = NewMetrics(nil)
-	}
+	o = o.withDefaults()
 	er := &unstructured.Unstructured{}
 	er.SetGroupVersionKind(arc.GroupVersionKind())
 	// Without ARC's scale-set CRDs (legacy ARC only, or ARC not installed
@@ -177,11 +163,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return fmt.Errorf("rerun client: %w", err)
 	}
-	w := &lossWatch{
-		reader: c, live: mgr.GetAPIReader(), writer: cl, namespace: o.Namespace, guard: o.Guard, arcCredentials: o.ARCCredentials, staticBase: o.StaticBaseURL,
-		jobKeys: o.JobKeys, exclude: o.Exclude, erServed: erServed, honorNodeDeadlines: o.HonorNodeDeadlines, events: o.Events, metrics: o.Metrics, now: o.Now, log: o.Log.WithName("lost"),
-		pending: map[types.NamespacedName]loss{}, runners: map[types.NamespacedName]*unstructured.Unstructured{},
-	}
+	w := newLossWatch(o, c, mgr.GetAPIReader(), cl, erServed)
 	b := ctrl.NewControllerManagedBy(mgr).Named("lost-jobs").
 		// Nodes are only read (lossCause); watched so the cache holds them
 		// from the start and a pod's delete never waits for their sync.
@@ -207,11 +189,7 @@ func Setup(mgr ctrl.Manager, o Options) error {
 	if err := b.WithOptions(controller.Options{MaxConcurrentReconciles: 2}).Complete(w); err != nil {
 		return fmt.Errorf("lost-job controller: %w", err)
 	}
-	r := &runReconciler{
-		reader: c, writer: cl, secrets: mgr.GetAPIReader(), namespace: o.Namespace, client: o.Client,
-		enabled: o.Enabled, maxPerRun: o.MaxPerRun, exclude: o.Exclude, poll: o.Poll, events: o.Events, metrics: o.Metrics,
-		now: o.Now, log: o.Log.WithName("rerun"),
-	}
+	r := newRunReconciler(o, c, cl, mgr.GetAPIReader())
 	// A record's creation (also the cache's first listing after a restart
 	// or a change of leader) starts its run's reconciles; they requeue
 	// themselves. Updates are the reconciler's own writes: reacting to them
@@ -228,6 +206,47 @@ func Setup(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("re-run controller: %w", err)
 	}
 	return nil
+}
+
+// withDefaults fills what o leaves zero; Setup and NewOffline decide alike.
+func (o Options) withDefaults() Options {
+	if o.MaxPerRun <= 0 {
+		o.MaxPerRun = DefaultMaxPerRun
+	}
+	if o.Poll <= 0 {
+		o.Poll = DefaultPoll
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Events == nil {
+		o.Events = &events.FakeRecorder{}
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+	return o
+}
+
+// newLossWatch is the lost-job watch of o: reader holds Nodes and
+// EphemeralRunners, live reads a pod, writer writes the records; erServed
+// says the API server serves EphemeralRunners.
+func newLossWatch(o Options, reader, live client.Reader, writer client.Client, erServed bool) *lossWatch {
+	return &lossWatch{
+		reader: reader, live: live, writer: writer, namespace: o.Namespace, guard: o.Guard, arcCredentials: o.ARCCredentials, staticBase: o.StaticBaseURL,
+		jobKeys: o.JobKeys, exclude: o.Exclude, erServed: erServed, honorNodeDeadlines: o.HonorNodeDeadlines, events: o.Events, metrics: o.Metrics, now: o.Now, log: o.Log.WithName("lost"),
+		pending: map[types.NamespacedName]loss{}, runners: map[types.NamespacedName]*unstructured.Unstructured{},
+	}
+}
+
+// newRunReconciler is the re-run controller of o: reader holds the
+// records, writer writes them, secrets reads ARC's credentials Secrets.
+func newRunReconciler(o Options, reader client.Reader, writer client.Client, secrets client.Reader) *runReconciler {
+	return &runReconciler{
+		reader: reader, writer: writer, secrets: secrets, namespace: o.Namespace, client: o.Client,
+		enabled: o.Enabled, maxPerRun: o.MaxPerRun, exclude: o.Exclude, poll: o.Poll, events: o.Events, metrics: o.Metrics,
+		now: o.Now, log: o.Log.WithName("rerun"),
+	}
 }
 
 // PodDeletes carries the guarded pods the controllers' cache saw deleted to

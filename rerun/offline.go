@@ -49,31 +49,14 @@ type Offline struct {
 }
 
 // NewOffline decides as Setup's controllers with the same options do.
-func NewOffline(o OfflineOptions) *Offline {
-	if o.MaxPerRun <= 0 {
-		o.MaxPerRun = DefaultMaxPerRun
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.Events == nil {
-		o.Events = &events.FakeRecorder{}
-	}
-	if o.Metrics == nil {
-		o.Metrics = NewMetrics(nil)
-	}
-	return &Offline{
-		w: &lossWatch{
-			live: o.API, writer: o.API, namespace: o.Namespace, guard: o.Guard, arcCredentials: o.ARCCredentials, staticBase: o.StaticBaseURL,
-			jobKeys: o.JobKeys, exclude: o.Exclude, erServed: true, events: o.Events, metrics: o.Metrics, now: o.Now,
-			log: logr.Discard(), pending: map[types.NamespacedName]loss{}, runners: map[types.NamespacedName]*unstructured.Unstructured{},
-		},
-		r: &runReconciler{
-			reader: o.API, writer: o.API, secrets: o.API, namespace: o.Namespace, client: o.Client,
-			enabled: o.Enabled, maxPerRun: o.MaxPerRun, exclude: o.Exclude, poll: DefaultPoll,
-			events: o.Events, metrics: o.Metrics, now: o.Now, log: logr.Discard(),
-		},
-	}
+func NewOffline(oo OfflineOptions) *Offline {
+	o := Options{
+		Namespace: oo.Namespace, Guard: oo.Guard, JobKeys: oo.JobKeys, ARCCredentials: oo.ARCCredentials, StaticBaseURL: oo.StaticBaseURL,
+		Client: oo.Client, Exclude: oo.Exclude, Enabled: oo.Enabled, MaxPerRun: oo.MaxPerRun,
+		Events: oo.Events, Metrics: oo.Metrics, Log: logr.Discard(), Now: oo.Now,
+	}.withDefaults()
+	// PodDeleted sets the watch's reader: the one runner it hands over.
+	return &Offline{w: newLossWatch(o, nil, oo.API, oo.API, true), r: newRunReconciler(o, oo.API, oo.API, oo.API)}
 }
 
 // PodDeleted hands over a deleted runner pod with the EphemeralRunner the

@@ -76,8 +76,6 @@ func eventsOnly(ctx context.Context, opts *options, getenv func(string) string, 
 		Config:  hcfg,
 		GitHub:  events.NoGitHub{Err: errNoGitHub},
 		Runners: runners,
-		Pods:    live,
-		Scheme:  mgr.GetScheme(),
 	}, opts.events.bindAddress, secrets, live, logger)
 	if err != nil {
 		return err

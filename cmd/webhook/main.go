@@ -267,10 +267,8 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 		GitHub:        gh,
 		Runners:       runners,
 		GitHubBaseURL: staticBaseURL(staticCreds, gcfg.BaseURL),
-		Pods:          live,
 		Events:        events,
 		Metrics:       hMetrics,
-		Scheme:        mgr.GetScheme(),
 	}, opts.events.bindAddress, webhookSecrets, live, logger)
 	if err != nil {
 		return err

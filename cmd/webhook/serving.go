@@ -69,10 +69,11 @@ func (o *options) metricsServer(tlsOpts []func(*tls.Config)) metricsserver.Optio
 }
 
 // newGuard is the admission handler and, with --events-bind-address, the
-// events endpoint that resolves pods with it; both sign and verify job
-// annotations with the keys of the webhook secrets.
+// events endpoint that resolves pods with it. Both read pods live, in mgr's
+// scheme, and sign and verify job annotations with the keys of the webhook
+// secrets: newGuard sets handlerOpts' Pods, Scheme and JobKeys.
 func newGuard(mgr ctrl.Manager, handlerOpts webhook.Options, eventsAddress string, secrets webhookSecrets, live client.Client, log logr.Logger) (*webhook.Handler, error) {
-	handlerOpts.JobKeys = secrets.keys
+	handlerOpts.Pods, handlerOpts.Scheme, handlerOpts.JobKeys = live, mgr.GetScheme(), secrets.keys
 	handler, err := webhook.NewHandler(handlerOpts)
 	if err != nil {
 		return nil, err
