@@ -32,10 +32,12 @@ var (
 )
 
 // The only flags the chart adds to the default install, and the one flag whose
-// value differs: the chart's Secret uses ARC's key names (github_token), the
-// kustomize example Secret the key `token`.
+// value differs: the chart takes GitHub's listing for legacy runners' hints and
+// job budgets by default (disruption.hintsFromListing), which manifests/default
+// leaves at the binary's default; the chart's Secret uses ARC's key names
+// (github_token), the kustomize example Secret the key `token`.
 var (
-	chartOnlyFlags = []string{}
+	chartOnlyFlags = []string{"--hint-from-listing"}
 	tokenFileFlag  = "--github-token-file"
 )
 
@@ -46,10 +48,7 @@ var (
 // own render, and the --config files, which must mean the same to the binary.
 func TestChartAgreesWithKustomize(t *testing.T) {
 	kust := render.MustParse(t, render.Kustomize(t, "default"))
-	// dist/install.yaml keeps evictions at Fail; the chart, with job budgets
-	// on, defaults them to Ignore unless told.
-	chart := render.MustTemplate(t, "--values", "testdata/values/certmanager-token.yaml", "--values", bindingsOf(t, kust), "--set", "image.tag=latest",
-		"--set", "policy.evictionsFailurePolicy=Fail")
+	chart := render.MustTemplate(t, "--values", "testdata/values/certmanager-token.yaml", "--values", bindingsOf(t, kust), "--set", "image.tag=latest")
 
 	kNames, cNames := kust.Names(), chart.Names()
 	for _, n := range kNames {

@@ -243,18 +243,21 @@ func TestProvidedCABundle(t *testing.T) {
 }
 
 // TestDisruptionValues: each disruption value turned away from its default
-// becomes the binary's flag, and the defaults pass none.
+// becomes the binary's flag, and the defaults pass only --hint-from-listing,
+// the one disruption default the chart turns on and the binary does not
+// (values.yaml: legacy runners get job budgets from the listing by default).
 func TestDisruptionValues(t *testing.T) {
+	const listing = "--hint-from-listing"
 	cases := map[string]struct {
 		set  string
-		want string // "" : no disruption flag
+		want []string
 	}{
-		"defaults":               {"", ""},
-		"do-not-disrupt off":     {"disruption.doNotDisrupt=false", "--hint-do-not-disrupt=false"},
-		"safe-to-evict off":      {"disruption.safeToEvict=false", "--hint-safe-to-evict=false"},
-		"hints from the listing": {"disruption.hintsFromListing=true", "--hint-from-listing"},
-		"drains off":             {"disruption.drainRunners=false", "--drain-runners=false"},
-		"node deadlines held":    {"disruption.honorNodeDeadlines=false", "--honor-node-deadlines=false"},
+		"defaults":                   {"", []string{listing}},
+		"do-not-disrupt off":         {"disruption.doNotDisrupt=false", []string{"--hint-do-not-disrupt=false", listing}},
+		"safe-to-evict off":          {"disruption.safeToEvict=false", []string{"--hint-safe-to-evict=false", listing}},
+		"hints from the listing off": {"disruption.hintsFromListing=false", nil},
+		"drains off":                 {"disruption.drainRunners=false", []string{listing, "--drain-runners=false"}},
+		"node deadlines held":        {"disruption.honorNodeDeadlines=false", []string{listing, "--honor-node-deadlines=false"}},
 	}
 	flags := []string{"--hint-do-not-disrupt", "--hint-safe-to-evict", "--hint-from-listing", "--drain-runners", "--honor-node-deadlines"}
 	for name, c := range cases {
@@ -269,8 +272,8 @@ func TestDisruptionValues(t *testing.T) {
 					got = append(got, a)
 				}
 			}
-			if want := slices.DeleteFunc([]string{c.want}, func(s string) bool { return s == "" }); !slices.Equal(got, want) {
-				t.Errorf("disruption flags %q, want %q", got, want)
+			if !slices.Equal(got, c.want) {
+				t.Errorf("disruption flags %q, want %q", got, c.want)
 			}
 		})
 	}

@@ -24,12 +24,11 @@ import (
 // policy.deletesFailurePolicy / policy.evictionsFailurePolicy override it
 // per kind, and that the evictions entry covers only the namespaces the user
 // named (guardedNamespaces or the opt-in label) unless
-// evictionsInAllNamespaces, where it defaults to Ignore. With job budgets on
-// (disruption.budgets, the default) it defaults to Ignore only when the
-// leader knows every busy runner's job, legacy ones' too: with
-// disruption.hintsFromListing or events.enabled. At the defaults a busy
-// legacy runner has no budget, so the entry is Fail: values.yaml's promise
-// that no job is lost while runner-guard is down.
+// evictionsInAllNamespaces, where it defaults to Ignore. Job budgets,
+// listings and deliveries leave the evictions entry at Fail: a job that
+// starts while no replica is ready has no budget, so Ignore would admit its
+// eviction. values.yaml's promise that no job is lost while runner-guard is
+// down.
 func TestFailurePolicyPerEntry(t *testing.T) {
 	const (
 		fail   = admissionregistrationv1.Fail
@@ -43,17 +42,15 @@ func TestFailurePolicyPerEntry(t *testing.T) {
 		evictions  admissionregistrationv1.FailurePolicyType
 		unlabelled bool // the evictions entry covers a namespace without the label
 	}{
-		{"defaults: legacy runners have no budget, evictions Fail", nil, fail, fail, false},
-		{"budgets and listings: evictions Ignore", []string{"--set", "disruption.hintsFromListing=true"}, fail, ignore, false},
-		{"budgets and deliveries: evictions Ignore", events, fail, ignore, false},
-		{"listings without budgets", []string{"--set", "disruption.budgets=false", "--set", "disruption.hintsFromListing=true"}, fail, fail, false},
+		{"defaults: evictions Fail, listings and budgets on", nil, fail, fail, false},
+		{"budgets and deliveries: evictions Fail", events, fail, fail, false},
+		{"no listings: evictions Fail", []string{"--set", "disruption.hintsFromListing=false"}, fail, fail, false},
+		{"listings without budgets", []string{"--set", "disruption.budgets=false"}, fail, fail, false},
 		{"deliveries without budgets", append([]string{"--set", "disruption.budgets=false"}, events...), fail, fail, false},
-		{"budgets off", []string{"--set", "disruption.budgets=false"}, fail, fail, false},
 		{"failurePolicy sets both", []string{"--set", "policy.failurePolicy=Ignore"}, ignore, ignore, false},
 		{"deletes override", []string{"--set", "policy.deletesFailurePolicy=Ignore", "--set", "disruption.budgets=false"}, ignore, fail, false},
 		{"evictions override", []string{"--set", "policy.evictionsFailurePolicy=Ignore"}, fail, ignore, false},
-		{"evictions override wins over listings", []string{"--set", "policy.evictionsFailurePolicy=Fail",
-			"--set", "disruption.hintsFromListing=true"}, fail, fail, false},
+		{"evictions override with deliveries", append([]string{"--set", "policy.evictionsFailurePolicy=Ignore"}, events...), fail, ignore, false},
 		{"overrides win over failurePolicy", []string{"--set", "policy.failurePolicy=Ignore",
 			"--set", "policy.deletesFailurePolicy=Fail", "--set", "policy.evictionsFailurePolicy=Fail"}, fail, fail, false},
 		{"evictions everywhere default to Ignore", []string{"--set", "policy.evictionsInAllNamespaces=true"}, fail, ignore, true},
@@ -101,8 +98,8 @@ func TestFailurePolicyPerEntry(t *testing.T) {
 			sel.Matches(labels.Merge(labels.Set{"kubernetes.io/metadata.name": "team-web"}, guardLabel)) {
 			t.Errorf("%s namespaceSelector %s, want only the guarded namespace ci", wh.Name, sel)
 		}
-		// Listed namespaces change nothing of the policy: Fail, since at the
-		// defaults a busy legacy runner has no job budget.
+		// Listed namespaces change nothing of the policy: Fail, since a job
+		// that starts while no replica is ready has no job budget.
 		want := admissionregistrationv1.Fail
 		if got := render.ActivatedPolicy(t, vwc, wh); got != want {
 			t.Errorf("%s failurePolicy once activated %s, want %s", wh.Name, got, want)
@@ -226,11 +223,12 @@ func TestDisruptionBudget(t *testing.T) {
 func ptr[T any](v T) *T { return &v }
 
 // TestEvictionsPolicyNotes checks NOTES say what the evictions entry does
-// while no replica answers, and why: at the defaults Fail refuses every
-// eviction in the guarded namespaces (an idle runner's too), because a busy
-// legacy runner has no job budget; with listings or deliveries Ignore lets
-// evictions through and the budgets hold busy runners; covering every
-// namespace without either, Ignore loses a busy legacy runner's job.
+// while no replica answers, and why: at the defaults (listings and budgets
+// on) Fail refuses every eviction in the guarded namespaces, an idle
+// runner's too, because a job that starts during the outage has no budget;
+// with Ignore, evictions go through and only budgets made before the outage
+// hold busy runners (a legacy runner's none without listings or
+// deliveries).
 func TestEvictionsPolicyNotes(t *testing.T) {
 	notes := func(set ...string) string {
 		args := []string{"install", "rg", render.ChartDir(t), "--namespace", "rg", "--dry-run=client"}
@@ -253,18 +251,18 @@ func TestEvictionsPolicyNotes(t *testing.T) {
 		want    []string
 		notWant []string
 	}{
-		{"defaults", nil, []string{"(failurePolicy Fail: while no replica answers, every eviction there is refused, an idle runner's too",
-			"a busy legacy runner's pod has no job budget unless disruption.hintsFromListing or events.enabled"}, nil},
-		{"listings", []string{"--set", "disruption.hintsFromListing=true"},
-			[]string{"(failurePolicy Ignore: while no replica answers, evictions go through unchecked and a busy runner's pod is held by its job budget"}, []string{"can die"}},
+		{"defaults", nil, []string{"(failurePolicy Fail: while no replica answers, every eviction there is refused, an idle runner's too (the API server cannot call the webhook to tell them apart), so drains there wait until a replica is back",
+			"; not Ignore, since a job that starts while no replica is ready has no job budget"}, []string{"go through"}},
 		{"deliveries", []string{"--set", "events.enabled=true", "--set", "events.secret=s"},
-			[]string{"(failurePolicy Ignore: while no replica answers, evictions go through unchecked and a busy runner's pod is held by its job budget"}, []string{"can die"}},
+			[]string{"(failurePolicy Fail: while no replica answers, every eviction there is refused", "no job budget"}, []string{"go through"}},
 		{"every namespace", []string{"--set", "policy.evictionsInAllNamespaces=true"},
-			[]string{"(failurePolicy Ignore: while no replica answers, evictions go through and a busy legacy runner's job can die on a drain; a scale-set runner's pod is held by its job budget"}, nil},
+			[]string{"(failurePolicy Ignore: while no replica answers, evictions go through unchecked, and a busy runner's pod is held only by a job budget made before the outage; a job that starts during the outage can die on a drain)"}, nil},
+		{"every namespace without listings", []string{"--set", "policy.evictionsInAllNamespaces=true", "--set", "disruption.hintsFromListing=false"},
+			[]string{"held only by a job budget made before the outage (a busy legacy runner has none without disruption.hintsFromListing or events.enabled)"}, nil},
 		{"budgets off", []string{"--set", "disruption.budgets=false"},
-			[]string{"(failurePolicy Fail: while no replica answers, every eviction there is refused, an idle runner's too)"}, []string{"job budget"}},
-		{"explicit Fail", []string{"--set", "policy.evictionsFailurePolicy=Fail", "--set", "disruption.hintsFromListing=true"},
-			[]string{"(failurePolicy Fail: while no replica answers, every eviction there is refused, an idle runner's too)"}, []string{"job budget"}},
+			[]string{"(failurePolicy Fail: while no replica answers, every eviction there is refused, an idle runner's too (the API server cannot call the webhook to tell them apart), so drains there wait until a replica is back)"}, []string{"job budget"}},
+		{"explicit Fail", []string{"--set", "policy.evictionsFailurePolicy=Fail"},
+			[]string{"so drains there wait until a replica is back)"}, []string{"job budget"}},
 		{"explicit Ignore, budgets off", []string{"--set", "policy.evictionsFailurePolicy=Ignore", "--set", "disruption.budgets=false"},
 			[]string{"(failurePolicy Ignore: while no replica answers, evictions go through and a busy runner's job can die on a drain)"}, []string{"job budget"}},
 	}

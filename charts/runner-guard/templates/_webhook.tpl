@@ -44,32 +44,19 @@ clientConfig:
 {{- end }}
 
 {{/*
-Whether the leader knows the job of every runner pod without asking GitHub per
-pod, so job budgets (disruption.budgets) hold every busy runner while
-runner-guard is down: a scale-set pod's job is on its EphemeralRunner, but a
-legacy (summerwind) or policy.runnerPods pod's only from GitHub's listing of
-its scope (disruption.hintsFromListing) or a workflow_job delivery
-(events.enabled). "true" or "".
-*/}}
-{{- define "runner-guard.budgetsHoldEveryJob" -}}
-{{- if and .Values.disruption.budgets (or .Values.disruption.hintsFromListing .Values.events.enabled) }}true{{ end }}
-{{- end }}
-
-{{/*
 The failurePolicy of the evictions entry: policy.evictionsFailurePolicy; else
 Ignore when the entry covers namespaces nobody named
 (policy.evictionsInAllNamespaces), so an outage never blocks the drain of a
-node running other teams' pods, or when job budgets hold every busy runner
-(runner-guard.budgetsHoldEveryJob: the API server then refuses their evictions
-itself); else policy.failurePolicy. At the defaults (budgets on, no listing, no
-deliveries) a busy legacy runner has no budget, so the entry stays Fail: with
-Ignore its eviction would be admitted while runner-guard is down.
+node running other teams' pods; else policy.failurePolicy (Fail), whatever
+the job budgets. A budget holds only a job the leader learnt before the
+outage: a job that starts while no replica is ready has none (no listing is
+taken, no delivery applied, no scale-set budget made), so with Ignore its
+eviction would be admitted and the job lost.
 */}}
 {{- define "runner-guard.evictionsFailurePolicy" -}}
 {{- $p := .Values.policy }}
 {{- if $p.evictionsFailurePolicy }}{{ $p.evictionsFailurePolicy }}
 {{- else if and $p.evictionsInAllNamespaces (not $p.guardedNamespaces) }}Ignore
-{{- else if include "runner-guard.budgetsHoldEveryJob" . }}Ignore
 {{- else }}{{ $p.failurePolicy }}
 {{- end }}
 {{- end }}
