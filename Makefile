@@ -7,6 +7,11 @@ BIN            ?= $(CURDIR)/bin
 GO             ?= go
 VERSION        ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS        := -s -w -X main.version=$(VERSION)
+# The release test/node's upgrade test starts from: its chart and webhook
+# image, built from this commit (the project's previous release once there is
+# one; until then the last landed submission), are installed and then
+# upgraded to the working tree mid-drain (hack/make/node.mk).
+UPGRADE_BASELINE ?= 43f761b
 # Prerequisites of `make test`'s go test ./...; fragments under hack/make add to it.
 TEST_DEPS      := build kustomize
 # The stages of `make test`, which share nothing at run time (go test ./...

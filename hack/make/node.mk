@@ -26,12 +26,37 @@ node-images: $(IMAGE_TOOL) ## Build the node's pause image and the fake runner i
 	  -tag runner-guard-fakerunner:latest -version $(VERSION) -arch $(IMAGE_ARCH) -title runner-guard-fakerunner \
 	  -description "A GitHub Actions runner played against the fake GitHub, for runner-guard's node tests"
 
+# The upgrade test's starting point (UPGRADE_BASELINE, root Makefile): the
+# chart and the webhook image of that commit, taken with git archive (CI
+# clones main with its history) and built as `make image` builds the IMAGE_ARCH
+# image, tagged runner-guard:baseline-<commit>. Cached in bin/ by the commit;
+# a baseline that does not build fails here (and so make test), never skips.
+NODE_BASELINE_DIR     := $(BIN)/upgrade-baseline/$(UPGRADE_BASELINE)
+NODE_BASELINE_TAG     := baseline-$(UPGRADE_BASELINE)
+
+.PHONY: node-upgrade-baseline
+node-upgrade-baseline: $(NODE_BASELINE_DIR)/image.tar ## Build the upgrade test's baseline chart and webhook image (UPGRADE_BASELINE) into bin/upgrade-baseline/.
+
+$(NODE_BASELINE_DIR)/image.tar: | $(IMAGE_TOOL)
+	@[ -n "$(UPGRADE_BASELINE)" ] || { echo "node: UPGRADE_BASELINE is empty" >&2; exit 1; }
+	rm -rf $(NODE_BASELINE_DIR).tmp && mkdir -p $(NODE_BASELINE_DIR).tmp/src
+	git -C $(CURDIR) archive --format=tar $(UPGRADE_BASELINE) | tar -x -C $(NODE_BASELINE_DIR).tmp/src
+	cd $(NODE_BASELINE_DIR).tmp/src && CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath \
+	  -ldflags "-s -w -X main.version=$(NODE_BASELINE_TAG)" -o $(NODE_BASELINE_DIR).tmp/webhook ./cmd/webhook
+	$(IMAGE_TOOL) -binary $(NODE_BASELINE_DIR).tmp/webhook -path /webhook -out $(NODE_BASELINE_DIR).tmp/image.tar -arch $(IMAGE_ARCH) \
+	  -tag runner-guard:$(NODE_BASELINE_TAG) -version $(NODE_BASELINE_TAG) -ca-bundle "$(IMAGE_CA_BUNDLE)" \
+	  -title runner-guard -description "runner-guard at $(UPGRADE_BASELINE), the node's upgrade test's baseline"
+	mv $(NODE_BASELINE_DIR).tmp/src/charts $(NODE_BASELINE_DIR).tmp/charts
+	rm -rf $(NODE_BASELINE_DIR).tmp/src $(NODE_BASELINE_DIR).tmp/webhook $(NODE_BASELINE_DIR)
+	mv $(NODE_BASELINE_DIR).tmp $(NODE_BASELINE_DIR)
+
 .PHONY: node-deps
-node-deps: k8s node $(HELM) image image-fakegithub node-images
+node-deps: k8s node $(HELM) image image-fakegithub node-images node-upgrade-baseline
 	@[ "$(NODE_CAPABLE)" = yes ] || { echo "node: cannot run the real node here: it needs root, nsenter and ip (iproute2)" >&2; exit 1; }
 	@{ echo "KUBEBUILDER_ASSETS=$(K8S_ASSETS)"; \
 	   echo "RUNNER_GUARD_NODE_ASSETS=$$($(CURDIR)/hack/build-node.sh)"; \
 	   echo "RUNNER_GUARD_NODE_IMAGES=$(NODE_IMAGE_PAUSE) $(IMAGE_TAR) $(FAKEGITHUB_TAR) $(NODE_IMAGE_FAKERUNNER)"; \
+	   echo "RUNNER_GUARD_NODE_BASELINE=$(UPGRADE_BASELINE) $(NODE_BASELINE_TAG) $(NODE_BASELINE_DIR)/image.tar $(NODE_BASELINE_DIR)/charts/runner-guard"; \
 	   echo "HELM=$(HELM)"; } > $(NODE_ENV_FILE)
 
 # RUNNER_GUARD_NODE_SKIP is cleared: make test sets it for its go test ./...
