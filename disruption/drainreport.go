@@ -99,21 +99,28 @@ func (d *drainReports) tracking(node string) bool {
 // releasedIdle records that the drain released the pod's idle runner; a
 // job it held before is over.
 func (d *drainReports) releasedIdle(node *corev1.Node, pod *corev1.Pod) {
-	if d == nil {
-		return
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	rep := d.get(node)
-	rep.runners = true
-	rep.released[pod.UID] = true
-	if h := rep.held[pod.UID]; h != nil && !h.over {
-		d.ended(rep, h, "")
-	}
+	d.metRunner(node, func(rep *drainReport) {
+		rep.released[pod.UID] = true
+		if h := rep.held[pod.UID]; h != nil && !h.over {
+			d.ended(rep, h, "")
+		}
+	})
 }
 
 // waitsFor records that the drain waits for the pod's job.
 func (d *drainReports) waitsFor(node *corev1.Node, pod *corev1.Pod, job string) {
+	d.metRunner(node, func(rep *drainReport) {
+		if h := rep.held[pod.UID]; h != nil && !h.over {
+			return
+		}
+		ref := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}}
+		rep.held[pod.UID] = &heldJob{pod: ref, job: job, since: d.now()}
+	})
+}
+
+// metRunner records that the node's drain met a runner, then lets record
+// write the rest to its report, under the lock; nothing without reports.
+func (d *drainReports) metRunner(node *corev1.Node, record func(rep *drainReport)) {
 	if d == nil {
 		return
 	}
@@ -121,11 +128,7 @@ func (d *drainReports) waitsFor(node *corev1.Node, pod *corev1.Pod, job string) 
 	defer d.mu.Unlock()
 	rep := d.get(node)
 	rep.runners = true
-	if h := rep.held[pod.UID]; h != nil && !h.over {
-		return
-	}
-	ref := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}}
-	rep.held[pod.UID] = &heldJob{pod: ref, job: job, since: d.now()}
+	record(rep)
 }
 
 // observe looks at the node's runner pods after a pass of its drain: a held

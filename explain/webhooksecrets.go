@@ -126,24 +126,13 @@ func (r *objectReader) secretsEntry(dep *appsv1.Deployment, e secretsEntry) (job
 // it is mounted from, as the binary reads the file: without its trailing
 // newlines, and not empty.
 func (r *objectReader) secretFile(dep *appsv1.Deployment, file string) ([]byte, error) {
-	keys, err := mountedFrom(dep, file)
+	var b []byte
+	err := r.eachMounted(dep, file, false, func(_ objectKey, files [][]byte) error {
+		b = files[0]
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	var b []byte
-	for i, k := range keys {
-		if k.Key == "" {
-			return nil, fmt.Errorf("the directory of %s, not a file", r.name(k))
-		}
-		b, err = r.key(k)
-		var missing *missingKeyError
-		if errors.As(err, &missing) && i < len(keys)-1 {
-			continue // another source of the projected volume may hold it
-		}
-		if err != nil {
-			return nil, err
-		}
-		break
 	}
 	b = bytes.TrimRight(b, "\r\n")
 	if len(b) == 0 {
@@ -156,42 +145,62 @@ func (r *objectReader) secretFile(dep *appsv1.Deployment, file string) ([]byte, 
 // the directory) of --github-webhook-secrets from the ConfigMap it is
 // mounted from.
 func (r *objectReader) secretsEntries(dep *appsv1.Deployment, file string) ([]secretsEntry, error) {
-	keys, err := mountedFrom(dep, file)
+	var entries []secretsEntry
+	err := r.eachMounted(dep, file, true, func(from objectKey, files [][]byte) error {
+		for _, b := range files {
+			var f secretsFile
+			if err := yaml.Unmarshal(b, &f); err != nil {
+				return fmt.Errorf("%s: %w", r.name(from), err)
+			}
+			entries = append(entries, f.Secrets...)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	var entries []secretsEntry
+	if len(entries) == 0 {
+		return nil, errors.New("it names no secret")
+	}
+	return entries, nil
+}
+
+// eachMounted hands use what file, a path in the webhook container, reads
+// from the sources it is mounted from, in the volume's order: a file is the
+// first source holding its key (a source without it is passed over while
+// another follows); a directory (only with dirs) is every source's files.
+func (r *objectReader) eachMounted(dep *appsv1.Deployment, file string, dirs bool, use func(from objectKey, files [][]byte) error) error {
+	keys, err := mountedFrom(dep, file)
+	if err != nil {
+		return err
+	}
 	for i, k := range keys {
 		var files [][]byte
-		if k.Key == "" {
-			files, err = r.dir(k)
-		} else {
+		switch {
+		case k.Key != "":
 			var b []byte
 			b, err = r.key(k)
 			files = [][]byte{b}
+		case dirs:
+			files, err = r.dir(k)
+		default:
+			return fmt.Errorf("the directory of %s, not a file", r.name(k))
 		}
 		var missing *missingKeyError
 		if errors.As(err, &missing) && i < len(keys)-1 {
 			continue // another source of the projected volume may hold it
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
-		for _, b := range files {
-			var f secretsFile
-			if err := yaml.Unmarshal(b, &f); err != nil {
-				return nil, fmt.Errorf("%s: %w", r.name(k), err)
-			}
-			entries = append(entries, f.Secrets...)
+		if err := use(k, files); err != nil {
+			return err
 		}
 		if k.Key != "" {
-			break // the file: one source holds it
+			return nil // the file: one source holds it
 		}
 	}
-	if len(entries) == 0 {
-		return nil, errors.New("it names no secret")
-	}
-	return entries, nil
+	return nil
 }
 
 // objectKey is where a file of the webhook container comes from: a key of a
