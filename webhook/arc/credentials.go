@@ -126,6 +126,18 @@ func (r *Resolver) check(creds *ghclient.Credentials) error {
 	return r.checker.Check(creds)
 }
 
+// CredentialsFromSecret reads a githubConfigSecret as ARC does
+// (credentialsFromSecret), for a reader without its EphemeralRunner (the
+// re-run controller's, after the runner is gone); an error names the key at
+// fault, if one is.
+func CredentialsFromSecret(s *corev1.Secret) (*ghclient.Credentials, error) {
+	creds, key, err := credentialsFromSecret(s)
+	if err != nil && key != "" {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	return creds, err
+}
+
 // credentialsFromSecret follows ARC's rules: a token, or an App (ID, private
 // key and, for ARC, an installation ID); both complete is an error. On error it
 // also names the key at fault. Values are trimmed: Secrets made from files end
