@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -308,210 +307,50 @@ func (d *decider) timeout() time.Duration {
 }
 
 // decide returns the decision for one review and the runner it concerns (zero
-// when the decision was made before the runner was resolved).
+// when the decision was made before the runner was resolved). It walks the
+// review once, each step in one place: the request's own facts decide
+// first; resolve (resolve.go) then reads everything the runner rules decide
+// on; ask (github.go) makes the one GitHub call the rest need; and settle
+// (settle.go) carries out what the decision implies. A decision made early
+// costs no read and no GitHub request.
 func (d *decider) decide(ctx context.Context, r review) (Decision, Target) {
 	r.Spec = matchRunnerPod(r.Pod, d.specs)
 	r.Disrupted = r.Spec != nil && disrupted(r.Pod)
-	reached := stageRequest
-	for _, rl := range d.table {
-		for reached < rl.needs {
-			if reached == stageRequest {
-				// From here the decision reads the API server and asks GitHub.
-				// It runs to its end even when the server shuts down (a
-				// rollout's SIGTERM): GitHub may already have removed the
-				// runner, and the API server must hear so. The review's
-				// deadline, inside the API server's, bounds it instead.
-				// Request-stage decisions skip the timer.
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), r.deadline(d.timeout()))
-				defer cancel()
-			}
-			reached++
-			d.resolve(ctx, &r, reached)
-		}
-		if dec, ok := rl.decide(&r, &d.policy); ok {
-			if dec.Reason == ReasonJobRunning {
-				d.metrics.knowledge(knowJobFields)
-			} else if reached == stageGitHub && !r.readOnly(&d.policy) {
-				d.metrics.knowledge(r.GitHub.From)
-			}
-			switch dec.Reason {
-			case ReasonUnregistered, ReasonRunnerNotFound:
-				d.memory.remember(r.Pod.UID, r.Target)
-				d.busy.forget(r.Target)
-			}
-			if dec.Allowed {
-				r.budgetHold.Admitted()
-			} else {
-				r.budgetHold.Cancel()
-			}
-			if dec.Reason == ReasonUnregistered && r.ARC != nil && r.ARC.Kind == arc.Kind && d.retire && d.retirements != nil {
-				dec = d.retireEphemeralRunner(r.ARC, r.Pod, dec)
-			}
-			return dec, r.Target
-		}
+	if dec, ok := d.decideAt(stageRequest, &r); ok {
+		return dec, r.Target
 	}
-	// The table's last rule always decides; reaching here is a programming error.
-	panic("webhook: decision table ended without a decision")
-}
-
-// resolve adds the facts of stage s to the review.
-func (d *decider) resolve(ctx context.Context, r *review, s stage) {
-	switch s {
-	case stageRunner:
-		if r.Operation == OperationDelete {
-			// The review's oldObject may be forged: decide from the live pod.
-			if d.readLive(ctx, r); r.LiveErr != nil || r.LiveGone != "" {
-				return
-			}
-		}
-		r.resolution = d.resolver.resolve(ctx, r.Pod, r.Spec)
-		if d.policy.HonorNodeDeadlines && r.Operation == OperationDelete && !r.DryRun && karpenterUser(r.User.Username, &d.policy) {
-			dl, ok, err := ReadNodeDeadline(ctx, d.pods, r.Pod.Spec.NodeName)
-			if err != nil {
-				// Unread, the node is held as without the flag.
-				logr.FromContextOrDiscard(ctx).V(1).Info("cannot read the NodeClaim of the pod's node", "node", r.Pod.Spec.NodeName, "error", err.Error())
-			}
-			if ok {
-				r.NodeDeadline = dl
-			}
-		}
-		if r.askable() {
-			r.RecentlyAdmitted = d.memory.admitted(r.Pod.UID, r.Target)
-			r.Busy = d.busy.recall(r.Target)
-		}
-		if r.Operation == OperationEvict && !r.DryRun {
-			r.PDBBlocks, r.PDBSeveral, r.PDBInFlight, r.budgetHold, r.PDBReserveErr = d.blockingPDB(ctx, r.Pod)
-		}
-	case stageGitHub:
-		if !r.askable() {
-			return // only bypass users and disrupted pods get here: nothing to ask
-		}
-		if left := time.Until(r.deadline(d.timeout())); !r.readOnly(&d.policy) && left < minUnregisterTime {
-			// An unregister that may not finish before the API server gives
-			// up must not start: GitHub could remove the runner while the
-			// API server tells the deleter the webhook failed.
-			r.GitHub = githubResult{Err: &outOfTimeError{left: left}}
-			return
-		}
-		r.GitHub = d.askGitHub(ctx, r)
-		if !r.readOnly(&d.policy) {
-			switch {
-			case r.GitHub.Err == nil && r.GitHub.Outcome == ghclient.Busy && r.GitHub.From != knowMemory:
-				r.Busy.Next = d.busy.busy(r.Target)
-			case r.GitHub.Err == nil && r.GitHub.Outcome != ghclient.Busy:
-				d.busy.forget(r.Target)
-			}
-		}
-	}
-}
-
-// askable reports whether the resolver found a runner GitHub may be asked about.
-func (r *review) askable() bool {
-	res := r.resolution
-	return res.NotOwner == nil && res.ObjectErr == nil && res.ScopeErr == nil && res.CredsErr == nil && res.HostErr == nil && res.NotBound == ""
-}
-
-// askGitHub makes the one GitHub call of a decision, bounded by the GitHub timeout.
-func (d *decider) askGitHub(ctx context.Context, r *review) githubResult {
-	ctx, cancel := context.WithTimeout(ctx, d.githubTimeout)
+	// From here the decision reads the API server and asks GitHub. It runs
+	// to its end even when the server shuts down (a rollout's SIGTERM):
+	// GitHub may already have removed the runner, and the API server must
+	// hear so. The review's deadline, inside the API server's, bounds it
+	// instead.
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), r.deadline(d.timeout()))
 	defer cancel()
-	// Each namespace gets its fair share of the credential's budget.
-	ctx = ghclient.WithNamespace(ctx, r.Namespace)
-	t := r.Target
-	log := logr.FromContextOrDiscard(ctx).WithValues("runner", t.Name, "scope", t.Scope.String(), "runnerIDHint", t.IDHint)
-	start := time.Now()
-	if r.readOnly(&d.policy) {
-		// A dry run may reuse any remembered answer. A bypass user's or a
-		// disrupted pod's delete lets the pod go on "idle": it reuses only a
-		// remembered "busy", which can only keep a pod longer.
-		if res, ok := d.statuses.recall(t); ok && (r.DryRun || res.busy()) {
-			log.V(1).Info("answered a read-only look-up from memory", "state", res.Status, "error", errString(res.Err))
-			return res
+	d.resolve(ctx, &r)
+	dec, ok := d.decideAt(stageRunner, &r)
+	asked := !ok
+	if asked {
+		r.GitHub = d.ask(ctx, &r)
+		if dec, ok = d.decideAt(stageGitHub, &r); !ok {
+			// The table's last rule always decides; reaching here is a programming error.
+			panic("webhook: decision table ended without a decision")
 		}
-		sctx := ctx
-		if r.DryRun {
-			// A dry run lets no pod go: it yields to unregisters that can, so
-			// dry runs in a loop cannot spend other teams' budget.
-			sctx = ghclient.WithPriority(ctx, ghclient.PriorityRecheck)
-		}
-		st, err := d.github.Status(sctx, t.runner())
-		log.V(1).Info("asked GitHub for runner status (read-only)", "state", st.State, "error", errString(err), "took", time.Since(start))
-		res := githubResult{Err: err}
-		if err == nil {
-			res = githubResult{Status: &st}
-		}
-		if ctx.Err() == nil {
-			d.statuses.remember(t, res)
-		}
-		return res
 	}
-	res, listed := d.knownBusy(ctx, r)
-	if res.Outcome == ghclient.Busy {
-		log.V(1).Info("runner known busy: not asking GitHub to unregister it", "from", res.From, "took", time.Since(start))
-		return res
-	}
-	prio := ghclient.PriorityRelease
-	if r.Busy.Known && listed == ghclient.ListedUnknown {
-		// Busy lately and nothing cheaper says its job ended: a re-check,
-		// which yields to unregisters that can let a pod go.
-		prio = ghclient.PriorityRecheck
-	}
-	uid := r.podUID()
-	if f := d.failures.recall(uid, t); f.Known {
-		if f.Left > 0 {
-			log.V(1).Info("this pod's last decision failed moments ago: not asking GitHub", "error", errString(f.Err), "retryIn", f.Left)
-			return githubResult{Err: &recentFailure{err: f.Err, left: f.Left}, From: knowGitHub}
-		}
-		// A repeat of a failed decision yields to unregisters that can let
-		// a pod go.
-		prio = ghclient.PriorityRecheck
-	}
-	out, err := d.github.Unregister(ghclient.WithPriority(ctx, prio), t.runner())
-	log.V(1).Info("asked GitHub to unregister runner", "outcome", out.String(), "error", errString(err), "took", time.Since(start))
-	var spent *ghclient.Spent
-	switch {
-	case err == nil:
-		d.failures.forget(uid, t)
-	case !errors.As(err, &spent):
-		// Nothing was sent when the budget held it: only GitHub's failures
-		// back off.
-		d.failures.failed(uid, t, err)
-	}
-	if errors.As(err, &spent) && r.Busy.Wait > 0 {
-		// The budget is spent and the runner was busy moments ago: say so
-		// from memory rather than fail.
-		return githubResult{Outcome: ghclient.Busy, From: knowMemory}
-	}
-	return githubResult{Outcome: out, Err: err, From: knowGitHub}
+	return d.settle(&r, dec, asked), r.Target
 }
 
-// knownBusy answers "busy" from knowledge that costs less than a DELETE: the
-// scope's shared listing, taken anew only for a runner busy lately or when the
-// budget is pressed (else only a fresh one is read, at no cost). A listing
-// that says idle proves nothing (it lags GitHub's broker): the DELETE decides.
-// It also returns what the listing said (ListedUnknown: no listing).
-func (d *decider) knownBusy(ctx context.Context, r *review) (githubResult, ghclient.ListedState) {
-	refresh := r.Busy.Known || d.github.Pressed(r.Target.runner())
-	ls, err := d.github.Listed(ctx, r.Target.runner(), refresh)
-	switch {
-	case err == nil && ls.State == ghclient.ListedBusy:
-		return githubResult{Outcome: ghclient.Busy, From: knowListing, listedAt: ls.Taken}, ls.State
-	case err != nil && r.Busy.Wait > 0:
-		// No listing to be had (the budget is spent, GitHub failed): the
-		// remembered "busy" still holds.
-		return githubResult{Outcome: ghclient.Busy, From: knowMemory}, ghclient.ListedUnknown
-	case err != nil:
-		return githubResult{}, ghclient.ListedUnknown
+// decideAt runs the rules of stage s in the table's order: the first that
+// decides wins.
+func (d *decider) decideAt(s stage, r *review) (Decision, bool) {
+	for _, rl := range d.table {
+		if rl.needs != s {
+			continue
+		}
+		if dec, ok := rl.decide(r, &d.policy); ok {
+			return dec, true
+		}
 	}
-	return githubResult{}, ls.State
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
+	return Decision{}, false
 }
 
 // deadlineMargin is how long before the API server gives up (the webhook
@@ -519,11 +358,6 @@ func errString(err error) string {
 // read and GitHub request of a decision must have ended; the answer still
 // has to travel back.
 const deadlineMargin = time.Second
-
-// minUnregisterTime is the least time left in which an unregister is
-// started: a DELETE GitHub answers in well under it, and one that is cut off
-// leaves the deleter refused while the runner may be gone.
-const minUnregisterTime = time.Second
 
 // decisionDeadline is when a review that arrived then must have ended its
 // reads and GitHub requests.
@@ -539,13 +373,6 @@ func (r *review) deadline(webhookTimeout time.Duration) time.Time {
 		arrived = time.Now()
 	}
 	return decisionDeadline(arrived, webhookTimeout)
-}
-
-// outOfTimeError: the review's deadline left too little time to unregister.
-type outOfTimeError struct{ left time.Duration }
-
-func (e *outOfTimeError) Error() string {
-	return fmt.Sprintf("only %s left before the API server's webhook deadline (webhookTimeout), too little to unregister the runner safely; nothing was sent to GitHub, retry", max(e.left, 0).Round(time.Millisecond))
 }
 
 // stage is how much the decider has resolved before a rule runs.

@@ -1,21 +1,13 @@
 package webhook
 
 import (
-	"context"
-	"fmt"
 	"net/url"
 	"strings"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
 // matchRunnerPod returns the first runner pod spec whose selector matches the
@@ -63,84 +55,6 @@ func runnerContainerRunning(pod *corev1.Pod, container string) bool {
 		}
 	}
 	return false
-}
-
-// retireEphemeralRunner hands the EphemeralRunner of a runner runner-guard
-// just unregistered to the disruption controller's Retirer, which deletes it
-// outside the admission call so ARC's EphemeralRunnerSet creates a fresh
-// runner instead of restarting the pod with a dead registration. Nothing is
-// written to the API server here: the runner is already gone from GitHub.
-func (d *decider) retireEphemeralRunner(run *arc.Runner, pod *corev1.Pod, dec Decision) Decision {
-	d.retirements.Add(*run, pod.UID)
-	dec.Message += fmt.Sprintf("; EphemeralRunner %s is retired once the pod is gone, so ARC creates a fresh runner", run.EphemeralRunner)
-	return dec
-}
-
-// readLive replaces the DELETE review's pod with the live pod of the same
-// name and UID, or records why there is none.
-func (d *decider) readLive(ctx context.Context, r *review) {
-	live := &corev1.Pod{}
-	err := d.pods.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: r.Name}, live)
-	switch {
-	case apierrors.IsNotFound(err):
-		r.LiveGone = fmt.Sprintf("no live pod has the UID %q the review names", r.Pod.UID)
-	case apierrors.IsForbidden(err) && namespaceDeleting(ctx, d.pods, r.Namespace):
-		// A namespace being deleted takes its Roles with it, and with them
-		// the right to read its pods that guardedNamespaces grants: the
-		// review's own copy of the pod decides, or every runner pod there
-		// would be refused until someone restored the Role, and the
-		// namespace would stay Terminating.
-		logr.FromContextOrDiscard(ctx).Info("the pod may no longer be read in a namespace being deleted; deciding from the review's copy", "error", err.Error())
-	case err != nil:
-		r.LiveErr = err
-	case live.UID != r.Pod.UID:
-		// The same words as for no pod at all: the answer goes to whoever sent
-		// the review, and the live UID is what a forged review would need.
-		r.LiveGone = fmt.Sprintf("no live pod has the UID %q the review names", r.Pod.UID)
-	default:
-		r.Pod = live
-		if spec := matchRunnerPod(live, d.specs); spec != nil {
-			r.Spec = spec
-		}
-	}
-}
-
-// namespaceDeleting is arc.NamespaceDeleting's verdict alone.
-func namespaceDeleting(ctx context.Context, pods client.Reader, name string) bool {
-	_, deleting := arc.NamespaceDeleting(ctx, pods, name)
-	return deleting
-}
-
-// blockingPDB names the PodDisruptionBudget for which the API server's
-// eviction subresource would refuse evicting the pod now (pdbBlocks), once
-// the evictions let through under it and the API server has not yet
-// accounted for are counted (this replica's, and the other replicas'
-// reservations in the budget's Lease); else it reserves one of the budget's
-// disruptions for this eviction (hold). A failed read of the budgets blocks
-// nothing: the API server checks them itself after the webhooks. A failed
-// reservation blocks (reserveErr): the budget allows the eviction, but
-// another replica may have taken the last disruption, and the runner must
-// not be unregistered for an eviction the API server then refuses.
-func (d *decider) blockingPDB(ctx context.Context, pod *corev1.Pod) (blocking string, several []string, inFlight int, hold BudgetHold, reserveErr error) {
-	read := d.budgets.SeePods(ctx, d.pods, pod.Namespace)
-	var pdbs policyv1.PodDisruptionBudgetList
-	if err := d.pods.List(ctx, &pdbs, client.InNamespace(pod.Namespace)); err != nil {
-		logr.FromContextOrDiscard(ctx).V(1).Info("cannot list PodDisruptionBudgets; the API server will check them", "error", err.Error())
-		return "", nil, 0, BudgetHold{}, nil
-	}
-	charged, several := ChargedBudget(pod, BudgetsThatCount(pdbs.Items))
-	if charged == nil {
-		return "", several, 0, BudgetHold{}, nil
-	}
-	hold, inFlight, ok, err := d.budgets.ReserveShared(ctx, charged, pod, read)
-	if err != nil {
-		logr.FromContextOrDiscard(ctx).Info("cannot reserve a disruption with the other replicas; refusing the eviction", "budget", charged.Name, "error", err.Error())
-		return charged.Name, nil, inFlight, BudgetHold{}, err
-	}
-	if !ok {
-		return charged.Name, nil, inFlight, BudgetHold{}, nil
-	}
-	return "", nil, 0, hold, nil
 }
 
 // BlockingBudgets is what the eviction subresource would say of evicting pod

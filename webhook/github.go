@@ -1,0 +1,161 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/runner-guard/runner-guard/ghclient"
+)
+
+// ask makes the one GitHub call of a decision the runner rules left open,
+// and records GitHub's answer in the memories: a "busy" (trusted for
+// longer while it lasts), a runner gone (the deletion's repeats are
+// admitted without asking again), and a look-up's or an unregister's
+// failure (in askGitHub).
+func (d *decider) ask(ctx context.Context, r *review) githubResult {
+	if !r.askable() {
+		return githubResult{} // only bypass users and disrupted pods get here: nothing to ask
+	}
+	if left := time.Until(r.deadline(d.timeout())); !r.readOnly(&d.policy) && left < minUnregisterTime {
+		// An unregister that may not finish before the API server gives
+		// up must not start: GitHub could remove the runner while the
+		// API server tells the deleter the webhook failed.
+		return githubResult{Err: &outOfTimeError{left: left}}
+	}
+	res := d.askGitHub(ctx, r)
+	if r.readOnly(&d.policy) || res.Err != nil {
+		return res
+	}
+	switch res.Outcome {
+	case ghclient.Busy:
+		if res.From != knowMemory {
+			r.Busy.Next = d.busy.busy(r.Target)
+		}
+	case ghclient.Removed, ghclient.NotFound:
+		// The runner can get no job: the API server's repeats of this
+		// deletion are admitted without asking again (rule 5b).
+		d.memory.remember(r.Pod.UID, r.Target)
+		d.busy.forget(r.Target)
+	default:
+		d.busy.forget(r.Target)
+	}
+	return res
+}
+
+// askGitHub makes the one GitHub call of a decision, bounded by the GitHub timeout.
+func (d *decider) askGitHub(ctx context.Context, r *review) githubResult {
+	ctx, cancel := context.WithTimeout(ctx, d.githubTimeout)
+	defer cancel()
+	// Each namespace gets its fair share of the credential's budget.
+	ctx = ghclient.WithNamespace(ctx, r.Namespace)
+	t := r.Target
+	log := logr.FromContextOrDiscard(ctx).WithValues("runner", t.Name, "scope", t.Scope.String(), "runnerIDHint", t.IDHint)
+	start := time.Now()
+	if r.readOnly(&d.policy) {
+		// A dry run may reuse any remembered answer. A bypass user's or a
+		// disrupted pod's delete lets the pod go on "idle": it reuses only a
+		// remembered "busy", which can only keep a pod longer.
+		if res, ok := d.statuses.recall(t); ok && (r.DryRun || res.busy()) {
+			log.V(1).Info("answered a read-only look-up from memory", "state", res.Status, "error", errString(res.Err))
+			return res
+		}
+		sctx := ctx
+		if r.DryRun {
+			// A dry run lets no pod go: it yields to unregisters that can, so
+			// dry runs in a loop cannot spend other teams' budget.
+			sctx = ghclient.WithPriority(ctx, ghclient.PriorityRecheck)
+		}
+		st, err := d.github.Status(sctx, t.runner())
+		log.V(1).Info("asked GitHub for runner status (read-only)", "state", st.State, "error", errString(err), "took", time.Since(start))
+		res := githubResult{Err: err}
+		if err == nil {
+			res = githubResult{Status: &st}
+		}
+		if ctx.Err() == nil {
+			d.statuses.remember(t, res)
+		}
+		return res
+	}
+	res, listed := d.knownBusy(ctx, r)
+	if res.Outcome == ghclient.Busy {
+		log.V(1).Info("runner known busy: not asking GitHub to unregister it", "from", res.From, "took", time.Since(start))
+		return res
+	}
+	prio := ghclient.PriorityRelease
+	if r.Busy.Known && listed == ghclient.ListedUnknown {
+		// Busy lately and nothing cheaper says its job ended: a re-check,
+		// which yields to unregisters that can let a pod go.
+		prio = ghclient.PriorityRecheck
+	}
+	uid := r.podUID()
+	if f := d.failures.recall(uid, t); f.Known {
+		if f.Left > 0 {
+			log.V(1).Info("this pod's last decision failed moments ago: not asking GitHub", "error", errString(f.Err), "retryIn", f.Left)
+			return githubResult{Err: &recentFailure{err: f.Err, left: f.Left}, From: knowGitHub}
+		}
+		// A repeat of a failed decision yields to unregisters that can let
+		// a pod go.
+		prio = ghclient.PriorityRecheck
+	}
+	out, err := d.github.Unregister(ghclient.WithPriority(ctx, prio), t.runner())
+	log.V(1).Info("asked GitHub to unregister runner", "outcome", out.String(), "error", errString(err), "took", time.Since(start))
+	var spent *ghclient.Spent
+	switch {
+	case err == nil:
+		d.failures.forget(uid, t)
+	case !errors.As(err, &spent):
+		// Nothing was sent when the budget held it: only GitHub's failures
+		// back off.
+		d.failures.failed(uid, t, err)
+	}
+	if errors.As(err, &spent) && r.Busy.Wait > 0 {
+		// The budget is spent and the runner was busy moments ago: say so
+		// from memory rather than fail.
+		return githubResult{Outcome: ghclient.Busy, From: knowMemory}
+	}
+	return githubResult{Outcome: out, Err: err, From: knowGitHub}
+}
+
+// knownBusy answers "busy" from knowledge that costs less than a DELETE: the
+// scope's shared listing, taken anew only for a runner busy lately or when the
+// budget is pressed (else only a fresh one is read, at no cost). A listing
+// that says idle proves nothing (it lags GitHub's broker): the DELETE decides.
+// It also returns what the listing said (ListedUnknown: no listing).
+func (d *decider) knownBusy(ctx context.Context, r *review) (githubResult, ghclient.ListedState) {
+	refresh := r.Busy.Known || d.github.Pressed(r.Target.runner())
+	ls, err := d.github.Listed(ctx, r.Target.runner(), refresh)
+	switch {
+	case err == nil && ls.State == ghclient.ListedBusy:
+		return githubResult{Outcome: ghclient.Busy, From: knowListing, listedAt: ls.Taken}, ls.State
+	case err != nil && r.Busy.Wait > 0:
+		// No listing to be had (the budget is spent, GitHub failed): the
+		// remembered "busy" still holds.
+		return githubResult{Outcome: ghclient.Busy, From: knowMemory}, ghclient.ListedUnknown
+	case err != nil:
+		return githubResult{}, ghclient.ListedUnknown
+	}
+	return githubResult{}, ls.State
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// minUnregisterTime is the least time left in which an unregister is
+// started: a DELETE GitHub answers in well under it, and one that is cut off
+// leaves the deleter refused while the runner may be gone.
+const minUnregisterTime = time.Second
+
+// outOfTimeError: the review's deadline left too little time to unregister.
+type outOfTimeError struct{ left time.Duration }
+
+func (e *outOfTimeError) Error() string {
+	return fmt.Sprintf("only %s left before the API server's webhook deadline (webhookTimeout), too little to unregister the runner safely; nothing was sent to GitHub, retry", max(e.left, 0).Round(time.Millisecond))
+}
