@@ -6,7 +6,8 @@
 # figures measured in-process (throughput, latency) compare the code too, not
 # only the binary; a figure only one side has shows "-".
 #
-# Needs KUBEBUILDER_ASSETS and KUSTOMIZE (make bench-compare sets them);
+# Needs KUBEBUILDER_ASSETS and KUSTOMIZE, and HELM for the chart-defaults
+# figures (make bench-compare sets them);
 # BENCH_FLAGS is passed to both runs (e.g. -only "disruption budgets").
 set -euo pipefail
 

@@ -21,9 +21,9 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 60s) one after another; see
 	done
 
 .PHONY: bench
-bench: build k8s kustomize ## Run the benchmark program (GitHub calls per decision, throughput, latency, RSS, the disruption controller's hint lag and drain); see docs/PERFORMANCE.md.
-	KUBEBUILDER_ASSETS=$(K8S_ASSETS) KUSTOMIZE=$(KUSTOMIZE) RUNNER_GUARD_BIN=$(BIN)/webhook $(GO) run ./test/bench $(BENCH_FLAGS)
+bench: build k8s kustomize $(HELM) ## Run the benchmark program (GitHub calls per decision, throughput, latency, RSS, the disruption controller's hint lag and drain); see docs/PERFORMANCE.md.
+	KUBEBUILDER_ASSETS=$(K8S_ASSETS) KUSTOMIZE=$(KUSTOMIZE) HELM=$(HELM) RUNNER_GUARD_BIN=$(BIN)/webhook $(GO) run ./test/bench $(BENCH_FLAGS)
 
 .PHONY: bench-compare
-bench-compare: k8s kustomize ## Run the benchmark program at BASE=<git ref> and at the working tree, one after the other, and print every figure of both with head/base.
-	KUBEBUILDER_ASSETS=$(K8S_ASSETS) KUSTOMIZE=$(KUSTOMIZE) BENCH_FLAGS='$(BENCH_FLAGS)' $(CURDIR)/hack/bench-compare.sh '$(BASE)'
+bench-compare: k8s kustomize $(HELM) ## Run the benchmark program at BASE=<git ref> and at the working tree, one after the other, and print every figure of both with head/base.
+	KUBEBUILDER_ASSETS=$(K8S_ASSETS) KUSTOMIZE=$(KUSTOMIZE) HELM=$(HELM) BENCH_FLAGS='$(BENCH_FLAGS)' $(CURDIR)/hack/bench-compare.sh '$(BASE)'

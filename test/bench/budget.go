@@ -10,7 +10,6 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/runner-guard/runner-guard/ghclient"
@@ -29,62 +28,41 @@ const (
 // budgetRun drives runner-guard under a PodDisruptionBudget that
 // kube-controller-manager's disruption controller keeps (it runs here,
 // unlike in the e2e suite): evictions sent all at once, as kubectl drain
-// sends them, and runner-guard's own drain of the same node.
+// sends them, over one replica and then over 2 and 3 behind one address
+// (issue 37), and runner-guard's own drain of the same node by the chart's
+// replicas.
 func (e *env) budgetRun() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	d, stop, err := startDisruptionBench(ctx, append(framework.DefaultControllers(), "disruption-controller"))
-	if err != nil {
-		return err
-	}
-	defer stop()
-	b := &budgetBench{disruptionBench: *d}
-	turnaround, err := b.evictAll(ctx, e, 1)
-	if err != nil {
-		return fmt.Errorf("evictions at once: %w", err)
-	}
-	if err := b.drain(ctx, e, turnaround, 1); err != nil {
-		return fmt.Errorf("drain: %w", err)
-	}
-	// As the chart runs it: replicas behind one address, each review sent
-	// to the next (issue 37).
-	for _, n := range []int{2, 3} {
-		if _, err := b.evictAll(ctx, e, n); err != nil {
-			return fmt.Errorf("evictions at once over %d replicas: %w", n, err)
+	return onDisruptionBench(8*time.Minute, func(ctx context.Context, d *disruptionBench) error {
+		b := &budgetBench{disruptionBench: *d}
+		turnaround, err := b.evictAll(ctx, e, 1)
+		if err != nil {
+			return fmt.Errorf("evictions at once: %w", err)
 		}
-	}
-	if err := b.drain(ctx, e, turnaround, 2); err != nil {
-		return fmt.Errorf("drain over 2 replicas: %w", err)
-	}
-	return nil
+		for _, n := range []int{2, 3} {
+			if _, err := b.evictAll(ctx, e, n); err != nil {
+				return fmt.Errorf("evictions at once over %d replicas: %w", n, err)
+			}
+		}
+		if err := b.drain(ctx, e, turnaround, chartReplicas); err != nil {
+			return fmt.Errorf("drain over %d replicas: %w", chartReplicas, err)
+		}
+		return nil
+	})
 }
 
-// startReplicas runs the webhook as n replicas behind one address and
-// waits until one of them leads the disruption controllers; stop puts the
-// single webhook back.
-func (b *budgetBench) startReplicas(ctx context.Context, n int) (stop func(), err error) {
-	r, err := b.fenv.StartReplicas(ctx, n)
-	if err != nil {
-		return nil, err
+// budgetPlace is where one budget run happens: its namespace and node, and
+// the figure it reports.
+type budgetPlace struct{ ns, node, figure string }
+
+// placeBudgetRun names a run of prefix over replicas: the figure is
+// figure when replicas is plainAt, else figure_<n>_replicas.
+func placeBudgetRun(prefix, figure string, replicas, plainAt int) budgetPlace {
+	p := budgetPlace{ns: prefix, node: prefix + "-node", figure: figure}
+	if replicas != plainAt {
+		suffix := fmt.Sprintf("-%d-replicas", replicas)
+		p = budgetPlace{ns: prefix + suffix, node: prefix + "-node" + suffix, figure: fmt.Sprintf("%s_%d_replicas", figure, replicas)}
 	}
-	stop = func() {
-		if err := r.Stop(ctx); err != nil {
-			progress("budget: start the single webhook again: %v", err)
-		}
-	}
-	// The single webhook gave its lease up on stopping (ReleaseOnCancel).
-	deadline := time.Now().Add(time.Minute)
-	for {
-		lease, err := b.fenv.Client.CoordinationV1().Leases("runner-guard-system").Get(ctx, "runner-guard-disruption", metav1.GetOptions{})
-		if err == nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "" {
-			return stop, nil
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return nil, fmt.Errorf("no replica of %d leads the disruption controllers a minute on (%v)", n, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return p
 }
 
 type budgetBench struct {
@@ -165,17 +143,8 @@ func (b *budgetBench) allows(ctx context.Context, ns string, within time.Duratio
 
 // alive lists the pods on node that are not terminating.
 func (b *budgetBench) alive(ctx context.Context, ns, node string) ([]corev1.Pod, error) {
-	pods, err := b.fenv.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	var out []corev1.Pod
-	for _, p := range pods.Items {
-		if p.Spec.NodeName == node && p.DeletionTimestamp == nil {
-			out = append(out, p)
-		}
-	}
-	return out, nil
+	pods, _, err := b.podsOnNode(ctx, ns, node)
+	return pods, err
 }
 
 // unregisteredStaying lists runners gone from GitHub whose pod on node is
@@ -202,15 +171,10 @@ func (b *budgetBench) unregisteredStaying(ctx context.Context, ns, node string, 
 // many replicas behind one address, and the figure is
 // unregistered_beyond_budget_<n>_replicas.
 func (b *budgetBench) evictAll(ctx context.Context, e *env, replicas int) (time.Duration, error) {
-	ns, node, figure := "bench-budget-evict", "bench-budget-evict-node", "unregistered_beyond_budget"
-	if replicas > 1 {
-		suffix := fmt.Sprintf("-%d-replicas", replicas)
-		ns, node, figure = ns+suffix, node+suffix, fmt.Sprintf("%s_%d_replicas", figure, replicas)
-		stop, err := b.startReplicas(ctx, replicas)
-		if err != nil {
-			return 0, err
-		}
-		defer stop()
+	p := placeBudgetRun("bench-budget-evict", "unregistered_beyond_budget", replicas, 1)
+	ns, node, figure := p.ns, p.node, p.figure
+	if err := b.scaleTo(ctx, replicas); err != nil {
+		return 0, err
 	}
 	scope := org(ns)
 	if err := b.node(ctx, ns, node, scope); err != nil {
@@ -300,27 +264,22 @@ func (b *budgetBench) evictAll(ctx context.Context, e *env, replicas int) (time.
 }
 
 // drain: the same node drained by runner-guard's drain controller (cordon),
-// the evicted pods replaced elsewhere as ARC would. With replicas > 1 the
-// webhook runs as that many replicas behind one address (the leader
-// drains; any replica decides its evictions), and the figure is
-// drain_budget_node_s_<n>_replicas.
+// the evicted pods replaced elsewhere as ARC would, the webhook running as
+// `replicas` replicas behind one address (the leader drains; any replica
+// decides its evictions). The figure is drain_budget_node_s at the chart's
+// replicas, drain_budget_node_s_<n>_replicas at others.
 func (b *budgetBench) drain(ctx context.Context, e *env, turnaround time.Duration, replicas int) error {
-	ns, node, figure := "bench-budget-drain", "bench-budget-drain-node", "drain_budget_node_s"
-	if replicas > 1 {
-		suffix := fmt.Sprintf("-%d-replicas", replicas)
-		ns, node, figure = ns+suffix, node+suffix, fmt.Sprintf("%s_%d_replicas", figure, replicas)
-		stop, err := b.startReplicas(ctx, replicas)
-		if err != nil {
-			return err
-		}
-		defer stop()
+	p := placeBudgetRun("bench-budget-drain", "drain_budget_node_s", replicas, chartReplicas)
+	ns, node, figure := p.ns, p.node, p.figure
+	if err := b.scaleTo(ctx, replicas); err != nil {
+		return err
 	}
 	scope := org(ns)
 	if err := b.node(ctx, ns, node, scope); err != nil {
 		return err
 	}
 	start := time.Now()
-	if _, err := b.fenv.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
+	if err := b.cordon(ctx, node); err != nil {
 		return err
 	}
 	// The drain evicts a pod a moment after it unregistered the runner: a
@@ -329,20 +288,14 @@ func (b *budgetBench) drain(ctx context.Context, e *env, turnaround time.Duratio
 	seen := map[string]time.Time{}
 	counted := map[string]bool{}
 	for {
-		pods, err := b.fenv.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		pods, leaving, err := b.podsOnNode(ctx, ns, node)
 		if err != nil {
 			return err
 		}
-		alive := 0
-		for _, p := range pods.Items {
-			switch {
-			case p.Spec.NodeName != node:
-			case p.DeletionTimestamp == nil:
-				alive++
-			default:
-				if err := b.replace(ctx, ns, p.Name); err != nil {
-					return err
-				}
+		alive := len(pods)
+		for _, p := range leaving {
+			if err := b.replace(ctx, ns, p.Name); err != nil {
+				return err
 			}
 		}
 		staying, err := b.unregisteredStaying(ctx, ns, node, scope)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -40,64 +39,50 @@ func (d *disruptionBench) setStatus(ctx context.Context, ns, name string, patch 
 // EphemeralRunner done -> the budget gone, one runner at a time.
 func (d *disruptionBench) budgetLag(ctx context.Context, e *env) error {
 	const ns = "bench-budget-lag"
-	scope := org("bench-budget-lag")
-	if err := d.runners(ctx, ns, "lag", budgetLagRuns, framework.NodeName, scope); err != nil {
-		return err
+	return d.runnerLags(ctx, e, ns, "lag", budgetLagRuns, "budget_lag_p99_ms", "<= 1000, 0 GitHub requests",
+		"job fields set -> job budget in place, and EphemeralRunner done -> budget gone, real API server", func(i int, name string) ([]time.Duration, error) {
+			return d.budgetLagOf(ctx, ns, name, jobFields(2000+i))
+		})
+}
+
+// budgetLagOf: the runner's job fields set -> its pod's job budget in
+// place, and its EphemeralRunner done -> the budget gone.
+func (d *disruptionBench) budgetLagOf(ctx context.Context, ns, name string, job []byte) ([]time.Duration, error) {
+	pod, err := d.fenv.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
 	}
-	before := len(d.fenv.GitHub.Requests())
+	sel := metav1.ListOptions{LabelSelector: webhook.LabelJobBudget + "=" + string(pod.UID)}
 	var lags []time.Duration
-	for i := range budgetLagRuns {
-		name := fmt.Sprintf("lag-%03d", i)
-		pod, err := d.fenv.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	for _, step := range []struct {
+		patch []byte
+		want  watch.EventType
+	}{{job, watch.Added}, {[]byte(`{"status":{"phase":"Succeeded"}}`), watch.Deleted}} {
+		w, err := d.fenv.Client.PolicyV1().PodDisruptionBudgets(ns).Watch(ctx, sel)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		sel := metav1.ListOptions{LabelSelector: webhook.LabelJobBudget + "=" + string(pod.UID)}
-		for _, step := range []struct {
-			patch []byte
-			want  watch.EventType
-		}{{jobFields(2000 + i), watch.Added}, {[]byte(`{"status":{"phase":"Succeeded"}}`), watch.Deleted}} {
-			w, err := d.fenv.Client.PolicyV1().PodDisruptionBudgets(ns).Watch(ctx, sel)
-			if err != nil {
-				return err
-			}
-			start := time.Now()
-			if err := d.setStatus(ctx, ns, name, step.patch); err != nil {
-				w.Stop()
-				return err
-			}
-			err = untilBudgetEvent(ctx, w, step.want)
-			lags = append(lags, time.Since(start))
+		start := time.Now()
+		if err := d.setStatus(ctx, ns, name, step.patch); err != nil {
 			w.Stop()
-			if err != nil {
-				return fmt.Errorf("pod %s: %w", name, err)
-			}
+			return nil, err
+		}
+		err = untilBudgetEvent(ctx, w, step.want)
+		lags = append(lags, time.Since(start))
+		w.Stop()
+		if err != nil {
+			return nil, fmt.Errorf("pod %s: %w", name, err)
 		}
 	}
-	requests := len(d.fenv.GitHub.Requests()) - before
-	slices.Sort(lags)
-	p99, p50 := pct(lags, 0.99), pct(lags, 0.50)
-	progress("budget lag: %d runners, p50 %s, p99 %s, %d GitHub requests", budgetLagRuns, p50.Round(time.Millisecond), p99.Round(time.Millisecond), requests)
-	e.record("budget_lag_p99_ms", ms(p99), "ms", "<= 1000, 0 GitHub requests", ms(p99) <= 1000 && requests == 0,
-		fmt.Sprintf("job fields set -> job budget in place, and EphemeralRunner done -> budget gone, real API server; p50 %.0f ms; %d GitHub requests", ms(p50), requests))
-	return nil
+	return lags, nil
 }
 
 // untilBudgetEvent waits on a budget watch for an event of type want on a job budget.
 func untilBudgetEvent(ctx context.Context, w watch.Interface, want watch.EventType) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return fmt.Errorf("watch closed before a %s job budget", want)
-			}
-			if pdb, isPDB := ev.Object.(*policyv1.PodDisruptionBudget); isPDB && ev.Type == want && webhook.IsJobBudget(pdb) {
-				return nil
-			}
-		}
-	}
+	return untilEvent(ctx, w, fmt.Sprintf("a %s job budget", want), func(ev watch.Event) bool {
+		pdb, isPDB := ev.Object.(*policyv1.PodDisruptionBudget)
+		return isPDB && ev.Type == want && webhook.IsJobBudget(pdb)
+	})
 }
 
 // budgetsPerRunner: budgetBusy busy and budgetIdle idle runners -> exactly
@@ -189,7 +174,7 @@ func (d *disruptionBench) webhookDownEvictions(ctx context.Context, e *env) erro
 	if !set {
 		return fmt.Errorf("no evictions entry to set to Ignore")
 	}
-	if err := d.fenv.StopWebhook(); err != nil {
+	if err := d.scaleToZero(ctx); err != nil {
 		return err
 	}
 	evict := func(name string) error {

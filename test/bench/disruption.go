@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
@@ -13,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/runner-guard/runner-guard/disruption"
 	"github.com/runner-guard/runner-guard/ghclient"
@@ -33,60 +30,30 @@ const (
 // hints on its pod, and from `kubectl cordon` to the last idle runner's pod
 // deleted.
 func (e *env) disruptionRun() error {
-	// The job budgets' figures need the budgets' status computed, as in a cluster.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	d, stop, err := startDisruptionBench(ctx, append(framework.DefaultControllers(), "disruption-controller"))
-	if err != nil {
-		return err
-	}
-	defer stop()
-	if err := d.hintLag(ctx, e); err != nil {
-		return fmt.Errorf("hint lag: %w", err)
-	}
-	if err := d.drainIdle(ctx, e); err != nil {
-		return fmt.Errorf("drain: %w", err)
-	}
-	if err := d.budgetLag(ctx, e); err != nil {
-		return fmt.Errorf("budget lag: %w", err)
-	}
-	if err := d.budgetsPerRunner(ctx, e); err != nil {
-		return fmt.Errorf("budgets per runner: %w", err)
-	}
-	// Last: it stops the webhook.
-	if err := d.webhookDownEvictions(ctx, e); err != nil {
-		return fmt.Errorf("evictions with runner-guard down: %w", err)
-	}
-	return nil
+	return onDisruptionBench(10*time.Minute, func(ctx context.Context, d *disruptionBench) error {
+		if err := d.hintLag(ctx, e); err != nil {
+			return fmt.Errorf("hint lag: %w", err)
+		}
+		if err := d.drainIdle(ctx, e); err != nil {
+			return fmt.Errorf("drain: %w", err)
+		}
+		if err := d.budgetLag(ctx, e); err != nil {
+			return fmt.Errorf("budget lag: %w", err)
+		}
+		if err := d.budgetsPerRunner(ctx, e); err != nil {
+			return fmt.Errorf("budgets per runner: %w", err)
+		}
+		// Last: it stops the webhook.
+		if err := d.webhookDownEvictions(ctx, e); err != nil {
+			return fmt.Errorf("evictions with runner-guard down: %w", err)
+		}
+		return nil
+	})
 }
 
-// startDisruptionBench starts the e2e harness with kube-controller-manager's
-// controllers (nil: the harness's default); stop ends it.
-func startDisruptionBench(ctx context.Context, controllers []string) (d *disruptionBench, stop func(), err error) {
-	opts, err := framework.FromEnvironment()
-	if err != nil {
-		return nil, nil, fmt.Errorf("needs the control plane (`make bench` sets it up): %w", err)
-	}
-	opts.Controllers = controllers
-	fenv, err := framework.Start(ctx, opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	stop = func() {
-		fenv.Stop()
-		_ = os.RemoveAll(fenv.Dir)
-	}
-	dyn, err := dynamic.NewForConfig(fenv.Config)
-	if err != nil {
-		stop()
-		return nil, nil, err
-	}
-	return &disruptionBench{fenv: fenv, dyn: dyn}, stop, nil
-}
-
+// disruptionBench runs figures on the harness.
 type disruptionBench struct {
-	fenv *framework.Env
-	dyn  dynamic.Interface
+	*harness
 }
 
 // runner creates a registered, idle scale-set runner: its EphemeralRunner
@@ -110,17 +77,51 @@ func (d *disruptionBench) runner(ctx context.Context, ns, name, node string, sco
 	return err
 }
 
-// runners creates namespace ns and n idle scale-set runners named
-// prefix-000, prefix-001, ... on node.
-func (d *disruptionBench) runners(ctx context.Context, ns, prefix string, n int, node string, scope ghclient.Scope) error {
+// runners creates namespace ns and n idle scale-set runners of the
+// organization named ns, prefix-000, prefix-001, ... on the harness's node,
+// and returns their names.
+func (d *disruptionBench) runners(ctx context.Context, ns, prefix string, n int) ([]string, error) {
 	if err := d.fenv.CreateNamespace(ctx, ns); err != nil {
-		return err
+		return nil, err
 	}
-	for i := range n {
-		if err := d.runner(ctx, ns, fmt.Sprintf("%s-%03d", prefix, i), node, scope); err != nil {
-			return err
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%03d", prefix, i)
+		if err := d.runner(ctx, ns, names[i], framework.NodeName, org(ns)); err != nil {
+			return nil, err
 		}
 	}
+	return names, nil
+}
+
+// runnerLags is measureLags over n idle scale-set runners made in ns.
+func (d *disruptionBench) runnerLags(ctx context.Context, e *env, ns, prefix string, n int, figure, target, what string, measure func(i int, name string) ([]time.Duration, error)) error {
+	names, err := d.runners(ctx, ns, prefix, n)
+	if err != nil {
+		return err
+	}
+	return e.measureLags(figure, target, what, d.fenv.GitHub, names, measure)
+}
+
+// measureLags runs measure for each name in turn and records the p99 of
+// every lag it took as figure, met when it is at most a second and no
+// GitHub request was made meanwhile.
+func (e *env) measureLags(figure, target, what string, gh framework.GitHub, names []string, measure func(i int, name string) ([]time.Duration, error)) error {
+	before := len(gh.Requests())
+	var lags []time.Duration
+	for i, name := range names {
+		l, err := measure(i, name)
+		if err != nil {
+			return err
+		}
+		lags = append(lags, l...)
+	}
+	requests := len(gh.Requests()) - before
+	slices.Sort(lags)
+	p99, p50 := pct(lags, 0.99), pct(lags, 0.50)
+	progress("%s: %d lags, p50 %s, p99 %s, %d GitHub requests", figure, len(lags), p50.Round(time.Millisecond), p99.Round(time.Millisecond), requests)
+	e.record(figure, ms(p99), "ms", target, ms(p99) <= 1000 && requests == 0,
+		fmt.Sprintf("%s; p50 %.0f ms; %d GitHub requests", what, ms(p50), requests))
 	return nil
 }
 
@@ -128,31 +129,10 @@ func (d *disruptionBench) runners(ctx context.Context, ns, prefix string, n int,
 // karpenter.sh/do-not-disrupt on the pod, one runner at a time.
 func (d *disruptionBench) hintLag(ctx context.Context, e *env) error {
 	const ns = "bench-hints"
-	scope := org("bench-hints")
-	if err := d.runners(ctx, ns, "hint", hintRuns, framework.NodeName, scope); err != nil {
-		return err
-	}
-	before := len(d.fenv.GitHub.Requests())
-	var lags []time.Duration
-	for i := range hintRuns {
-		name := fmt.Sprintf("hint-%03d", i)
-		patch, _ := json.Marshal(map[string]any{"status": map[string]any{"jobRequestId": 1000 + i, "jobId": fmt.Sprint(1000 + i), "jobRepositoryName": "acme/app", "jobDisplayName": "build"}})
-		lag, err := hintLagOf(ctx, d.fenv, ns, name, func() error {
-			_, err := d.dyn.Resource(framework.EphemeralRunnerResource()).Namespace(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		lags = append(lags, lag)
-	}
-	requests := len(d.fenv.GitHub.Requests()) - before
-	slices.Sort(lags)
-	p99, p50 := pct(lags, 0.99), pct(lags, 0.50)
-	progress("hint lag: %d runners, p50 %s, p99 %s, %d GitHub requests", hintRuns, p50.Round(time.Millisecond), p99.Round(time.Millisecond), requests)
-	e.record("hint_lag_p99_ms", ms(p99), "ms", "<= 1000, 0 GitHub requests", ms(p99) <= 1000 && requests == 0,
-		fmt.Sprintf("job fields set on the EphemeralRunner -> %s on the pod, real API server; p50 %.0f ms; %d GitHub requests", disruption.AnnotationDoNotDisrupt, ms(p50), requests))
-	return nil
+	return d.runnerLags(ctx, e, ns, "hint", hintRuns, "hint_lag_p99_ms", "<= 1000, 0 GitHub requests", fmt.Sprintf("job fields set on the EphemeralRunner -> %s on the pod, real API server", disruption.AnnotationDoNotDisrupt), func(i int, name string) ([]time.Duration, error) {
+		lag, err := hintLagOf(ctx, d.fenv, ns, name, func() error { return d.setStatus(ctx, ns, name, jobFields(1000+i)) })
+		return []time.Duration{lag}, err
+	})
 }
 
 // hintLagOf watches pod ns/name, runs start, and returns how long until the
@@ -175,19 +155,52 @@ func hintLagOf(ctx context.Context, fenv *framework.Env, ns, name string, start 
 
 // untilAnnotated waits on a pod watch until the pod carries the annotation.
 func untilAnnotated(ctx context.Context, w watch.Interface, key string) error {
+	return untilEvent(ctx, w, key+" on the pod", func(ev watch.Event) bool {
+		pod, isPod := ev.Object.(*corev1.Pod)
+		return isPod && pod.Annotations[key] != ""
+	})
+}
+
+// untilEvent waits on w for an event match accepts (what names it).
+func untilEvent(ctx context.Context, w watch.Interface, what string, match func(watch.Event) bool) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				return fmt.Errorf("watch closed before %s appeared", key)
+				return fmt.Errorf("watch closed before %s", what)
 			}
-			if pod, isPod := ev.Object.(*corev1.Pod); isPod && pod.Annotations[key] != "" {
+			if match(ev) {
 				return nil
 			}
 		}
 	}
+}
+
+// cordon marks node unschedulable, as `kubectl cordon` does.
+func (d *disruptionBench) cordon(ctx context.Context, node string) error {
+	_, err := d.fenv.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{})
+	return err
+}
+
+// podsOnNode lists the pods of ns on node: those not terminating, and those
+// leaving (terminating).
+func (d *disruptionBench) podsOnNode(ctx context.Context, ns, node string) (alive, leaving []corev1.Pod, err error) {
+	pods, err := d.fenv.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, p := range pods.Items {
+		switch {
+		case p.Spec.NodeName != node:
+		case p.DeletionTimestamp == nil:
+			alive = append(alive, p)
+		default:
+			leaving = append(leaving, p)
+		}
+	}
+	return alive, leaving, nil
 }
 
 // drainIdle: cordon a node with drainRunner idle runners → the last one's
@@ -204,20 +217,15 @@ func (d *disruptionBench) drainIdle(ctx context.Context, e *env) error {
 		}
 	}
 	start := time.Now()
-	if _, err := d.fenv.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
+	if err := d.cordon(ctx, node); err != nil {
 		return err
 	}
 	for {
-		pods, err := d.fenv.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		pods, _, err := d.podsOnNode(ctx, ns, node)
 		if err != nil {
 			return err
 		}
-		alive := 0
-		for _, p := range pods.Items {
-			if p.DeletionTimestamp == nil {
-				alive++
-			}
-		}
+		alive := len(pods)
 		if alive == 0 {
 			break
 		}

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -35,9 +34,9 @@ const (
 // legacy pods' hints cost with events on and --hint-from-listing off, and
 // how many forged deliveries change anything.
 func (e *env) eventsRun() error {
-	opts, err := framework.FromEnvironment()
+	opts, err := harnessOptions()
 	if err != nil {
-		return fmt.Errorf("needs the control plane (`make bench` sets it up): %w", err)
+		return err
 	}
 	secret := "bench-webhook-secret"
 	dir, err := os.MkdirTemp("", "runner-guard-bench-events-")
@@ -55,16 +54,13 @@ func (e *env) eventsRun() error {
 	}
 	url := fmt.Sprintf("http://127.0.0.1:%d%s", port, events.Path)
 	opts.WebhookArgs = append(opts.WebhookArgs, fmt.Sprintf("--events-bind-address=127.0.0.1:%d", port), "--github-webhook-secret-file="+secretFile)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	fenv, err := framework.Start(ctx, opts)
+	// One process: each serves the events endpoint on an address of its own.
+	ctx, h, stop, err := startHarnessWithin(10*time.Minute, opts, 1)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		fenv.Stop()
-		_ = os.RemoveAll(fenv.Dir)
-	}()
+	defer stop()
+	fenv := h.fenv
 	fenv.Fake().DeliverEvents(ghfake.Events{URL: url, Secret: secret})
 	b := &eventsBench{fenv: fenv, url: url, secret: []byte(secret)}
 	if err := b.hintLag(ctx, e); err != nil {
@@ -106,39 +102,25 @@ func (b *eventsBench) legacyPods(ctx context.Context, ns, prefix string, n int, 
 
 // hintLag: SetBusy (the fake delivers in_progress) -> do-not-disrupt on the pod.
 func (b *eventsBench) hintLag(ctx context.Context, e *env) error {
-	const ns = "bench-event-hints"
-	scope := org("bench-event-hints")
+	ns, scope := "bench-event-hints", org("bench-event-hints")
 	names, err := b.legacyPods(ctx, ns, "ev", eventRuns, scope)
 	if err != nil {
 		return err
 	}
-	before := len(b.fenv.GitHub.Requests())
-	var lags []time.Duration
-	for _, name := range names {
+	return e.measureLags("event_hint_lag_p99_ms", "<= 1000", fmt.Sprintf("signed in_progress delivery -> %s on a legacy pod, real binary and API server", disruption.AnnotationDoNotDisrupt), b.fenv.GitHub, names, func(_ int, name string) ([]time.Duration, error) {
 		lag, err := hintLagOf(ctx, b.fenv, ns, name, func() error {
 			b.fenv.GitHub.SetBusy(scope, name, true) // the fake delivers in_progress
 			return nil
 		})
-		if err != nil {
-			return err
-		}
-		lags = append(lags, lag)
-	}
-	requests := len(b.fenv.GitHub.Requests()) - before
-	slices.Sort(lags)
-	p99, p50 := pct(lags, 0.99), pct(lags, 0.50)
-	progress("event hint lag: %d legacy runners, p50 %s, p99 %s, %d GitHub requests", eventRuns, p50.Round(time.Millisecond), p99.Round(time.Millisecond), requests)
-	e.record("event_hint_lag_p99_ms", ms(p99), "ms", "<= 1000", ms(p99) <= 1000 && requests == 0,
-		fmt.Sprintf("signed in_progress delivery -> %s on a legacy pod, real binary and API server; p50 %.0f ms; %d GitHub requests", disruption.AnnotationDoNotDisrupt, ms(p50), requests))
-	return nil
+		return []time.Duration{lag}, err
+	})
 }
 
 // requestsPerHour: eventCycleRuns legacy runners each take and finish jobs
 // for a while, with events on and --hint-from-listing off; the GitHub
 // requests their hints cost, scaled to 1,000 runners and an hour.
 func (b *eventsBench) requestsPerHour(ctx context.Context, e *env) error {
-	const ns = "bench-event-cycle"
-	scope := org("bench-event-cycle")
+	ns, scope := "bench-event-cycle", org("bench-event-cycle")
 	names, err := b.legacyPods(ctx, ns, "cy", eventCycleRuns, scope)
 	if err != nil {
 		return err
@@ -164,8 +146,7 @@ func (b *eventsBench) requestsPerHour(ctx context.Context, e *env) error {
 // forged: forgedDeliveries in_progress deliveries, unsigned or signed with
 // another secret, naming the idle legacy runners; how many pods got a job.
 func (b *eventsBench) forged(ctx context.Context, e *env) error {
-	const ns = "bench-event-forged"
-	scope := org("bench-event-forged")
+	ns, scope := "bench-event-forged", org("bench-event-forged")
 	names, err := b.legacyPods(ctx, ns, "fg", 10, scope)
 	if err != nil {
 		return err

@@ -56,9 +56,9 @@ const (
 // that flag, the admission webhook as another; before that, in the
 // admission webhook's process, as deployed then.
 func (e *env) eventsAttack() error {
-	opts, err := framework.FromEnvironment()
+	opts, err := harnessOptions()
 	if err != nil {
-		return fmt.Errorf("needs the control plane (`make bench` sets it up): %w", err)
+		return err
 	}
 	dir, err := os.MkdirTemp("", "runner-guard-bench-attack-")
 	if err != nil {
@@ -80,16 +80,13 @@ func (e *env) eventsAttack() error {
 	} else {
 		opts.WebhookArgs = append(opts.WebhookArgs, eventsArgs...)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	fenv, err := framework.Start(ctx, opts)
+	// One process: each serves the events endpoint on an address of its own.
+	ctx, h, stop, err := startHarnessWithin(15*time.Minute, opts, 1)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		fenv.Stop()
-		_ = os.RemoveAll(fenv.Dir)
-	}()
+	defer stop()
+	fenv := h.fenv
 	a.eventsBench = &eventsBench{fenv: fenv, secret: []byte(secret)}
 	defer a.stopAll()
 	mode := "in the admission webhook's process (no --events-only yet)"

@@ -163,6 +163,7 @@ func run() ([]figure, error) {
 		{"GitHub's workflow_job events on a real API server: hint lag, requests, forgeries", (*env).eventsRun},
 		{"GitHub's events endpoint under attack on a real API server: flood memory, admission meanwhile, stale and cross-scope deliveries", (*env).eventsAttack},
 		{"100 jobs lost in 10 runs: re-run path", (*env).lostJobs},
+		{"the chart at its defaults on a real API server: GitHub requests of 1,000 legacy runners, runner-guard scaled to 0", (*env).chartDefaultsRun},
 	}
 	for _, s := range steps {
 		if !strings.Contains(s.name, *only) {
