@@ -428,3 +428,38 @@ func TestRecordExpires(t *testing.T) {
 		t.Errorf("%d requests; refused counted %v", len(f.Requests()), testutil.ToFloat64(m.lost.WithLabelValues(string(CauseNodeGone), string(OutcomeRefused))))
 	}
 }
+
+// A record of ARC's credentials reads its githubConfigSecret by ARC's rules,
+// as the webhook does; a Secret they refuse is a reason naming the key.
+func TestClientOfReadsARCSecretAsARCDoes(t *testing.T) {
+	ref := CredentialsRef{Mode: CredentialsARC, Secret: types.NamespacedName{Namespace: "ci", Name: "gh"}, BaseURL: "https://ghe.example.com/api/v3"}
+	tests := map[string]struct {
+		data       map[string]string
+		wantToken  string
+		wantReason string
+	}{
+		"a token, trimmed":      {data: map[string]string{"github_token": "t0ken\n"}, wantToken: "t0ken"},
+		"a token, half an App":  {data: map[string]string{"github_token": "t0ken", "github_app_id": "1"}, wantToken: "t0ken"},
+		"an App without a key":  {data: map[string]string{"github_app_id": "1", "github_app_installation_id": "2"}, wantReason: "Secret ci/gh: github_app_private_key: missing"},
+		"a token and an App":    {data: map[string]string{"github_token": "t", "github_app_id": "1", "github_app_installation_id": "2", "github_app_private_key": "k"}, wantReason: "github_token: both"},
+		"a bad installation ID": {data: map[string]string{"github_app_id": "1", "github_app_installation_id": "x", "github_app_private_key": "k"}, wantReason: `github_app_installation_id: "x" is not a positive integer`},
+		"nothing":               {data: map[string]string{}, wantReason: "Secret ci/gh: holds none of"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			api := fake.NewClientBuilder().WithObjects(fixture.ARCSecret("ci", "gh", tc.data)).Build()
+			var got *ghclient.Credentials
+			r := testReconciler(api, func(c *ghclient.Credentials) (Runs, error) {
+				got = c
+				return nil, nil
+			}, events.NewFakeRecorder(1), NewMetrics(nil))
+			_, reason := r.clientOf(context.Background(), ref)
+			if !strings.Contains(reason, tc.wantReason) || (tc.wantReason == "") != (reason == "") {
+				t.Fatalf("reason %q, want one with %q", reason, tc.wantReason)
+			}
+			if tc.wantToken != "" && (got == nil || got.Token != tc.wantToken || got.BaseURL != ref.BaseURL || got.Key != "ci/gh") {
+				t.Errorf("credentials %+v, want token %q at %s", got, tc.wantToken, ref.BaseURL)
+			}
+		})
+	}
+}

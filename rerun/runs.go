@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
 // refusedHint is what a refused re-run asks of the operator.
@@ -185,7 +186,7 @@ func (r *runReconciler) clientOf(ctx context.Context, ref CredentialsRef) (Runs,
 		if err := r.secrets.Get(ctx, ref.Secret, &secret); err != nil {
 			return nil, fmt.Sprintf("reading Secret %s: %s", ref.Secret, err.Error())
 		}
-		c, err := credentialsFromSecret(&secret)
+		c, err := arc.CredentialsFromSecret(&secret)
 		if err != nil {
 			return nil, fmt.Sprintf("Secret %s: %s", ref.Secret, err.Error())
 		}
