@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/runner-guard/runner-guard/internal/waitctx"
 )
 
 // GitHub's secondary limits for REST, per credential (GITHUB-API.md): 900
@@ -188,7 +190,7 @@ func NewBudgets(cfg BudgetConfig, m *Metrics) (*Budgets, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.Sleep == nil {
-		cfg.Sleep = sleep
+		cfg.Sleep = waitctx.Sleep
 	}
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
@@ -706,15 +708,4 @@ func (t *budgetTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
 	t.budget.observe(key, resp)
 	return resp, err
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

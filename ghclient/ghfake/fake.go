@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/internal/waitctx"
 )
 
 const (
@@ -758,7 +759,7 @@ func (f *Fake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hang := f.takeFaultLocked(r, FaultHang)
 	f.mu.Unlock()
 
-	if !sleep(r.Context(), latency) || (hang != nil && !hangFor(r.Context(), hang.Delay)) {
+	if waitctx.Sleep(r.Context(), latency) != nil || (hang != nil && !hangFor(r.Context(), hang.Delay)) {
 		f.mu.Lock()
 		f.usageLocked(entry.Credential).leave()
 		f.logLocked(entry, 0)
@@ -840,26 +841,12 @@ func (f *Fake) arriveLocked(r *http.Request) Request {
 	return e
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 func hangFor(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		<-ctx.Done()
 		return false
 	}
-	return sleep(ctx, d)
+	return waitctx.Sleep(ctx, d) == nil
 }
 
 func (f *Fake) logLocked(e Request, status int) {
