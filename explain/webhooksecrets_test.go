@@ -17,6 +17,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/runner-guard/runner-guard/internal/jobannotation"
+	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
 const guardNS = "rg"
@@ -255,14 +256,8 @@ func TestMountedFrom(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			keys, err := mountedFrom(tc.dep, tc.file)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("mountedFrom error = %v, want one with %q", err, tc.wantErr)
-				}
+			if fixture.CheckErr(t, err, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			var got []string
 			for _, k := range keys {

@@ -5,19 +5,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
+
+	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
 func TestEventsSecrets(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, content string) string { return fixture.WriteFile(t, dir, name, content) }
 	good, empty, other := write("good", "s3cret\n"), write("empty", "\n"), write("other", "0ther")
 	config := func(name, body string) string { return write(name, "secrets:\n"+body) }
 	entry := func(name, file, scopes string) string {
@@ -30,9 +25,7 @@ func TestEventsSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, e := range []string{entry("org-a", good, `"org:org-a"`), entry("org-b", other, `"org:org-b"`)} {
-		if err := os.WriteFile(filepath.Join(asDir, fmt.Sprintf("%d.yaml", i)), []byte("secrets:\n"+e), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		fixture.WriteFile(t, asDir, fmt.Sprintf("%d.yaml", i), "secrets:\n"+e)
 	}
 	cases := map[string]struct {
 		flags   eventsFlags
@@ -63,14 +56,8 @@ func TestEventsSecrets(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			got, err := c.flags.load()
-			if c.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
-					t.Fatalf("error %v, want one containing %q", err, c.wantErr)
-				}
+			if fixture.CheckErr(t, err, c.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			var names []string
 			for _, s := range got.secrets {

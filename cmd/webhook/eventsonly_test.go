@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
 // TestEventsOnlyNeedsItsFlags: --events-only fails at start, in one line
@@ -16,7 +18,7 @@ import (
 // needs no GitHub credentials and no serving certificate to get there.
 func TestEventsOnlyNeedsItsFlags(t *testing.T) {
 	dir := t.TempDir()
-	secret := writeFile(t, dir, "secret", "s3cret\n")
+	secret := fixture.WriteFile(t, dir, "secret", "s3cret\n")
 	cases := map[string]struct {
 		args []string
 		want string

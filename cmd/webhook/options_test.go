@@ -11,17 +11,9 @@ import (
 
 	"github.com/runner-guard/runner-guard/certs"
 	"github.com/runner-guard/runner-guard/ghclient"
+	"github.com/runner-guard/runner-guard/test/fixture"
 	"github.com/runner-guard/runner-guard/webhook"
 )
-
-func writeFile(t *testing.T, dir, name, content string) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // mustParseFlags is parseFlags for a case whose flags parse.
 func mustParseFlags(t *testing.T, args []string) *options {
@@ -33,28 +25,11 @@ func mustParseFlags(t *testing.T, args []string) *options {
 	return o
 }
 
-// checkErr fails t unless err is what want asks for: no error when want is
-// "", else one containing want. It reports whether an error was wanted, so a
-// case that wanted one stops there.
-func checkErr(t *testing.T, err error, want string) (wantedErr bool) {
-	t.Helper()
-	if want == "" {
-		if err != nil {
-			t.Fatal(err)
-		}
-		return false
-	}
-	if err == nil || !strings.Contains(err.Error(), want) {
-		t.Fatalf("error = %v, want %q", err, want)
-	}
-	return true
-}
-
 func TestGitHubConfig(t *testing.T) {
 	dir := t.TempDir()
-	token := writeFile(t, dir, "token", "  ghp_abc\n")
-	empty := writeFile(t, dir, "empty", "\n")
-	key := writeFile(t, dir, "key.pem", "-----BEGIN RSA PRIVATE KEY-----\n")
+	token := fixture.WriteFile(t, dir, "token", "  ghp_abc\n")
+	empty := fixture.WriteFile(t, dir, "empty", "\n")
+	key := fixture.WriteFile(t, dir, "key.pem", "-----BEGIN RSA PRIVATE KEY-----\n")
 	tests := map[string]struct {
 		args    []string
 		env     map[string]string
@@ -98,7 +73,7 @@ func TestGitHubConfig(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			o := mustParseFlags(t, tc.args)
 			cfg, err := o.githubConfig(func(k string) string { return tc.env[k] }, false)
-			if checkErr(t, err, tc.wantErr) {
+			if fixture.CheckErr(t, err, tc.wantErr) {
 				return
 			}
 			tok := cfg.Token
@@ -116,8 +91,8 @@ func TestGitHubConfig(t *testing.T) {
 
 func TestHandlerConfig(t *testing.T) {
 	dir := t.TempDir()
-	good := writeFile(t, dir, "good.yaml", "onError: allow\ngithubTimeout: 3s\n")
-	bad := writeFile(t, dir, "bad.yaml", "runnerPod: []\n")
+	good := fixture.WriteFile(t, dir, "good.yaml", "onError: allow\ngithubTimeout: 3s\n")
+	bad := fixture.WriteFile(t, dir, "bad.yaml", "runnerPod: []\n")
 	tests := map[string]struct {
 		args        []string
 		env         map[string]string
@@ -141,7 +116,7 @@ func TestHandlerConfig(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			o := mustParseFlags(t, tc.args)
 			cfg, err := o.handlerConfig(func(k string) string { return tc.env[k] })
-			if checkErr(t, err, tc.wantErr) {
+			if fixture.CheckErr(t, err, tc.wantErr) {
 				return
 			}
 			if tc.wantExempt == nil {
@@ -169,7 +144,7 @@ func TestParseFlagsErrors(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			_, err := parseFlags(tc.args, io.Discard)
-			checkErr(t, err, tc.wantErr)
+			fixture.CheckErr(t, err, tc.wantErr)
 		})
 	}
 }
@@ -186,19 +161,19 @@ func TestCheckServing(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			o := &options{webhookPort: tc.port, certDir: tc.certDir}
-			checkErr(t, o.checkServing(), tc.wantErr)
+			fixture.CheckErr(t, o.checkServing(), tc.wantErr)
 		})
 	}
 }
 
 func TestGitHubConfigErrorNamesTheFlag(t *testing.T) {
 	dir := t.TempDir()
-	badKey := writeFile(t, dir, "key.pem", "not a key")
+	badKey := fixture.WriteFile(t, dir, "key.pem", "not a key")
 	tests := map[string]struct {
 		args     []string
 		wantFlag string
 	}{
-		"bad URL":     {args: []string{"--github-url=ftp://example", "--github-token-file", writeFile(t, dir, "t", "x")}, wantFlag: "--github-url: "},
+		"bad URL":     {args: []string{"--github-url=ftp://example", "--github-token-file", fixture.WriteFile(t, dir, "t", "x")}, wantFlag: "--github-url: "},
 		"bad app key": {args: []string{"--github-app-id=1", "--github-app-installation-id=2", "--github-app-private-key-file", badKey}, wantFlag: "--github-app-private-key-file: "},
 	}
 	for name, tc := range tests {
@@ -230,15 +205,15 @@ func TestCABundle(t *testing.T) {
 		wantErr string // "" for success
 	}{
 		"none":           {},
-		"a CA":           {file: writeFile(t, dir, "ca.pem", string(ca.CertPEM()))},
+		"a CA":           {file: fixture.WriteFile(t, dir, "ca.pem", string(ca.CertPEM()))},
 		"missing file":   {file: filepath.Join(dir, "nope.pem"), wantErr: "--github-ca-bundle: open"},
-		"no certificate": {file: writeFile(t, dir, "bad.pem", "-----BEGIN NOTHING-----\n"), wantErr: "--github-ca-bundle: " + filepath.Join(dir, "bad.pem") + " holds no PEM certificate"},
+		"no certificate": {file: fixture.WriteFile(t, dir, "bad.pem", "-----BEGIN NOTHING-----\n"), wantErr: "--github-ca-bundle: " + filepath.Join(dir, "bad.pem") + " holds no PEM certificate"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			o := &options{githubCABundle: tc.file}
 			b, err := o.caBundle()
-			if !checkErr(t, err, tc.wantErr) && (len(b) > 0) != (tc.file != "") {
+			if !fixture.CheckErr(t, err, tc.wantErr) && (len(b) > 0) != (tc.file != "") {
 				t.Fatalf("bundle of %d bytes for file %q", len(b), tc.file)
 			}
 		})

@@ -51,14 +51,6 @@ func failsNaming(t *testing.T, args []string, want ...string) string {
 	return out
 }
 
-func writeFile(t *testing.T, path string, data []byte) string {
-	t.Helper()
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // TestClientCAFile: with --client-ca-file the webhook answers only TLS clients
 // whose certificate that CA signed; a CA file it cannot use stops the start.
 func TestClientCAFile(t *testing.T) {
@@ -66,7 +58,7 @@ func TestClientCAFile(t *testing.T) {
 	files := newFiles(t)
 	clientCA := newCA(t, "api-server-client-ca")
 	otherCA := newCA(t, "someone-else")
-	caFile := writeFile(t, filepath.Join(files.CertDir, "client-ca.crt"), clientCA.CertPEM())
+	caFile := fixture.WriteFile(t, files.CertDir, "client-ca.crt", string(clientCA.CertPEM()))
 	e := startWith(t, gh, url, files, "--client-ca-file="+caFile)
 
 	clientCert := func(ca *certs.CA) []tls.Certificate {
@@ -155,11 +147,11 @@ func TestClientCAFile(t *testing.T) {
 	})
 
 	t.Run("CA file outside --cert-dir", func(t *testing.T) {
-		outside := writeFile(t, filepath.Join(t.TempDir(), "client-ca.crt"), clientCA.CertPEM())
+		outside := fixture.WriteFile(t, t.TempDir(), "client-ca.crt", string(clientCA.CertPEM()))
 		failsNaming(t, append(startupArgs(files), "--client-ca-file="+outside), "--client-ca-file")
 	})
 	t.Run("CA file without PEM", func(t *testing.T) {
-		junk := writeFile(t, filepath.Join(files.CertDir, "junk-ca.crt"), []byte("not a certificate\n"))
+		junk := fixture.WriteFile(t, files.CertDir, "junk-ca.crt", "not a certificate\n")
 		failsNaming(t, append(startupArgs(files), "--client-ca-file="+junk), "--client-ca-file")
 	})
 	t.Run("missing CA file", func(t *testing.T) {
@@ -284,7 +276,7 @@ func TestTokenRotation(t *testing.T) {
 	// Rotate as a Secret volume does: the new content appears at once (here
 	// by rename), and the old token stops working.
 	const rotated = "process-test-token-rotated-2"
-	tmp := writeFile(t, e.proc.Files.TokenFile+".new", []byte(rotated+"\n"))
+	tmp := fixture.WriteFile(t, filepath.Dir(e.proc.Files.TokenFile), filepath.Base(e.proc.Files.TokenFile)+".new", rotated+"\n")
 	if err := os.Rename(tmp, e.proc.Files.TokenFile); err != nil {
 		t.Fatal(err)
 	}

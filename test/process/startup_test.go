@@ -51,13 +51,7 @@ func withoutGitHubToken(env []string) []string {
 func TestStartupErrors(t *testing.T) {
 	files := newFiles(t)
 	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name, content string) string { return fixture.WriteFile(t, dir, name, content) }
 	emptyToken := write("empty-token", "  \n")
 	badConfig := write("bad-config.yaml", "onError: deny\nrunnerPodz: []\n")
 	appKey := write("app.pem", "not a key")

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
 func TestParse(t *testing.T) {
@@ -32,14 +34,8 @@ func TestParse(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			objs, err := Parse([]byte(tc.in))
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
-				}
+			if fixture.CheckErr(t, err, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if got := objs.Names(); !slices.Equal(got, tc.want) {
 				t.Errorf("objects %v, want %v", got, tc.want)
