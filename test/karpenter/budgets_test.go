@@ -29,9 +29,9 @@ func TestBudgetsKeepBusyRunnerNodeWithWebhookStopped(t *testing.T) {
 	if err := cluster.WaitJobBudget(s.ctx, s.name, string(uid), time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	// As the chart installs it with job budgets on: the evictions entry is
-	// Ignore, so runner-guard's outage holds no eviction, and the budget
-	// alone holds the busy runner.
+	// As the chart installs it with policy.evictionsFailurePolicy: Ignore
+	// (its default is Fail): runner-guard's outage holds no eviction, and
+	// the budget alone holds the busy runner.
 	setEvictionsPolicy(t, admissionregistrationv1.Ignore)
 	if err := cluster.StopWebhook(); err != nil {
 		t.Fatal(err)
