@@ -57,6 +57,9 @@ type Options struct {
 // the configuration's caBundle equal to the Secret's bundle, and serves the
 // Secret's certificate (GetCertificate).
 type Rotator struct {
+	// EveryReplica: every replica must serve, and the writes test the
+	// resourceVersion they were planned from.
+	activation.EveryReplica
 	opts    Options
 	serving atomic.Pointer[tls.Certificate]
 	// served is the PEM of the certificate being served, to load only a change.
@@ -85,18 +88,8 @@ func New(opts Options) (*Rotator, error) {
 	if err := opts.Policy.Check(); err != nil {
 		return nil, fmt.Errorf("certificate rotation: %w", err)
 	}
-	if opts.Recheck <= 0 {
-		opts.Recheck = DefaultRecheck
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	return &Rotator{opts: opts}, nil
+	return &Rotator{opts: opts, EveryReplica: activation.NewEveryReplica(opts.Recheck, DefaultRecheck, opts.Now)}, nil
 }
-
-// NeedLeaderElection is false: every replica must serve, and the writes test
-// the resourceVersion they were planned from.
-func (r *Rotator) NeedLeaderElection() bool { return false }
 
 // GetCertificate serves the Secret's certificate (tls.Config.GetCertificate).
 // Until the Secret holds one, the handshake fails: the API server could not
@@ -146,8 +139,8 @@ func (r *Rotator) Start(ctx context.Context) error {
 			r.opts.Log.Info("certificate rotation waiting", "waiting", waiting)
 		}
 		lastWaiting = waiting
-		wait := r.opts.Recheck
-		if d := next.Sub(r.opts.Now()); !next.IsZero() && d < wait {
+		wait := r.Recheck()
+		if d := next.Sub(r.Now()); !next.IsZero() && d < wait {
 			wait = max(d, 100*time.Millisecond)
 		}
 		if err != nil {
@@ -224,9 +217,9 @@ func (r *Rotator) reconcile(ctx context.Context, secrets, vwcs cache.Store) (tim
 		data = secret.Data
 	}
 	if b := LiveBundle(vwc); !bytes.Equal(b, r.live.Bundle) || r.live.Since.IsZero() {
-		r.live = Live{Bundle: b, Since: r.opts.Now()}
+		r.live = Live{Bundle: b, Since: r.Now()}
 	}
-	plan, err := PlanFor(data, Split(names), r.live, r.opts.Policy, r.opts.Now())
+	plan, err := PlanFor(data, Split(names), r.live, r.opts.Policy, r.Now())
 	if err != nil {
 		return time.Time{}, "", err
 	}

@@ -54,6 +54,9 @@ type Options struct {
 // their wanted failurePolicy once their Service (or URL) answers with a
 // certificate their caBundle verifies.
 type Activator struct {
+	// EveryReplica: every replica may activate, and the patches are
+	// idempotent and tested against the resourceVersion they were made from.
+	EveryReplica
 	opts Options
 }
 
@@ -72,18 +75,8 @@ func New(opts Options) (*Activator, error) {
 	case opts.Served == nil:
 		return nil, errors.New("activation: no served-certificate source")
 	}
-	if opts.Recheck <= 0 {
-		opts.Recheck = DefaultRecheck
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	return &Activator{opts: opts}, nil
+	return &Activator{opts: opts, EveryReplica: NewEveryReplica(opts.Recheck, DefaultRecheck, opts.Now)}, nil
 }
-
-// NeedLeaderElection is false: every replica may activate, and the patches
-// are idempotent and tested against the resourceVersion they were made from.
-func (a *Activator) NeedLeaderElection() bool { return false }
 
 // Start follows the configuration (a field selector on its name, so RBAC
 // can name it) and reconciles on each change and every Recheck until ctx
@@ -91,7 +84,7 @@ func (a *Activator) NeedLeaderElection() bool { return false }
 func (a *Activator) Start(ctx context.Context) error {
 	observed := make(chan *admissionregistrationv1.ValidatingWebhookConfiguration, 1)
 	go a.follow(ctx, observed)
-	ticker := time.NewTicker(a.opts.Recheck)
+	ticker := time.NewTicker(a.Recheck())
 	defer ticker.Stop()
 	var (
 		current     *admissionregistrationv1.ValidatingWebhookConfiguration
@@ -138,7 +131,7 @@ func (a *Activator) follow(ctx context.Context, out chan *admissionregistrationv
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(a.opts.Recheck):
+		case <-time.After(a.Recheck()):
 			return true
 		}
 	}
@@ -209,7 +202,7 @@ func (a *Activator) logWaiting(last *string, waiting string) {
 func (a *Activator) reconcile(ctx context.Context, vwc *admissionregistrationv1.ValidatingWebhookConfiguration) (string, error) {
 	plan, err := PlanFor(vwc, func(cc admissionregistrationv1.WebhookClientConfig) ([]*x509.Certificate, error) {
 		return a.opts.Served(ctx, cc)
-	}, a.opts.Now())
+	}, a.Now())
 	if err != nil {
 		return "", err
 	}
