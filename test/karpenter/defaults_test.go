@@ -43,6 +43,7 @@ func TestChartDefaultsKeepBusyLegacyRunnerNode(t *testing.T) {
 	idle := []LegacyRunner{s.legacyRunner("idle-a", idleNode), s.legacyRunner("idle-b", idleNode)}
 
 	// The job starts; nothing on the pod says so, only GitHub's listing.
+	jobStart := time.Now()
 	cluster.GitHub.SetBusy(busy.Scope, busy.Name, true)
 	uid, err := cluster.PodUID(s.ctx, s.name, busy.Name)
 	if err != nil {
@@ -52,8 +53,11 @@ func TestChartDefaultsKeepBusyLegacyRunnerNode(t *testing.T) {
 	// Karpenter then does.
 	if err := cluster.WaitJobBudget(s.ctx, s.name, string(uid), time.Minute); err != nil {
 		t.Errorf("busy legacy runner's job unknown before Karpenter looks, flags %q: %v", flags, err)
-	} else if err := cluster.WaitAnnotation(s.ctx, s.name, busy.Name, DoNotDisrupt, "true", time.Minute); err != nil {
-		t.Error(err)
+	} else {
+		t.Logf("job budget of busy legacy runner %s seen %.1f s after its job started", busy.Name, time.Since(jobStart).Seconds())
+		if err := cluster.WaitAnnotation(s.ctx, s.name, busy.Name, DoNotDisrupt, "true", time.Minute); err != nil {
+			t.Error(err)
+		}
 	}
 	s.scaleDown(fillers...)
 
