@@ -173,12 +173,6 @@ func wantErrContaining(parts ...string) func(*testing.T, error) {
 
 func TestUnregister(t *testing.T) {
 	runUnregister(t, map[string]unregisterCase{
-		"idle runner with ID hint: one DELETE": {
-			setup:     func(f *ghfake.Fake) ghclient.IDHint { return trusted(f.AddRunner(org, "r1")) },
-			want:      ghclient.Removed,
-			wantCalls: []string{"DELETE " + orgRunners + "/1001"},
-			wantGone:  true,
-		},
 		"idle runner without hint: list by name, then DELETE": {
 			setup: func(f *ghfake.Fake) ghclient.IDHint {
 				f.AddRunner(org, "other")
