@@ -15,23 +15,8 @@ import (
 	"time"
 
 	"github.com/runner-guard/runner-guard/certs"
+	"github.com/runner-guard/runner-guard/test/fixture"
 )
-
-func parseCert(t *testing.T, p []byte) *x509.Certificate {
-	t.Helper()
-	block, rest := pem.Decode(p)
-	if block == nil || block.Type != "CERTIFICATE" {
-		t.Fatalf("not a PEM certificate: %q", p)
-	}
-	if len(strings.TrimSpace(string(rest))) != 0 {
-		t.Fatalf("trailing data after certificate: %q", rest)
-	}
-	c, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
 
 // newCA is certs.NewCA for a test that cannot go on without the CA.
 func newCA(t *testing.T, opts certs.CAOptions) *certs.CA {
@@ -68,7 +53,7 @@ func TestGenerateDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf, ca := parseCert(t, b.CertPEM), parseCert(t, b.CACertPEM)
+	leaf, ca := fixture.ParseCert(t, b.CertPEM), fixture.ParseCert(t, b.CACertPEM)
 
 	wantDNS := []string{
 		"runner-guard-webhook.runner-guard-system.svc",
@@ -162,7 +147,7 @@ func TestIssueCustomSANsAndRotation(t *testing.T) {
 	if string(b1.CACertPEM) != string(b2.CACertPEM) || string(b1.CACertPEM) != string(ca.CertPEM()) {
 		t.Error("leaves of one CA carry different CA certificates")
 	}
-	c1, c2 := parseCert(t, b1.CertPEM), parseCert(t, b2.CertPEM)
+	c1, c2 := fixture.ParseCert(t, b1.CertPEM), fixture.ParseCert(t, b2.CertPEM)
 	if c1.SerialNumber.Cmp(c2.SerialNumber) == 0 || string(b1.KeyPEM) == string(b2.KeyPEM) {
 		t.Error("two leaves share a serial number or key")
 	}
@@ -184,13 +169,13 @@ func TestIssueCustomSANsAndRotation(t *testing.T) {
 	// Only IPs given: no DNS SANs are added.
 	b3, err := ca.Issue(certs.Options{IPs: []net.IP{net.ParseIP("127.0.0.1")}})
 	if err == nil {
-		t.Fatalf("a 1-year leaf from a 2-day CA was issued: %v", parseCert(t, b3.CertPEM).NotAfter)
+		t.Fatalf("a 1-year leaf from a 2-day CA was issued: %v", fixture.ParseCert(t, b3.CertPEM).NotAfter)
 	}
 	b3, err = ca.Issue(certs.Options{IPs: []net.IP{net.ParseIP("127.0.0.1")}, Validity: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := parseCert(t, b3.CertPEM); len(c.DNSNames) != 0 || len(c.IPAddresses) != 1 {
+	if c := fixture.ParseCert(t, b3.CertPEM); len(c.DNSNames) != 0 || len(c.IPAddresses) != 1 {
 		t.Errorf("IP-only leaf: DNS %v IPs %v", c.DNSNames, c.IPAddresses)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/runner-guard/runner-guard/certs"
+	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
 func TestIssueClient(t *testing.T) {
@@ -18,7 +19,7 @@ func TestIssueClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := parseCert(t, b.CertPEM)
+	c := fixture.ParseCert(t, b.CertPEM)
 	if c.Subject.CommonName != "kube-apiserver" {
 		t.Errorf("CN = %q", c.Subject.CommonName)
 	}
@@ -57,7 +58,7 @@ func TestIssueClientOrganizations(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := parseCert(t, b.CertPEM).Subject.Organization; strings.Join(got, ",") != strings.Join(tc.want, ",") {
+		if got := fixture.ParseCert(t, b.CertPEM).Subject.Organization; strings.Join(got, ",") != strings.Join(tc.want, ",") {
 			t.Errorf("Organizations %v: subject O = %v, want %v", tc.orgs, got, tc.want)
 		}
 	}

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/runner-guard/runner-guard/test/fixture"
 	"github.com/runner-guard/runner-guard/test/render"
 	"github.com/runner-guard/runner-guard/webhook"
 )
@@ -769,13 +770,7 @@ func certManagerCRDs(t *testing.T) string {
 }
 
 func TestServerSideDryRun(t *testing.T) {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("KUBEBUILDER_ASSETS is not set (make test sets it)")
-		}
-		t.Skip("KUBEBUILDER_ASSETS is not set: run make test-install")
-	}
+	assets := fixture.KubebuilderAssets(t)
 	kubectl := filepath.Join(assets, "kubectl")
 	if _, err := os.Stat(kubectl); err != nil {
 		t.Fatalf("kubectl in KUBEBUILDER_ASSETS: %v", err)

@@ -2,12 +2,12 @@ package rotation_test
 
 import (
 	"crypto/x509"
-	"encoding/pem"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/runner-guard/runner-guard/certs/rotation"
+	"github.com/runner-guard/runner-guard/test/fixture"
 	"github.com/runner-guard/runner-guard/webhook/activation"
 )
 
@@ -26,25 +26,12 @@ func mustPlan(t *testing.T, data map[string][]byte, live []byte, now time.Time) 
 	return p
 }
 
-func cert(t *testing.T, p []byte) *x509.Certificate {
-	t.Helper()
-	b, _ := pem.Decode(p)
-	if b == nil {
-		t.Fatal("no PEM block")
-	}
-	c, err := x509.ParseCertificate(b.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 // verifies reports whether bundle verifies the plan's serving certificate for
 // every test name at now, as the API server would.
 func verifies(t *testing.T, bundle []byte, data map[string][]byte, now time.Time) error {
 	t.Helper()
 	for _, n := range []string{"runner-guard-webhook.runner-guard.svc", "127.0.0.1"} {
-		if err := activation.Verify(bundle, []*x509.Certificate{cert(t, data[rotation.KeyCert])}, n, now); err != nil {
+		if err := activation.Verify(bundle, []*x509.Certificate{fixture.ParseCert(t, data[rotation.KeyCert])}, n, now); err != nil {
 			return err
 		}
 	}

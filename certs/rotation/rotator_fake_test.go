@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/runner-guard/runner-guard/certs/rotation"
+	"github.com/runner-guard/runner-guard/test/fixture"
 	"github.com/runner-guard/runner-guard/webhook/activation"
 )
 
@@ -75,7 +76,7 @@ func TestRotatorKeepsSecretAndCABundle(t *testing.T) {
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		if !bytes.Equal(leaf.Raw, cert(t, s.Data[rotation.KeyCert]).Raw) {
+		if !bytes.Equal(leaf.Raw, fixture.ParseCert(t, s.Data[rotation.KeyCert]).Raw) {
 			return nil, nil, nil, errors.New("not serving the Secret's certificate yet")
 		}
 		return s, v, leaf, nil

@@ -2,7 +2,6 @@ package rotation_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/runner-guard/runner-guard/certs/rotation"
 	"github.com/runner-guard/runner-guard/test/e2e/framework"
+	"github.com/runner-guard/runner-guard/test/fixture"
 	"github.com/runner-guard/runner-guard/test/rotationload"
 )
 
@@ -22,13 +22,7 @@ import (
 // several times while eight clients send dry-run deletes: none may fail.
 // Deleting the configuration (helm uninstall) then takes the Secret with it.
 func TestRotationWhileServing(t *testing.T) {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("KUBEBUILDER_ASSETS is not set (make test sets it)")
-		}
-		t.Skip("KUBEBUILDER_ASSETS is not set")
-	}
+	assets := fixture.KubebuilderAssets(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cp, err := framework.StartControlPlane(ctx, t.TempDir(), assets, t.Logf)

@@ -2,12 +2,12 @@ package main
 
 import (
 	"bytes"
-	"crypto/x509"
-	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
 func TestRun(t *testing.T) {
@@ -21,11 +21,7 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	block, _ := pem.Decode(data)
-	c, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := fixture.ParseCert(t, data)
 	if strings.Join(c.DNSNames, ",") != "a.example,b.example,c.example" || len(c.IPAddresses) != 1 {
 		t.Errorf("SANs %v %v", c.DNSNames, c.IPAddresses)
 	}
