@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/runner-guard/runner-guard/events"
 	"github.com/runner-guard/runner-guard/internal/jobannotation"
 )
 
@@ -25,18 +26,6 @@ const (
 	flagSecretFile = "github-webhook-secret-file"
 	flagSecrets    = "github-webhook-secrets"
 )
-
-// secretsFile is the file of --github-webhook-secrets, as the binary reads it.
-type secretsFile struct {
-	Secrets []secretsEntry `json:"secrets"`
-}
-
-type secretsEntry struct {
-	Name               string `json:"name"`
-	SecretFile         string `json:"secretFile"`
-	PreviousSecretFile string `json:"previousSecretFile,omitempty"`
-	PreviousUntil      string `json:"previousUntil,omitempty"`
-}
 
 // readWebhookSecrets reads, with the user's credentials, the webhook secrets
 // runner-guard's Deployment verifies runner-guard.io/job with: the Secret
@@ -98,7 +87,7 @@ func readWebhookSecrets(ctx context.Context, kube kubernetes.Interface, dep *app
 // secretsEntry reads one entry of --github-webhook-secrets: the secret and
 // its previous value. An error with a Value set is a previous value that
 // could not be read.
-func (r *objectReader) secretsEntry(dep *appsv1.Deployment, e secretsEntry) (jobannotation.Secret, error) {
+func (r *objectReader) secretsEntry(dep *appsv1.Deployment, e events.SecretsEntry) (jobannotation.Secret, error) {
 	s := jobannotation.Secret{Name: e.Name}
 	if e.SecretFile == "" {
 		return s, errors.New("the entry names no secretFile")
@@ -144,11 +133,11 @@ func (r *objectReader) secretFile(dep *appsv1.Deployment, file string) ([]byte, 
 // secretsEntries reads the file (or every *.yaml, *.yml and *.json file of
 // the directory) of --github-webhook-secrets from the ConfigMap it is
 // mounted from.
-func (r *objectReader) secretsEntries(dep *appsv1.Deployment, file string) ([]secretsEntry, error) {
-	var entries []secretsEntry
+func (r *objectReader) secretsEntries(dep *appsv1.Deployment, file string) ([]events.SecretsEntry, error) {
+	var entries []events.SecretsEntry
 	err := r.eachMounted(dep, file, true, func(from objectKey, files [][]byte) error {
 		for _, b := range files {
-			var f secretsFile
+			var f events.SecretsFile
 			if err := yaml.Unmarshal(b, &f); err != nil {
 				return fmt.Errorf("%s: %w", r.name(from), err)
 			}

@@ -44,19 +44,6 @@ type webhookSecrets struct {
 	keys    *jobannotation.Keyring
 }
 
-// secretsConfig is the file of --github-webhook-secrets.
-type secretsConfig struct {
-	Secrets []secretEntry `json:"secrets"`
-}
-
-type secretEntry struct {
-	Name               string   `json:"name"`
-	SecretFile         string   `json:"secretFile"`
-	Scopes             []string `json:"scopes"`
-	PreviousSecretFile string   `json:"previousSecretFile,omitempty"`
-	PreviousUntil      string   `json:"previousUntil,omitempty"`
-}
-
 // secretName is what a secret's name may be: it names records and Events.
 var secretName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
@@ -124,13 +111,13 @@ func readSecretsConfig(path string) ([]events.Secret, error) {
 			}
 		}
 	}
-	var entries []secretEntry
+	var entries []events.SecretsEntry
 	for _, file := range files {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			return nil, err
 		}
-		var c secretsConfig
+		var c events.SecretsFile
 		if err := yaml.UnmarshalStrict(b, &c); err != nil {
 			return nil, fmt.Errorf("%s: %w", file, err)
 		}
@@ -147,7 +134,7 @@ func readSecretsConfig(path string) ([]events.Secret, error) {
 }
 
 // parseSecretEntries validates the entries and reads their secret files.
-func parseSecretEntries(entries []secretEntry, path *field.Path) ([]events.Secret, field.ErrorList) {
+func parseSecretEntries(entries []events.SecretsEntry, path *field.Path) ([]events.Secret, field.ErrorList) {
 	var errs field.ErrorList
 	var out []events.Secret
 	var names []string

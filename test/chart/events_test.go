@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
+	"github.com/runner-guard/runner-guard/events"
 	"github.com/runner-guard/runner-guard/test/render"
 )
 
@@ -292,7 +293,6 @@ func TestEventsRBAC(t *testing.T) {
 // address, and the webhook's policy no longer opens the events port.
 func TestEventsNetworkPolicy(t *testing.T) {
 	ingressNginx := `[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"ingress-nginx"}}}]`
-	metricsRule := `{"ports":[{"protocol":"TCP","port":8443}],"from":[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]}`
 	for name, c := range map[string]struct {
 		args []string
 		from string
@@ -304,19 +304,10 @@ func TestEventsNetworkPolicy(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			objs := render.MustTemplate(t, append([]string{"--values", eventsVF}, c.args...)...)
 			np := render.Get[networkingv1.NetworkPolicy](t, objs, "NetworkPolicy", eventsName)
-			if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) || len(np.Spec.Ingress) != 2 {
-				t.Fatalf("events NetworkPolicy %s, want Ingress with the events and metrics rules", render.JSON(t, np.Spec))
+			if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) {
+				t.Fatalf("events NetworkPolicy %s, want Ingress only", render.JSON(t, np.Spec))
 			}
-			ev := np.Spec.Ingress[0]
-			if len(ev.Ports) != 1 || ev.Ports[0].Port.IntValue() != 8082 {
-				t.Errorf("first rule ports %s, want the events port 8082", render.JSON(t, ev.Ports))
-			}
-			if got := render.JSON(t, ev.From); got != c.from {
-				t.Errorf("events port from %s\nwant %s", got, c.from)
-			}
-			if got := render.JSON(t, np.Spec.Ingress[1]); got != metricsRule {
-				t.Errorf("metrics rule %s\nwant %s", got, metricsRule)
-			}
+			checkPortRules(t, np, "events", 8082, c.from)
 			for i, rule := range np.Spec.Ingress {
 				if len(rule.From) == 0 {
 					t.Errorf("rule %d admits every source: %s", i, render.JSON(t, rule))
@@ -354,20 +345,11 @@ func TestEventsSecrets(t *testing.T) {
 		"--set", "events.secrets[1].name=apps", "--set", "events.secrets[1].existingSecret=apps-webhook", "--set", "events.secrets[1].key=hmac",
 		"--set", "events.secrets[1].scopes={repo:other/app-*,enterprise:big}")
 	cm := render.Get[corev1.ConfigMap](t, objs, "ConfigMap", "runner-guard-webhook-secrets")
-	type entry struct {
-		Name               string   `json:"name"`
-		SecretFile         string   `json:"secretFile"`
-		Scopes             []string `json:"scopes"`
-		PreviousSecretFile string   `json:"previousSecretFile,omitempty"`
-		PreviousUntil      string   `json:"previousUntil,omitempty"`
-	}
-	var file struct {
-		Secrets []entry `json:"secrets"`
-	}
+	var file events.SecretsFile
 	if err := yaml.UnmarshalStrict([]byte(cm.Data["webhook-secrets.yaml"]), &file); err != nil {
 		t.Fatalf("webhook-secrets.yaml: %v\n%s", err, cm.Data["webhook-secrets.yaml"])
 	}
-	want := []entry{
+	want := []events.SecretsEntry{
 		{Name: "org-a", SecretFile: "/etc/runner-guard/webhook-secrets/org-a/secret", Scopes: []string{"org:org-a"},
 			PreviousSecretFile: "/etc/runner-guard/webhook-secrets/org-a/previous", PreviousUntil: "2027-01-01T00:00:00Z"},
 		{Name: "apps", SecretFile: "/etc/runner-guard/webhook-secrets/apps/secret", Scopes: []string{"repo:other/app-*", "enterprise:big"}},

@@ -314,8 +314,8 @@ func (p *Proc) waitReady(timeout time.Duration) error {
 	c := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	defer c.CloseIdleConnections()
 	return WaitReady(context.Background(), "webhook", timeout, p.child, func(ctx context.Context) error {
-		if code, _, err := get(c, p.HealthURL+"/readyz"); err != nil || code != http.StatusOK {
-			return fmt.Errorf("GET /readyz: %d %v", code, err)
+		if err := Ready(c, p.HealthURL); err != nil {
+			return err
 		}
 		d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: time.Second}, Config: &tls.Config{RootCAs: p.Files.Pool, ServerName: "127.0.0.1"}}
 		conn, err := d.DialContext(ctx, "tcp", p.WebhookAddr)
@@ -324,6 +324,19 @@ func (p *Proc) waitReady(timeout time.Duration) error {
 		}
 		return conn.Close()
 	})
+}
+
+// Ready asks the /readyz of a process (healthURL: http://HOST:PORT) with c:
+// nil once it answers 200.
+func Ready(c *http.Client, healthURL string) error {
+	code, _, err := get(c, healthURL+"/readyz")
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return fmt.Errorf("GET /readyz: %d", code)
+	}
+	return nil
 }
 
 func get(c *http.Client, url string) (int, []byte, error) {
@@ -600,35 +613,29 @@ type WebhookSecret struct {
 // trailing newline, as a Secret's often are) and the YAML file naming them;
 // it returns the flag --github-webhook-secrets=FILE.
 func WriteWebhookSecrets(dir string, secrets ...WebhookSecret) (string, error) {
-	type entry struct {
-		Name               string   `json:"name"`
-		SecretFile         string   `json:"secretFile"`
-		Scopes             []string `json:"scopes"`
-		PreviousSecretFile string   `json:"previousSecretFile,omitempty"`
-		PreviousUntil      string   `json:"previousUntil,omitempty"`
-	}
 	write := func(name, value string) (string, error) {
 		path := filepath.Join(dir, name)
 		return path, os.WriteFile(path, []byte(value+"\n"), 0o600)
 	}
-	var config struct {
-		Secrets []entry `json:"secrets"`
-	}
+	// The format spelled out by its documented keys (docs/events.md), not
+	// the binary's type: a change to what the binary reads fails here.
+	var entries []map[string]any
 	for _, s := range secrets {
-		e := entry{Name: s.Name, Scopes: s.Scopes}
-		var err error
-		if e.SecretFile, err = write(s.Name+".secret", s.Value); err != nil {
+		e := map[string]any{"name": s.Name, "scopes": s.Scopes}
+		file, err := write(s.Name+".secret", s.Value)
+		if err != nil {
 			return "", err
 		}
+		e["secretFile"] = file
 		if s.Previous != "" {
-			if e.PreviousSecretFile, err = write(s.Name+".previous", s.Previous); err != nil {
+			if e["previousSecretFile"], err = write(s.Name+".previous", s.Previous); err != nil {
 				return "", err
 			}
-			e.PreviousUntil = s.PreviousUntil.UTC().Format(time.RFC3339)
+			e["previousUntil"] = s.PreviousUntil.UTC().Format(time.RFC3339)
 		}
-		config.Secrets = append(config.Secrets, e)
+		entries = append(entries, e)
 	}
-	b, err := json.Marshal(config) // JSON is YAML
+	b, err := json.Marshal(map[string]any{"secrets": entries}) // JSON is YAML
 	if err != nil {
 		return "", err
 	}
