@@ -17,42 +17,34 @@ import (
 func TestARCServedFollowsTheCRD(t *testing.T) {
 	d := &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{}}
 	a := NewARCServed(d, 0, logr.Discard())
-	changed := a.Changed()
-	a.Check()
-	if got := testutil.ToFloat64(a.gauge); got != 0 {
-		t.Fatalf("served = %v before ARC is installed", got)
-	}
-	select {
-	case <-changed:
-		t.Fatal("the first look closed the channel")
-	default:
-	}
-	d.Resources = []*metav1.APIResourceList{{GroupVersion: arc.GroupVersionKind().GroupVersion().String(),
+	served := []*metav1.APIResourceList{{GroupVersion: arc.GroupVersionKind().GroupVersion().String(),
 		APIResources: []metav1.APIResource{{Name: "ephemeralrunners", Kind: arc.Kind}}}}
-	a.Check()
-	if got := testutil.ToFloat64(a.gauge); got != 1 {
-		t.Fatalf("served = %v after ARC was installed", got)
-	}
-	select {
-	case <-changed:
-	default:
-		t.Fatal("installing ARC did not close the channel")
-	}
-	again := a.Changed()
-	a.Check()
-	select {
-	case <-again:
-		t.Fatal("no change closed the channel")
-	default:
-	}
-	d.Resources = nil
-	a.Check()
-	if got := testutil.ToFloat64(a.gauge); got != 0 {
-		t.Fatalf("served = %v after ARC was removed", got)
-	}
-	select {
-	case <-again:
-	default:
-		t.Fatal("removing ARC did not close the channel")
+	// In order: each step changes what discovery serves, then checks.
+	for _, step := range []struct {
+		name       string
+		resources  []*metav1.APIResourceList
+		wantServed float64
+		wantClosed bool
+	}{
+		{name: "the first look, before ARC is installed", wantServed: 0, wantClosed: false},
+		{name: "installing ARC", resources: served, wantServed: 1, wantClosed: true},
+		{name: "no change", resources: served, wantServed: 1, wantClosed: false},
+		{name: "removing ARC", wantServed: 0, wantClosed: true},
+	} {
+		changed := a.Changed()
+		d.Resources = step.resources
+		a.Check()
+		if got := testutil.ToFloat64(a.gauge); got != step.wantServed {
+			t.Fatalf("%s: served = %v, want %v", step.name, got, step.wantServed)
+		}
+		closed := false
+		select {
+		case <-changed:
+			closed = true
+		default:
+		}
+		if closed != step.wantClosed {
+			t.Fatalf("%s: closed the channel %v, want %v", step.name, closed, step.wantClosed)
+		}
 	}
 }

@@ -257,49 +257,34 @@ func TestBudgetEventsReachTheirPods(t *testing.T) {
 	user := userBudget("team", "app", "x")
 	job := jobBudget(runnerPod("b", "n1"))
 
+	statusOnly := user.DeepCopy()
+	statusOnly.Status.DisruptionsAllowed = 3
+	reselected := user.DeepCopy()
+	reselected.Generation++
+	reselected.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"runner": "true"}}
+
 	cases := map[string]struct {
-		send func(q *queueStub)
-		want []string
+		// before nil: a create; after nil: a delete; both: an update.
+		before, after *policyv1.PodDisruptionBudget
+		want          []string
 	}{
-		"a user's budget created: the runner pods it selects": {
-			send: func(q *queueStub) {
-				h.Create(ctx, event.TypedCreateEvent[*policyv1.PodDisruptionBudget]{Object: user}, q)
-			},
-			want: []string{"ci/a"},
-		},
-		"a user's budget deleted: the same": {
-			send: func(q *queueStub) {
-				h.Delete(ctx, event.TypedDeleteEvent[*policyv1.PodDisruptionBudget]{Object: user}, q)
-			},
-			want: []string{"ci/a"},
-		},
-		"a job budget: its pod": {
-			send: func(q *queueStub) {
-				h.Delete(ctx, event.TypedDeleteEvent[*policyv1.PodDisruptionBudget]{Object: job}, q)
-			},
-			want: []string{"ci/b"},
-		},
-		"a status update: nothing": {
-			send: func(q *queueStub) {
-				after := user.DeepCopy()
-				after.Status.DisruptionsAllowed = 3
-				h.Update(ctx, event.TypedUpdateEvent[*policyv1.PodDisruptionBudget]{ObjectOld: user, ObjectNew: after}, q)
-			},
-		},
-		"a new selector: the pods of both": {
-			send: func(q *queueStub) {
-				after := user.DeepCopy()
-				after.Generation++
-				after.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"runner": "true"}}
-				h.Update(ctx, event.TypedUpdateEvent[*policyv1.PodDisruptionBudget]{ObjectOld: user, ObjectNew: after}, q)
-			},
-			want: []string{"ci/a", "ci/a", "ci/b"},
-		},
+		"a user's budget created: the runner pods it selects": {after: user, want: []string{"ci/a"}},
+		"a user's budget deleted: the same":                   {before: user, want: []string{"ci/a"}},
+		"a job budget: its pod":                               {before: job, want: []string{"ci/b"}},
+		"a status update: nothing":                            {before: user, after: statusOnly},
+		"a new selector: the pods of both":                    {before: user, after: reselected, want: []string{"ci/a", "ci/a", "ci/b"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			q := &queueStub{}
-			tc.send(q)
+			switch {
+			case tc.before == nil:
+				h.Create(ctx, event.TypedCreateEvent[*policyv1.PodDisruptionBudget]{Object: tc.after}, q)
+			case tc.after == nil:
+				h.Delete(ctx, event.TypedDeleteEvent[*policyv1.PodDisruptionBudget]{Object: tc.before}, q)
+			default:
+				h.Update(ctx, event.TypedUpdateEvent[*policyv1.PodDisruptionBudget]{ObjectOld: tc.before, ObjectNew: tc.after}, q)
+			}
 			if got := names(q); !slices.Equal(got, tc.want) {
 				t.Errorf("enqueued %v, want %v", got, tc.want)
 			}

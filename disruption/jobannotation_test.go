@@ -17,18 +17,44 @@ import (
 	"github.com/runner-guard/runner-guard/test/fixture"
 )
 
+// jobSecret signs the job annotations of these tests.
+const jobSecret = "s"
+
+// annotatedJob is the job a delivery records on the pod.
+func annotatedJob() jobannotation.Job {
+	return jobannotation.Job{Repository: "acme/app", RunID: 1, Attempt: 1, JobID: 9, Name: "build"}
+}
+
+// ourHints are the hints the reconciler sets, and owns, on a busy runner's pod.
+func ourHints() map[string]string {
+	return map[string]string{AnnotationDoNotDisrupt: "true", AnnotationSafeToEvict: "false", AnnotationOwned: "do-not-disrupt,safe-to-evict"}
+}
+
+// guardedLegacyPod is a running legacy runner pod of acme the guard stub guards.
+func guardedLegacyPod() *corev1.Pod {
+	pod := fixture.MakeLegacyRunnerPod("ci", "r-1").Org("acme").Running().Obj()
+	pod.Labels["runner"] = "true" // the guard stub's runner pods
+	return pod
+}
+
+// completeJob removes the pod's job annotation, as the completed delivery does.
+func completeJob(t *testing.T, cl client.Client, pod *corev1.Pod) {
+	t.Helper()
+	if err := cl.Patch(context.Background(), pod, client.RawPatch(types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"`+jobannotation.Annotation+`":null}}}`))); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The hint reconciler on a legacy pod with events on: a verified job
 // annotation sets the hints with no listing, its removal (the job's
 // completed) takes them off, a forged or copied one is ignored, and a pod
 // never seen with one keeps its hints as without events.
 func TestHintReconcilerFollowsJobAnnotation(t *testing.T) {
-	secret := "s"
-	job := jobannotation.Job{Repository: "acme/app", RunID: 1, Attempt: 1, JobID: 9, Name: "build"}
+	secret, job, ours, none := jobSecret, annotatedJob(), ourHints(), map[string]string{}
 	signed := func(uid string) string {
 		return fixture.JobAnnotation(t, secret, job, jobannotation.StateInProgress, uid)
 	}
-	ours := map[string]string{AnnotationDoNotDisrupt: "true", AnnotationSafeToEvict: "false", AnnotationOwned: "do-not-disrupt,safe-to-evict"}
-	none := map[string]string{}
 	cases := map[string]struct {
 		annotation func(uid string) string
 		secret     string
@@ -51,8 +77,7 @@ func TestHintReconcilerFollowsJobAnnotation(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			pod := fixture.MakeLegacyRunnerPod("ci", "r-1").Org("acme").Running().Obj()
-			pod.Labels["runner"] = "true" // the guard stub's runner pods
+			pod := guardedLegacyPod()
 			pod.Annotations = maps.Clone(c.hints)
 			if c.annotation != nil {
 				pod.Annotations = map[string]string{jobannotation.Annotation: c.annotation(string(pod.UID))}
@@ -64,10 +89,7 @@ func TestHintReconcilerFollowsJobAnnotation(t *testing.T) {
 				if !maps.Equal(hints, ours) {
 					t.Fatalf("hints before completed %v, want %v", hints, ours)
 				}
-				if err := cl.Patch(context.Background(), pod, client.RawPatch(types.MergePatchType,
-					[]byte(`{"metadata":{"annotations":{"`+jobannotation.Annotation+`":null}}}`))); err != nil {
-					t.Fatal(err)
-				}
+				completeJob(t, cl, pod)
 				hints = hintsAfterReconcile(t, r, cl, pod)
 			}
 			if !maps.Equal(hints, c.want) {
@@ -103,26 +125,19 @@ func hintsAfterReconcile(t *testing.T, r *hintReconciler, cl client.Client, pod 
 // taken after the completed that shows the runner busy (a new job of a runner
 // that is not ephemeral) sets them again.
 func TestJobAnnotationCompletedOutranksAnOlderListing(t *testing.T) {
-	secret := "s"
-	ours := map[string]string{AnnotationDoNotDisrupt: "true", AnnotationSafeToEvict: "false", AnnotationOwned: "do-not-disrupt,safe-to-evict"}
-	pod := fixture.MakeLegacyRunnerPod("ci", "r-1").Org("acme").Running().Obj()
-	pod.Labels["runner"] = "true" // the guard stub's runner pods
-	job := jobannotation.Job{Repository: "acme/app", RunID: 1, Attempt: 1, JobID: 9, Name: "build"}
-	pod.Annotations = map[string]string{jobannotation.Annotation: fixture.JobAnnotation(t, secret, job, jobannotation.StateInProgress, string(pod.UID))}
+	ours, pod := ourHints(), guardedLegacyPod()
+	pod.Annotations = map[string]string{jobannotation.Annotation: fixture.JobAnnotation(t, jobSecret, annotatedJob(), jobannotation.StateInProgress, string(pod.UID))}
 	cl := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(pod).Build()
 	now := time.Unix(10_000, 0)
 	l := &listingStub{busy: map[string]bool{"r-1": true}}
 	l.take("acme", now.Add(-time.Second)) // guardStub's scope, while the job ran
 	r := &hintReconciler{pods: cl, guard: &guardStub{}, listing: l, enabled: []Hint{DoNotDisrupt, SafeToEvict},
-		jobKeys: fixture.JobKeys(t, secret), now: func() time.Time { return now }}
+		jobKeys: fixture.JobKeys(t, jobSecret), now: func() time.Time { return now }}
 
 	if hints := hintsAfterReconcile(t, r, cl, pod); !maps.Equal(hints, ours) {
 		t.Fatalf("job annotated: hints %v, want %v", hints, ours)
 	}
-	if err := cl.Patch(context.Background(), pod, client.RawPatch(types.MergePatchType,
-		[]byte(`{"metadata":{"annotations":{"`+jobannotation.Annotation+`":null}}}`))); err != nil {
-		t.Fatal(err)
-	}
+	completeJob(t, cl, pod)
 	// The completed's own reconcile, then the one its hint patch triggers.
 	for i := range 2 {
 		if hints := hintsAfterReconcile(t, r, cl, pod); len(hints) != 0 {

@@ -463,15 +463,7 @@ func (e *installEnv) startWebhook() {
 			return fmt.Errorf("webhook exited: %v (see %s/webhook-%d.log)", err, e.dir, e.starts)
 		default:
 		}
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1]))
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("readyz %d", resp.StatusCode)
-		}
-		return nil
+		return process.Ready(http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d", ports[1]))
 	})
 	// Ready: the Service sends it new connections.
 	e.front.SetBackend(fmt.Sprintf("127.0.0.1:%d", ports[2]))

@@ -119,7 +119,6 @@ func TestAllowAnyScope(t *testing.T) {
 // the webhook port's rule; without them the port admits every source. The
 // metrics rule is the same either way.
 func TestWebhookSources(t *testing.T) {
-	metricsRule := `{"ports":[{"protocol":"TCP","port":8443}],"from":[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]}`
 	self := `{"podSelector":{"matchLabels":{"app.kubernetes.io/component":"webhook","app.kubernetes.io/instance":"runner-guard","app.kubernetes.io/name":"runner-guard"}}}`
 	cases := map[string]struct {
 		args []string
@@ -135,19 +134,7 @@ func TestWebhookSources(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			objs := render.MustTemplate(t, c.args...)
 			np := render.Get[networkingv1.NetworkPolicy](t, objs, "NetworkPolicy", "runner-guard-webhook")
-			if len(np.Spec.Ingress) != 2 {
-				t.Fatalf("ingress %s, want the webhook and metrics rules", render.JSON(t, np.Spec.Ingress))
-			}
-			wh := np.Spec.Ingress[0]
-			if len(wh.Ports) != 1 || wh.Ports[0].Port.IntValue() != 9443 {
-				t.Errorf("first rule ports %s, want the webhook port 9443", render.JSON(t, wh.Ports))
-			}
-			if got := render.JSON(t, wh.From); got != c.from {
-				t.Errorf("webhook port from %s\nwant %s", got, c.from)
-			}
-			if got := render.JSON(t, np.Spec.Ingress[1]); got != metricsRule {
-				t.Errorf("metrics rule %s\nwant %s", got, metricsRule)
-			}
+			checkPortRules(t, np, "webhook", 9443, c.from)
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -46,7 +47,7 @@ func TestRunbookURLs(t *testing.T) {
 		case !ok:
 			t.Errorf("alert %s: runbook_url %q, want %s<anchor>", name, url, runbookBase)
 		case anchors[anchor] != name:
-			t.Errorf("alert %s: runbook_url anchor #%s is not its section of docs/runbook.md (sections: %v)", name, anchor, sortedKeys(anchors))
+			t.Errorf("alert %s: runbook_url anchor #%s is not its section of docs/runbook.md (sections: %v)", name, anchor, slices.Sorted(maps.Keys(anchors)))
 		}
 	}
 	for _, heading := range anchors {
@@ -54,13 +55,4 @@ func TestRunbookURLs(t *testing.T) {
 			t.Errorf("docs/runbook.md has a section for %s, which the chart does not render", heading)
 		}
 	}
-}
-
-func sortedKeys(m map[string]string) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }

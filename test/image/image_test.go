@@ -7,6 +7,7 @@ import (
 	"debug/elf"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,7 +85,7 @@ func TestImage(t *testing.T) {
 	files := flatten(t, img)
 	bin, ok := files["/webhook"]
 	if !ok {
-		t.Fatalf("no /webhook in the image; files: %v", keys(files))
+		t.Fatalf("no /webhook in the image; files: %v", slices.Sorted(maps.Keys(files)))
 	}
 	if bin.hdr.Typeflag != tar.TypeReg || bin.hdr.Mode&0o777 != 0o755 || bin.hdr.Uid != 0 {
 		t.Errorf("/webhook: type %c mode %o uid %d, want a root-owned regular file with mode 0755", bin.hdr.Typeflag, bin.hdr.Mode, bin.hdr.Uid)
@@ -169,13 +170,4 @@ func flatten(t *testing.T, img v1.Image) map[string]file {
 		}
 		files["/"+strings.Trim(hdr.Name, "/")] = file{hdr, data}
 	}
-}
-
-func keys(m map[string]file) []string {
-	var ks []string
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }

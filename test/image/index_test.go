@@ -3,6 +3,7 @@ package image_test
 import (
 	"bytes"
 	"debug/elf"
+	"maps"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -153,7 +154,7 @@ func TestImageIndex(t *testing.T) {
 			files := flatten(t, img)
 			bin, ok := files["/webhook"]
 			if !ok {
-				t.Fatalf("no /webhook; files: %v", keys(files))
+				t.Fatalf("no /webhook; files: %v", slices.Sorted(maps.Keys(files)))
 			}
 			if _, ok := files["/etc/ssl/certs/ca-certificates.crt"]; !ok {
 				t.Error("no CA bundle at /etc/ssl/certs/ca-certificates.crt")

@@ -68,16 +68,8 @@ func TestEventsOnly(t *testing.T) {
 	}()
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 32}}
 	defer c.CloseIdleConnections()
-	if err := process.WaitReady(context.Background(), "events-only", 30*time.Second, child, func(ctx context.Context) error {
-		resp, err := c.Get(health + "/readyz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET /readyz: %d", resp.StatusCode)
-		}
-		return nil
+	if err := process.WaitReady(context.Background(), "events-only", 30*time.Second, child, func(context.Context) error {
+		return process.Ready(c, health)
 	}); err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
