@@ -203,12 +203,9 @@ func deletedPastDeadline(pod *corev1.Pod, dl webhook.NodeDeadline) bool {
 }
 
 func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	return webhook.ConditionTrue(n.Status.Conditions, corev1.NodeReady, func(c corev1.NodeCondition) (corev1.NodeConditionType, corev1.ConditionStatus) {
+		return c.Type, c.Status
+	})
 }
 
 func nodeDraining(n *corev1.Node) bool {

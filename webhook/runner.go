@@ -139,9 +139,18 @@ func pdbBlocks(pod *corev1.Pod, pdbs []policyv1.PodDisruptionBudget) string {
 // podReady reports a pod whose Ready condition is True: the API server's
 // measure of a healthy pod for disruption budgets.
 func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
+	return ConditionTrue(pod.Status.Conditions, corev1.PodReady, func(c corev1.PodCondition) (corev1.PodConditionType, corev1.ConditionStatus) {
+		return c.Type, c.Status
+	})
+}
+
+// ConditionTrue reports whether the first condition of type t among conds
+// (a pod's or a node's, read by typeAndStatus) has status True, as the API
+// server reads Ready: a missing condition is not True.
+func ConditionTrue[C any, T comparable](conds []C, t T, typeAndStatus func(C) (T, corev1.ConditionStatus)) bool {
+	for _, c := range conds {
+		if ct, status := typeAndStatus(c); ct == t {
+			return status == corev1.ConditionTrue
 		}
 	}
 	return false
