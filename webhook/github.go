@@ -20,7 +20,9 @@ func (d *decider) ask(ctx context.Context, r *review) githubResult {
 	if !r.askable() {
 		return githubResult{} // only bypass users and disrupted pods get here: nothing to ask
 	}
-	if left := time.Until(r.deadline(d.timeout())); !r.readOnly(&d.policy) && left < minUnregisterTime {
+	// ctx ends at the review's deadline (decide).
+	deadline, _ := ctx.Deadline()
+	if left := time.Until(deadline); !r.readOnly(&d.policy) && left < minUnregisterTime {
 		// An unregister that may not finish before the API server gives
 		// up must not start: GitHub could remove the runner while the
 		// API server tells the deleter the webhook failed.

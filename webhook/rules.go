@@ -398,40 +398,59 @@ type rule struct {
 // decides wins. The decider resolves what a rule needs just before it runs, so
 // a decision made early costs no runner resolution and no GitHub request.
 func decisionTable() []rule {
-	return []rule{
-		{[]Reason{ReasonExemptNamespace}, stageRequest, ruleExemptNamespace},
-		{[]Reason{ReasonPodLookupFailed}, stageRequest, rulePodLookupFailed},
-		{[]Reason{ReasonPodNotFound, ReasonNotRunnerPod}, stageRequest, ruleNotRunnerPod},
-		{[]Reason{ReasonTerminating}, stageRequest, ruleAlreadyTerminating},
-		{[]Reason{ReasonContainerMissing}, stageRequest, ruleContainerMissing},
-		{[]Reason{ReasonRunnerNotRunning}, stageRequest, ruleRunnerNotRunning},
-		{[]Reason{ReasonForceAnnotation}, stageRequest, ruleForceAnnotation},
-		{[]Reason{ReasonPodNotLive}, stageRunner, rulePodNotLive},
-		{[]Reason{ReasonNotOwner}, stageRunner, ruleNotOwner},
-		{[]Reason{ReasonRunnerLookupFailed}, stageRunner, ruleRunnerLookupFailed},
-		{[]Reason{ReasonRemovedByARC}, stageRunner, ruleRemovedByARC},
-		{[]Reason{ReasonNamespaceDeleting}, stageRunner, ruleNamespaceDeleting},
-		{[]Reason{ReasonNodeDeadline}, stageRunner, ruleNodeDeadline},
-		{[]Reason{ReasonJobRunning}, stageRunner, ruleJobRunning},
-		{[]Reason{ReasonScopeUnknown}, stageRunner, ruleScopeUnknown},
-		{[]Reason{ReasonScopeNotBound}, stageRunner, ruleScopeNotBound},
-		{[]Reason{ReasonCredentials}, stageRunner, ruleCredentialsUnusable},
-		{[]Reason{ReasonRecentlyAdmitted}, stageRunner, ruleRecentlyAdmitted},
-		{[]Reason{ReasonJobAnnotated}, stageRunner, ruleJobAnnotated},
-		{[]Reason{ReasonPDBBlocks}, stageRunner, rulePDBBlocks},
-		{[]Reason{ReasonBypassUser, ReasonDisrupted, ReasonBypassBusy}, stageGitHub, ruleBypass},
-		{[]Reason{ReasonDryRunBusy, ReasonDryRunIdle, ReasonDryRunNotFound}, stageGitHub, ruleDryRun},
-		{[]Reason{ReasonNodeDeadline}, stageGitHub, ruleNodeDeadline},
-		{[]Reason{ReasonRecentlyBusy}, stageGitHub, ruleRecentlyBusy},
-		{[]Reason{ReasonListedBusy}, stageGitHub, ruleListedBusy},
-		{[]Reason{ReasonUnregistered, ReasonRunnerNotFound}, stageGitHub, ruleUnregistered},
-		{[]Reason{ReasonRunnerBusy}, stageGitHub, ruleRunnerBusy},
-		{[]Reason{ReasonDeadline}, stageGitHub, ruleDeadline},
-		{[]Reason{ReasonBudgetSpent}, stageGitHub, ruleBudgetSpent},
-		{[]Reason{ReasonRateLimited}, stageGitHub, ruleRateLimited},
-		{[]Reason{ReasonGitHubError}, stageGitHub, ruleGitHubError},
-		{[]Reason{ReasonGitHubError}, stageGitHub, ruleUnexpectedOutcome},
+	return slices.Concat(
+		at(stageRequest,
+			decides(ruleExemptNamespace, ReasonExemptNamespace),
+			decides(rulePodLookupFailed, ReasonPodLookupFailed),
+			decides(ruleNotRunnerPod, ReasonPodNotFound, ReasonNotRunnerPod),
+			decides(ruleAlreadyTerminating, ReasonTerminating),
+			decides(ruleContainerMissing, ReasonContainerMissing),
+			decides(ruleRunnerNotRunning, ReasonRunnerNotRunning),
+			decides(ruleForceAnnotation, ReasonForceAnnotation),
+		),
+		at(stageRunner,
+			decides(rulePodNotLive, ReasonPodNotLive),
+			decides(ruleNotOwner, ReasonNotOwner),
+			decides(ruleRunnerLookupFailed, ReasonRunnerLookupFailed),
+			decides(ruleRemovedByARC, ReasonRemovedByARC),
+			decides(ruleNamespaceDeleting, ReasonNamespaceDeleting),
+			decides(ruleNodeDeadline, ReasonNodeDeadline),
+			decides(ruleJobRunning, ReasonJobRunning),
+			decides(ruleScopeUnknown, ReasonScopeUnknown),
+			decides(ruleScopeNotBound, ReasonScopeNotBound),
+			decides(ruleCredentialsUnusable, ReasonCredentials),
+			decides(ruleRecentlyAdmitted, ReasonRecentlyAdmitted),
+			decides(ruleJobAnnotated, ReasonJobAnnotated),
+			decides(rulePDBBlocks, ReasonPDBBlocks),
+		),
+		at(stageGitHub,
+			decides(ruleBypass, ReasonBypassUser, ReasonDisrupted, ReasonBypassBusy),
+			decides(ruleDryRun, ReasonDryRunBusy, ReasonDryRunIdle, ReasonDryRunNotFound),
+			decides(ruleNodeDeadline, ReasonNodeDeadline),
+			decides(ruleRecentlyBusy, ReasonRecentlyBusy),
+			decides(ruleListedBusy, ReasonListedBusy),
+			decides(ruleUnregistered, ReasonUnregistered, ReasonRunnerNotFound),
+			decides(ruleRunnerBusy, ReasonRunnerBusy),
+			decides(ruleDeadline, ReasonDeadline),
+			decides(ruleBudgetSpent, ReasonBudgetSpent),
+			decides(ruleRateLimited, ReasonRateLimited),
+			decides(ruleGitHubError, ReasonGitHubError),
+			decides(ruleUnexpectedOutcome, ReasonGitHubError),
+		),
+	)
+}
+
+// at is the rows of one stage of the table, in their order.
+func at(s stage, rows ...rule) []rule {
+	for i := range rows {
+		rows[i].needs = s
 	}
+	return rows
+}
+
+// decides is a row: the rule and the reasons it can decide with.
+func decides(decide func(r *review, p *policy) (Decision, bool), reasons ...Reason) rule {
+	return rule{reasons: reasons, decide: decide}
 }
 
 func allow(reason Reason, msg string) Decision {
