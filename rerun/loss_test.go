@@ -73,6 +73,9 @@ type lossHarness struct {
 	metrics *Metrics
 }
 
+// testNow is the clock of the watch and the reconciler under test.
+func testNow() time.Time { return time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC) }
+
 func newLossHarness(t *testing.T, g Guard, arcCreds bool, exclude Exclusions, ers ...*unstructured.Unstructured) *lossHarness {
 	t.Helper()
 	c := cached{}
@@ -81,12 +84,8 @@ func newLossHarness(t *testing.T, g Guard, arcCreds bool, exclude Exclusions, er
 	}
 	api := fake.NewClientBuilder().Build()
 	h := &lossHarness{api: api, events: events.NewFakeRecorder(20), metrics: NewMetrics(nil)}
-	h.w = &lossWatch{
-		reader: c, live: api, writer: api, namespace: recordsNamespace, guard: g, arcCredentials: arcCreds,
-		jobKeys: fixture.JobKeys(t, "events-secret"), exclude: exclude, erServed: true, events: h.events, metrics: h.metrics,
-		now: func() time.Time { return time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC) }, log: logr.Discard(),
-		pending: map[types.NamespacedName]loss{}, runners: map[types.NamespacedName]*unstructured.Unstructured{},
-	}
+	h.w = newLossWatch(Options{Namespace: recordsNamespace, Guard: g, ARCCredentials: arcCreds, JobKeys: fixture.JobKeys(t, "events-secret"),
+		Exclude: exclude, Events: h.events, Metrics: h.metrics, Log: logr.Discard(), Now: testNow}, c, api, api, true)
 	return h
 }
 
@@ -272,11 +271,8 @@ func TestLossRecordedInsideTheBinding(t *testing.T) {
 
 // testReconciler is a run reconciler over api, re-runs on.
 func testReconciler(api client.Client, clientOf func(*ghclient.Credentials) (Runs, error), rec events.EventRecorder, m *Metrics) *runReconciler {
-	return &runReconciler{
-		reader: api, writer: api, secrets: api, namespace: recordsNamespace, client: clientOf,
-		enabled: true, maxPerRun: DefaultMaxPerRun, poll: DefaultPoll, events: rec, metrics: m,
-		now: func() time.Time { return time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC) }, log: logr.Discard(),
-	}
+	o := Options{Namespace: recordsNamespace, Client: clientOf, Enabled: true, Events: rec, Metrics: m, Log: logr.Discard(), Now: testNow}
+	return newRunReconciler(o.withDefaults(), api, api, api)
 }
 
 // After a restart a record of ARC's credentials whose Secret is gone waits,

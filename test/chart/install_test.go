@@ -25,6 +25,7 @@ import (
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/ghclient/ghfake"
 	"github.com/runner-guard/runner-guard/test/e2e/framework"
+	"github.com/runner-guard/runner-guard/test/fixture"
 	"github.com/runner-guard/runner-guard/test/process"
 	"github.com/runner-guard/runner-guard/test/render"
 )
@@ -155,13 +156,7 @@ func TestHelmInstallOnControlPlane(t *testing.T) {
 
 func startInstallEnv(t *testing.T) *installEnv {
 	t.Helper()
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("KUBEBUILDER_ASSETS is not set (make test sets it)")
-		}
-		t.Skip("KUBEBUILDER_ASSETS is not set: run make test-chart")
-	}
+	assets := fixture.KubebuilderAssets(t)
 	webhookBin(t)
 	render.HelmBin(t)
 
