@@ -3,7 +3,6 @@ package chart
 import (
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/pem"
 	"net"
 	"os/exec"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 
+	"github.com/runner-guard/runner-guard/test/fixture"
 	"github.com/runner-guard/runner-guard/test/render"
 )
 
@@ -47,7 +47,7 @@ func TestGeneratedCertificate(t *testing.T) {
 			if !pool.AppendCertsFromPEM(secret.Data["ca.crt"]) {
 				t.Fatal("ca.crt holds no certificate")
 			}
-			cert := parseCert(t, secret.Data["tls.crt"])
+			cert := fixture.ParseCert(t, secret.Data["tls.crt"])
 			for _, host := range c.verify {
 				opts := x509.VerifyOptions{Roots: pool, DNSName: host, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 				if _, err := cert.Verify(opts); err != nil {
@@ -62,19 +62,6 @@ func TestGeneratedCertificate(t *testing.T) {
 			}
 		})
 	}
-}
-
-func parseCert(t *testing.T, data []byte) *x509.Certificate {
-	t.Helper()
-	block, _ := pem.Decode(data)
-	if block == nil {
-		t.Fatal("no PEM certificate")
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert
 }
 
 // TestURLClientConfig checks webhook.url replaces the Service in every entry

@@ -3,8 +3,6 @@ package process_test
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"math/big"
 	"net"
@@ -89,11 +87,7 @@ func TestCertificateRotation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		block, _ := pem.Decode(b.CertPEM)
-		leaf, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			t.Fatal(err)
-		}
+		leaf := fixture.ParseCert(t, b.CertPEM)
 		if leaf.SerialNumber.Cmp(prev) == 0 {
 			t.Fatal("new certificate has the old serial")
 		}
