@@ -41,9 +41,11 @@ func (s *scenario) evictAtOnce(pods ...string) []string {
 // Three idle, Ready runner pods under a budget that allows one disruption,
 // evicted at once: the API server evicts one, and runner-guard unregisters
 // that one only. The two pods the budget keeps keep their runners (and,
-// for scale-set pods, their EphemeralRunners).
+// for scale-set pods, their EphemeralRunners). Three replicas decide the
+// evictions, one each, sharing the budget's reservations.
 func TestConcurrentEvictionsUnderABudget(t *testing.T) {
 	requireLocalBudgets(t)
+	startReplicas(t, 3)
 	status := policyv1.PodDisruptionBudgetStatus{CurrentHealthy: 3, DesiredHealthy: 2, ExpectedPods: 3, DisruptionsAllowed: 1}
 	names := []string{"runner-a", "runner-b", "runner-c"}
 

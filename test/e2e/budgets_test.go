@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/runner-guard/runner-guard/disruption"
-	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/webhook"
 )
 
@@ -65,9 +64,7 @@ func evictionsFailurePolicy(ctx context.Context, t *testing.T, p admissionregist
 // server itself refuses evicting the busy runner and lets the idle one go;
 // the budget goes with the job; another budget on a pod is left alone.
 func TestJobBudgetsHoldBusyRunnersWithRunnerGuardDown(t *testing.T) {
-	s := newScaleSet(t, "budgets")
-	scope := mustScope(ghclient.OrgScope("org-budgets"))
-	url := "https://github.com/" + scope.Name
+	s, scope, url := newOrgScaleSet(t, "budgets")
 	busy := s.runner("jb-busy", url, scope, true, nil)
 	idle := s.runner("jb-idle", url, scope, false, nil)
 	later := s.runner("jb-later", url, scope, true, nil)

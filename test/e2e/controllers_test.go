@@ -22,9 +22,7 @@ import (
 // Scenario 4a: a controller deleting pods through client-go with its own
 // ServiceAccount token goes through the same guard.
 func TestControllerDeleteThroughClientGo(t *testing.T) {
-	s := newScenario(t, "controller")
-	s.runnerPod("runner-busy", true, true)
-	s.runnerPod("runner-idle", false, true)
+	s := newBusyAndIdle(t, "controller")
 	controller := s.serviceAccountClient("arc-controller", []string{"get", "list", "delete"})
 
 	err := controller.CoreV1().Pods(s.ns).Delete(s.ctx, "runner-busy", metav1.DeleteOptions{})

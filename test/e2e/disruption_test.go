@@ -70,9 +70,7 @@ func (s *scenario) wantAnnotationsWithin(name string, want map[string]string, ti
 // JobStarted patch with no GitHub request, removed when the job ends, and a
 // user's own annotation never touched.
 func TestHintsFollowJobFields(t *testing.T) {
-	s := newScaleSet(t, "hints")
-	scope := mustScope(ghclient.OrgScope("org-hints"))
-	url := "https://github.com/" + scope.Name
+	s, scope, url := newOrgScaleSet(t, "hints")
 	plain := s.runner("hint-plain", url, scope, true, nil)
 	users := s.runner("hint-user", url, scope, true, nil)
 	if _, stderr, err := s.kubectl("annotate", "pod", users.name, disruption.AnnotationDoNotDisrupt+"=false"); err != nil {

@@ -369,14 +369,11 @@ func TestProxy(t *testing.T) {
 
 // 200 scale sets, each with its own githubConfigSecret, whose Secrets hold
 // only three contents (an App installed on two organisations, and a token):
-// runner-guard holds three GitHub clients and mints one installation token
-// per installation, however many Secrets name them.
+// each runner-guard replica holds three GitHub clients at most and mints one
+// installation token per installation, however many Secrets name them.
 func TestManyScaleSetsFewCredentials(t *testing.T) {
-	fake := fakeGitHub(t)
-	s := newScaleSet(t, "many-sets")
-	s.allowSecrets()
 	const appID = 9301
-	keyPEM := addApp(t, fake, appID)
+	fake, s, keyPEM := arcCredentialsScaleSet(t, "many-sets", appID)
 	orgA, orgB, orgC := "org-many-a", "org-many-b", "org-many-c"
 	installA, installB := fake.AddInstallation(appID, orgA), fake.AddInstallation(appID, orgB)
 	contents := []struct {
@@ -415,19 +412,31 @@ func TestManyScaleSetsFewCredentials(t *testing.T) {
 			mints[q.Path]++
 		}
 	}
-	want := map[string]int{
-		fmt.Sprintf("/api/v3/app/installations/%d/access_tokens", installA): 1,
-		fmt.Sprintf("/api/v3/app/installations/%d/access_tokens", installB): 1,
+	// Each replica holds its own clients and tokens: one per installation
+	// per replica at most, and every installation minted by some replica.
+	replicas := len(env.ReplicaAddrs())
+	for _, install := range []int64{installA, installB} {
+		path := fmt.Sprintf("/api/v3/app/installations/%d/access_tokens", install)
+		if n := mints[path]; n < 1 || n > replicas {
+			t.Errorf("installation %d: %d tokens minted (all mints %v); want one per replica that used it, 1 to %d", install, n, mints, replicas)
+		}
 	}
-	if fmt.Sprint(mints) != fmt.Sprint(want) {
-		t.Errorf("installation tokens minted: %v; want one per installation: %v", mints, want)
+	if len(mints) != 2 {
+		t.Errorf("installation tokens minted: %v; want only installations %d and %d", mints, installA, installB)
 	}
-	clients, err := env.WebhookMetric(s.ctx, "runner_guard_github_clients")
+	samples, err := env.ReplicaMetrics(s.ctx, "runner_guard_github_clients")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if clients != 3 {
-		t.Errorf("runner_guard_github_clients = %v after %d scale sets; want 3 (one per distinct Secret contents)", clients, sets)
+	clients := 0.0
+	for _, m := range samples {
+		if !m.Found || m.Value > 3 {
+			t.Errorf("replica %s: runner_guard_github_clients = %v (present %v) after %d scale sets; want at most 3 (one per distinct Secret contents)", m.Replica, m.Value, m.Found, sets)
+		}
+		clients += m.Value
+	}
+	if clients < 3 {
+		t.Errorf("runner_guard_github_clients sums to %v over the replicas; want each of the 3 Secret contents held by one at least", clients)
 	}
 	t.Logf("%d scale sets, %d GitHub requests, %d clients, mints %v", sets, len(reqs), int(clients), mints)
 }

@@ -312,12 +312,15 @@ func TestEphemeralRunnerCRDInstalledLater(t *testing.T) {
 	crd := filepath.Join("testdata", "crds", "ephemeralrunners.actions.github.com.yaml")
 	served := func(want float64) func() error {
 		return func() error {
-			v, ok, err := env.Metric(context.Background(), "runner_guard_arc_crd_served")
-			switch {
-			case err != nil:
+			// Each replica watches the CRD for itself.
+			samples, err := env.ReplicaMetrics(context.Background(), "runner_guard_arc_crd_served")
+			if err != nil {
 				return err
-			case !ok || v != want:
-				return fmt.Errorf("runner_guard_arc_crd_served = %v (present %v), want %v", v, ok, want)
+			}
+			for _, m := range samples {
+				if !m.Found || m.Value != want {
+					return fmt.Errorf("replica %s: runner_guard_arc_crd_served = %v (present %v), want %v", m.Replica, m.Value, m.Found, want)
+				}
 			}
 			return nil
 		}

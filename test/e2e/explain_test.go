@@ -23,7 +23,6 @@ import (
 
 	"github.com/runner-guard/runner-guard/disruption"
 	"github.com/runner-guard/runner-guard/explain"
-	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/test/process"
 )
 
@@ -70,9 +69,7 @@ func explainJSON(t *testing.T, ctx context.Context, args ...string) explain.Repo
 // would get now, through server-side dry runs that change nothing; a user
 // who may read less learns which permission would show the rest.
 func TestExplain(t *testing.T) {
-	s := newScaleSet(t, "explain")
-	scope := mustScope(ghclient.OrgScope("org-explain"))
-	url := "https://github.com/" + scope.Name
+	s, scope, url := newOrgScaleSet(t, "explain")
 	busy := s.runner("explain-busy", url, scope, true, nil)
 	idle := s.runner("explain-idle", url, scope, false, nil)
 	s.setJob(busy.name, 301, "build")

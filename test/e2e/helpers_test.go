@@ -36,15 +36,21 @@ func newScenario(t *testing.T, name string) *scenario {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
-	org, err := ghclient.OrgScope("org-" + name)
-	if err != nil {
+	s := &scenario{t: t, ctx: ctx, ns: "e2e-" + name}
+	var err error
+	if s.scope, err = env.NewTenant(ctx, name, s.ns); err != nil {
 		t.Fatal(err)
 	}
-	s := &scenario{t: t, ctx: ctx, ns: "e2e-" + name, scope: org}
-	env.GitHub.AddScope(org)
-	if err := env.CreateNamespace(ctx, s.ns); err != nil {
-		t.Fatal(err)
-	}
+	return s
+}
+
+// newBusyAndIdle is newScenario with two runner pods, runner-busy running
+// a job and runner-idle not.
+func newBusyAndIdle(t *testing.T, name string) *scenario {
+	t.Helper()
+	s := newScenario(t, name)
+	s.runnerPod("runner-busy", true, true)
+	s.runnerPod("runner-idle", false, true)
 	return s
 }
 
@@ -298,6 +304,24 @@ func deleteUntilAdmitted(s *scenario, pod string, args ...string) string {
 		return nil
 	})
 	return stderr
+}
+
+// waitRefusedWith retries kubectl delete of pod, a try each pace at the
+// most (0: as fast as eventually polls), until runner-guard refuses it with
+// stderr naming want; an admitted delete fails the test at once.
+func (s *scenario) waitRefusedWith(what, pod, want string, timeout, pace time.Duration) {
+	s.t.Helper()
+	s.eventually(what, timeout, func() error {
+		time.Sleep(pace) // the caller's retry pace, not a wait for anything
+		_, stderr, err := s.kubectl("delete", "pod", pod, "--wait=false")
+		switch {
+		case err == nil:
+			s.t.Fatalf("delete of %s admitted: %s", pod, stderr)
+		case !strings.Contains(stderr, want):
+			return fmt.Errorf("refused, not naming %q: %s", want, stderr)
+		}
+		return nil
+	})
 }
 
 // eventually polls check until it passes; it fails the test once timeout

@@ -18,6 +18,12 @@ import (
 // own namespace and GitHub organization so they cannot see each other.
 var env *framework.Env
 
+// webhookReplicas is how many webhook processes every local environment
+// runs behind the one address the API server calls: the chart's
+// replicaCount, so every scenario's reviews spread over two processes that
+// share only what the cluster and GitHub hold.
+const webhookReplicas = 2
+
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
@@ -36,6 +42,7 @@ func run(m *testing.M) int {
 		return 0
 	}
 	opts.Logf = func(format string, args ...any) { fmt.Printf("e2e: "+format+"\n", args...) }
+	opts.Replicas = webhookReplicas
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()

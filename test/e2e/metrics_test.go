@@ -16,8 +16,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/runner-guard/runner-guard/test/process"
 )
 
 // metricsReaderRole is the ClusterRole manifests/base ships for scrapers.
@@ -32,23 +30,9 @@ func TestMetricsSecure(t *testing.T) {
 		t.Skip("existing cluster: the metrics endpoint is not reachable from here")
 	}
 	s := newScenario(t, "metrics")
-	port, err := process.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Later flags win: these override the framework's --metrics-secure=false
-	// and metrics address.
-	if err := env.RestartWebhook(s.ctx, "--metrics-secure=true", fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := env.RestartWebhook(ctx); err != nil {
-			t.Errorf("restore webhook: %v", err)
-		}
-	})
-	url := fmt.Sprintf("https://127.0.0.1:%d/metrics", port)
+	// A later flag wins: this overrides the framework's --metrics-secure=false
+	// on each replica's own metrics port.
+	restartWebhook(t, "--metrics-secure=true")
 
 	// One decision, so runner_guard_decisions_total has a sample.
 	pod := s.runnerPod("metrics-runner", false, true)
@@ -83,7 +67,7 @@ func TestMetricsSecure(t *testing.T) {
 		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, //nolint:gosec // a test against loopback
 	}}
 	defer c.CloseIdleConnections()
-	get := func(token string) (int, string) {
+	get := func(url, token string) (int, string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(s.ctx, 15*time.Second)
 		defer cancel()
@@ -106,49 +90,59 @@ func TestMetricsSecure(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 
-	// The secure metrics server comes up after /readyz (it sets up its
-	// authentication first): wait for it to accept TLS.
-	s.eventually("metrics endpoint serving TLS", 30*time.Second, func() error {
-		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", fmt.Sprintf("127.0.0.1:%d", port),
-			&tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a probe against loopback
-		if err != nil {
-			return err
-		}
-		return conn.Close()
-	})
+	// Every replica serves its own /metrics, each checked alike; the one
+	// decision is counted by whichever replica made it.
+	var decided bool
+	for _, addr := range env.MetricsAddrs() {
+		url := "https://" + addr + "/metrics"
+		// The secure metrics server comes up after /readyz (it sets up its
+		// authentication first): wait for it to accept TLS.
+		s.eventually("metrics endpoint serving TLS on "+addr, 30*time.Second, func() error {
+			conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr,
+				&tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a probe against loopback
+			if err != nil {
+				return err
+			}
+			return conn.Close()
+		})
 
-	if code, body := get(""); code != http.StatusUnauthorized {
-		t.Errorf("no token: %d, want 401; body %.300s", code, body)
-	}
-	if code, body := get("not-a-token"); code != http.StatusUnauthorized || strings.Contains(body, "runner_guard_") {
-		t.Errorf("a token the API server does not know: %d, want 401; body %.300s", code, body)
-	}
-	if code, body := get(unbound); code != http.StatusForbidden {
-		t.Errorf("token of a ServiceAccount without %s: %d, want 403; body %.300s", metricsReaderRole, code, body)
-	}
-	// RBAC takes effect in the API server's authorizer cache at once, but
-	// allow a few seconds for the binding to be seen.
-	var body string
-	s.eventually("token of a ServiceAccount bound to "+metricsReaderRole+" answered 200", 20*time.Second, func() error {
-		var code int
-		if code, body = get(bound); code != http.StatusOK {
-			return fmt.Errorf("%d, want 200; body %.300s", code, body)
+		if code, body := get(url, ""); code != http.StatusUnauthorized {
+			t.Errorf("%s, no token: %d, want 401; body %.300s", addr, code, body)
 		}
-		return nil
-	})
-	if !strings.Contains(body, "runner_guard_decisions_total") {
-		t.Errorf("metrics lack runner_guard_decisions_total:\n%.2000s", body)
-	}
+		if code, body := get(url, "not-a-token"); code != http.StatusUnauthorized || strings.Contains(body, "runner_guard_") {
+			t.Errorf("%s, a token the API server does not know: %d, want 401; body %.300s", addr, code, body)
+		}
+		if code, body := get(url, unbound); code != http.StatusForbidden {
+			t.Errorf("%s, token of a ServiceAccount without %s: %d, want 403; body %.300s", addr, metricsReaderRole, code, body)
+		}
+		// RBAC takes effect in the API server's authorizer cache at once, but
+		// allow a few seconds for the binding to be seen.
+		var body string
+		s.eventually("token of a ServiceAccount bound to "+metricsReaderRole+" answered 200 by "+addr, 20*time.Second, func() error {
+			var code int
+			if code, body = get(url, bound); code != http.StatusOK {
+				return fmt.Errorf("%d, want 200; body %.300s", code, body)
+			}
+			return nil
+		})
+		if !strings.Contains(body, "runner_guard_") {
+			t.Errorf("%s: metrics lack runner-guard's own:\n%.2000s", addr, body)
+		}
+		decided = decided || strings.Contains(body, "runner_guard_decisions_total")
 
-	// Plain HTTP on the same port is not served.
-	plain := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	defer plain.CloseIdleConnections()
-	if resp, err := plain.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port)); err == nil {
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK && strings.Contains(string(b), "runner_guard_") {
-			t.Errorf("metrics served over plain HTTP with --metrics-secure")
+		// Plain HTTP on the same port is not served.
+		plain := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		if resp, err := plain.Get("http://" + addr + "/metrics"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && strings.Contains(string(b), "runner_guard_") {
+				t.Errorf("%s: metrics served over plain HTTP with --metrics-secure", addr)
+			}
 		}
+		plain.CloseIdleConnections()
+	}
+	if !decided {
+		t.Errorf("no replica's metrics have runner_guard_decisions_total after a decision")
 	}
 }
 

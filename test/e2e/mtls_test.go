@@ -79,9 +79,9 @@ func TestMTLS(t *testing.T) {
 		// a client certificate. Its error is what the client read: the server's
 		// alert. An http.Client would often report its own side instead (a write
 		// to, or a close of, the connection the alert ended).
-		postWithout := func(maxVersion uint16) error {
+		postWithout := func(addr string, maxVersion uint16) error {
 			cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12, MaxVersion: maxVersion}
-			conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", env.WebhookAddr(), cfg)
+			conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", addr, cfg)
 			if err != nil {
 				return err // TLS 1.2: the server's alert ends the handshake
 			}
@@ -111,19 +111,23 @@ func TestMTLS(t *testing.T) {
 		env.GitHub.ResetLog()
 		// TLS 1.3 (what the API server speaks) has an alert that names the
 		// missing certificate; with TLS 1.2 the server's alert is a generic one.
-		for _, v := range []struct {
-			name string
-			max  uint16
-			want string
-		}{
-			{"TLS 1.3", tls.VersionTLS13, "remote error: tls: certificate required"},
-			{"TLS 1.2", tls.VersionTLS12, "remote error: tls: "},
-		} {
-			err := postWithout(v.max)
-			if err == nil || !strings.Contains(err.Error(), v.want) {
-				t.Errorf("%s POST without a client certificate: %v; want a TLS refusal %q", v.name, err, v.want)
-			} else {
-				t.Logf("%s refused: %v", v.name, err)
+		// Each replica is asked itself, not only through the address the API
+		// server calls (the harness's proxy checks certificates too).
+		for _, addr := range append([]string{env.WebhookAddr()}, env.ReplicaAddrs()...) {
+			for _, v := range []struct {
+				name string
+				max  uint16
+				want string
+			}{
+				{"TLS 1.3", tls.VersionTLS13, "remote error: tls: certificate required"},
+				{"TLS 1.2", tls.VersionTLS12, "remote error: tls: "},
+			} {
+				err := postWithout(addr, v.max)
+				if err == nil || !strings.Contains(err.Error(), v.want) {
+					t.Errorf("%s POST to %s without a client certificate: %v; want a TLS refusal %q", v.name, addr, err, v.want)
+				} else {
+					t.Logf("%s refused by %s: %v", v.name, addr, err)
+				}
 			}
 		}
 		if got := env.GitHub.Requests(); len(got) != 0 {
@@ -194,6 +198,7 @@ func startMTLSEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts.ClientCertAuth = true
+	opts.Replicas = webhookReplicas
 	opts.Logf = t.Logf
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

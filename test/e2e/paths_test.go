@@ -19,9 +19,7 @@ import (
 // Scenario 6: kubectl delete --dry-run=server answers truthfully and never
 // unregisters.
 func TestServerDryRun(t *testing.T) {
-	s := newScenario(t, "dryrun")
-	s.runnerPod("runner-busy", true, true)
-	s.runnerPod("runner-idle", false, true)
+	s := newBusyAndIdle(t, "dryrun")
 
 	_, stderr, err := s.kubectl("delete", "pod", "runner-busy", "--dry-run=server")
 	if err == nil || !strings.Contains(stderr, "runner busy") {
@@ -120,16 +118,7 @@ func TestGitHubFailure(t *testing.T) {
 	env.StopGitHub()
 	// The pod's last decision failed: it is answered from memory (GitHub's
 	// 500) for a backoff of a second before GitHub is asked again.
-	s.eventually("delete refused naming GitHub down", 30*time.Second, func() error {
-		_, stderr, err = s.kubectl("delete", "pod", "runner-a", "--wait=false")
-		switch {
-		case err == nil:
-			t.Fatalf("delete with GitHub down was allowed: %s", stderr)
-		case !strings.Contains(stderr, "connection refused"):
-			return fmt.Errorf("refused, not naming 'connection refused': %s", stderr)
-		}
-		return nil
-	})
+	s.waitRefusedWith("delete with GitHub down refused naming it", "runner-a", "connection refused", 30*time.Second, 0)
 	s.requireAlive("runner-a")
 
 	if err := env.RestartWebhook(s.ctx, "--on-error=allow"); err != nil {

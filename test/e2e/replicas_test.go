@@ -10,10 +10,11 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/runner-guard/runner-guard/test/e2e/framework"
 	"github.com/runner-guard/runner-guard/webhook"
 )
 
-// Issue 37, item 1: two replicas behind one address, as the chart installs
+// Issue 37, item 1: replicas behind one address, as the chart installs
 // them, and idle Ready runners under a budget evicted all at once, the
 // reviews spread over both. The API server evicts as many pods as the
 // budget allows, and runner-guard unregisters those runners only: the
@@ -22,19 +23,9 @@ import (
 // kept were left with no runner.
 func TestReplicasShareABudget(t *testing.T) {
 	requireLocalBudgets(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	replicas, err := env.StartReplicas(ctx, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := replicas.Stop(ctx); err != nil {
-			t.Errorf("start the single webhook again: %v", err)
-		}
-	})
+	// Three, one more than the suite runs, so the reservations are shared
+	// by more than a pair.
+	replicas := startReplicas(t, 3)
 	tests := map[string]struct{ pods, allowed int }{
 		"3 evictions, budget 1":  {pods: 3, allowed: 1},
 		"20 evictions, budget 5": {pods: 20, allowed: 5},
@@ -92,4 +83,24 @@ func TestReplicasShareABudget(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startReplicas runs n webhook replicas in place of the environment's own
+// until t ends.
+func startReplicas(t *testing.T, n int) *framework.Replicas {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	replicas, err := env.StartReplicas(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := replicas.Stop(ctx); err != nil {
+			t.Errorf("start the environment's own replicas again: %v", err)
+		}
+	})
+	return replicas
 }

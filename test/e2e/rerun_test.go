@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -110,19 +109,16 @@ func (s *scaleSet) records(run int64, n int, state rerun.State) []map[string]str
 	return out
 }
 
-// withRerunsOn restarts runner-guard with args and restores it after t.
-func withRerunsOn(t *testing.T, s *scaleSet, args ...string) {
+// rerunLostJobs is the flag that turns re-runs of lost jobs on.
+const rerunLostJobs = "--rerun-lost-jobs"
+
+// newLostJob is a scale set, with runner-guard re-running lost jobs until t
+// ends, and one job of its, <name>-1, running on its runner.
+func newLostJob(t *testing.T, name string) (*scaleSet, lostJob) {
 	t.Helper()
-	if err := env.RestartWebhook(s.ctx, args...); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := env.RestartWebhook(ctx); err != nil {
-			t.Errorf("restore webhook: %v", err)
-		}
-	})
+	s := newScaleSet(t, name)
+	restartWebhook(t, rerunLostJobs)
+	return s, s.lostJob(name + "-1")
 }
 
 // loseAndFail force-deletes the job's pod, waits for its record, then fails
@@ -162,16 +158,14 @@ func (j lostJob) rerunsAnswered(status int) int {
 // goes on, then the run completes failed: the job is re-run once and an
 // Event on the pod says why.
 func TestLostJobRerunOnce(t *testing.T) {
-	s := newScaleSet(t, "lost-rerun")
-	withRerunsOn(t, s, "--rerun-lost-jobs")
-	j := s.lostJob("lost-rerun-1")
+	s, j := newLostJob(t, "lost-rerun")
 	s.forceDelete(j.runner.name)
 	rec := s.record(j.run, rerun.StateWaiting)
 	if rec["runner"] != j.runner.name || rec["repository"] != j.repo || rec["cause"] != string(rerun.CauseForceDeleted) {
 		t.Errorf("record %v", rec)
 	}
 
-	if err := env.RestartWebhook(s.ctx, "--rerun-lost-jobs"); err != nil {
+	if err := env.RestartWebhook(s.ctx, rerunLostJobs); err != nil {
 		t.Fatal(err)
 	}
 	if err := j.fake.FinishJob(j.job, ghfake.ConclusionFailure); err != nil {
@@ -198,7 +192,7 @@ func TestLostJobRerunOnce(t *testing.T) {
 // is re-run once, as a scale-set runner's is.
 func TestLostLegacyJobRerunOnce(t *testing.T) {
 	s := newScaleSet(t, "lost-legacy")
-	eventsOn(s.scenario, ghfake.Events{}, "--rerun-lost-jobs")
+	eventsOn(s.scenario, ghfake.Events{}, rerunLostJobs)
 	f := fakeGitHub(t)
 	const name = "lost-legacy-1"
 	s.runnerPod(name, false, true)
@@ -226,9 +220,7 @@ func TestLostLegacyJobRerunOnce(t *testing.T) {
 
 // A job the user cancelled is never re-run, and no Event says it was lost.
 func TestLostJobCancelledByUser(t *testing.T) {
-	s := newScaleSet(t, "lost-cancel")
-	withRerunsOn(t, s, "--rerun-lost-jobs")
-	j := s.lostJob("lost-cancel-1")
+	s, j := newLostJob(t, "lost-cancel")
 	s.forceDelete(j.runner.name)
 	s.record(j.run, rerun.StateWaiting)
 	if err := j.fake.CompleteRun(j.run, ghfake.ConclusionCancelled); err != nil {
@@ -262,9 +254,7 @@ func TestLostJobRerunOff(t *testing.T) {
 
 // A token whose rights cannot be read: the first refusal says what to grant.
 func TestLostJobRerunRefused(t *testing.T) {
-	s := newScaleSet(t, "lost-refused")
-	withRerunsOn(t, s, "--rerun-lost-jobs")
-	j := s.lostJob("lost-refused-1")
+	s, j := newLostJob(t, "lost-refused")
 	j.fake.SetTokenRights(ghfake.TokenRights{NoActionsWrite: true})
 	t.Cleanup(func() { j.fake.SetTokenRights(ghfake.TokenRights{}) })
 	s.loseAndFail(j)
@@ -282,7 +272,7 @@ func TestLostJobRerunRefused(t *testing.T) {
 // which no other job of the old one could be re-run).
 func TestLostJobsOfOneRun(t *testing.T) {
 	s := newScaleSet(t, "lost-many")
-	withRerunsOn(t, s, "--rerun-lost-jobs")
+	restartWebhook(t, rerunLostJobs)
 	jobs := []lostJob{s.lostJob("lost-many-0")}
 	for i := 1; i < 3; i++ {
 		jobs = append(jobs, s.lostJobIn(fmt.Sprintf("lost-many-%d", i), jobs[0].run, fmt.Sprintf("matrix-%d", i)))

@@ -73,17 +73,9 @@ func TestHourlyReserveIsRefusedUnderOnErrorAllow(t *testing.T) {
 	if _, stderr, err := s.kubectl("delete", "pod", "runner-busy", "--wait=false"); err == nil || !strings.Contains(stderr, "runner busy") {
 		t.Fatalf("first delete of a busy runner: err %v, stderr %q; want refused as busy", err, stderr)
 	}
-	s.eventually("the re-check held for the hourly reserve", 2*time.Minute, func() error {
-		time.Sleep(time.Second) // a delete a second, as a retrying drain
-		_, stderr, err := s.kubectl("delete", "pod", "runner-busy", "--wait=false")
-		switch {
-		case err == nil:
-			t.Fatalf("a busy runner's pod was let go by onError: allow without asking GitHub: %s", stderr)
-		case !strings.Contains(stderr, "github-budget-spent"):
-			return fmt.Errorf("refused, but not yet for the reserve: %s", stderr)
-		}
-		return nil
-	})
+	// A delete a second, as a retrying drain; one let go would be onError:
+	// allow letting a busy runner's pod go without asking GitHub.
+	s.waitRefusedWith("the re-check held for the hourly reserve", "runner-busy", "github-budget-spent", 2*time.Minute, time.Second)
 	s.requireAlive("runner-busy")
 	if !s.registered("runner-busy") {
 		t.Error("the busy runner was unregistered")
@@ -99,13 +91,17 @@ func TestBypassUserWhileTheBudgetIsSpent(t *testing.T) {
 		t.Skip("existing cluster: the webhook's --config cannot be changed from here")
 	}
 	s := newScenario(t, "bypass-spent")
-	const pods = 8
+	// 5 points a minute for each replica, the budget shared as the chart
+	// shares it (replicas: its replicaCount): five look-ups (a GET each) per
+	// replica, then none. Two deletes more than that for each.
+	replicas := len(env.ReplicaAddrs())
+	pods := 7 * replicas
 	for i := range pods {
 		s.runnerPod(fmt.Sprintf("runner-%d", i), false, false)
 	}
-	// 5 points a minute: five look-ups (a GET each), then none.
 	file := filepath.Join(t.TempDir(), "runner-guard.yaml")
-	if err := os.WriteFile(file, []byte("githubBudget: {pointsPerMinute: 5}\n"), 0o600); err != nil {
+	budget := fmt.Sprintf("githubBudget: {pointsPerMinute: %d, replicas: %d}\n", 5*replicas, replicas)
+	if err := os.WriteFile(file, []byte(budget), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	restartWebhook(t, "--config="+file, "--on-error=allow")

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -241,27 +240,3 @@ func (t *Tinyproxy) Connects() ([]string, error) {
 
 // Stop ends tinyproxy.
 func (t *Tinyproxy) Stop() error { return t.proc.Stop(5 * time.Second) }
-
-// WebhookMetric reads one unlabelled sample of the webhook's /metrics (a
-// gauge or counter), as started by StartWebhook with its plain-HTTP metrics.
-func (e *Env) WebhookMetric(ctx context.Context, name string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/metrics", e.metricsPort), nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
-		}
-	}
-	return 0, fmt.Errorf("metric %s not in the webhook's /metrics", name)
-}

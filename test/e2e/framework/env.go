@@ -68,7 +68,13 @@ type Options struct {
 	// ExtraControllers are kube-controller-manager controllers run besides
 	// Controllers (ControlPlaneOptions.ExtraControllers).
 	ExtraControllers []string
-	Logf             func(format string, args ...any)
+	// Replicas is how many webhook processes run, as the chart's Deployment
+	// runs them (replicaCount): each with its own ports and POD_NAME
+	// runner-guard-<i>, leader-elected, behind a round-robin proxy on the
+	// address the API server calls (and on --events-bind-address's). 0 or 1:
+	// one process, on that address itself.
+	Replicas int
+	Logf     func(format string, args ...any)
 }
 
 // Env is a running control plane with runner-guard registered in it.
@@ -85,13 +91,16 @@ type Env struct {
 	githubSrv   *http.Server
 	controlSrv  *http.Server
 	githubAddr  string
-	webhook     *process.Child
-	webhookPort int
-	certDir     string
-	kubeconfig  string          // the webhook's own (ServiceAccount) kubeconfig
-	clientAuth  *clientCertAuth // nil unless Options.ClientCertAuth
-	metricsPort int             // the webhook's plain-HTTP metrics port
-	mu          sync.Mutex
+	replicas    []*webhookReplica
+	webhookPort int         // the address the API server calls
+	proxy       *roundRobin // on webhookPort, in front of several replicas
+	eventsProxy *roundRobin // on --events-bind-address, likewise
+	// replicaOverride is StartReplicas's count (0: Options.Replicas).
+	replicaOverride int
+	certDir         string
+	kubeconfig      string          // the webhook's own (ServiceAccount) kubeconfig
+	clientAuth      *clientCertAuth // nil unless Options.ClientCertAuth
+	mu              sync.Mutex
 }
 
 // FromEnvironment fills Options from the variables `make e2e` sets.
@@ -278,53 +287,112 @@ func (e *Env) StartWebhook(ctx context.Context, extraArgs ...string) error {
 }
 
 // StartWebhookWith is StartWebhook with environment variables for the
-// binary and a command to run it under (see WebhookProcess).
+// binary and a command to run it under (see WebhookProcess). It runs every
+// replica (Options.Replicas) and waits until each is ready.
 func (e *Env) StartWebhookWith(ctx context.Context, proc WebhookProcess, extraArgs ...string) error {
+	if !e.Local() {
+		return errors.New("the webhook runs in the cluster; it cannot be started from here")
+	}
 	tokenFile := filepath.Join(e.Dir, "github-token")
 	if err := os.WriteFile(tokenFile, []byte(githubToken+"\n"), 0o600); err != nil {
 		return err
 	}
-	healthPort, err := e.ports.Free()
-	if err != nil {
-		return err
+	n, proxied := e.replicaCount()
+	args, events := extraArgs, ""
+	if proxied {
+		events, args = withoutFlag(extraArgs, eventsBindFlag)
 	}
-	metricsPort, err := e.ports.Free()
+	started, err := e.startReplicaProcesses(n, proxied, proc, tokenFile, events != "", args)
+	e.replicas = started
 	if err != nil {
-		return err
+		return errors.Join(err, e.stopReplicas())
 	}
-	e.metricsPort = metricsPort
+	if len(extraArgs) > 0 {
+		e.opts.Logf("%d runner-guard replica(s) starting behind 127.0.0.1:%d with %s", n, e.webhookPort, strings.Join(extraArgs, " "))
+	} else {
+		e.opts.Logf("%d runner-guard replica(s) starting behind 127.0.0.1:%d", n, e.webhookPort)
+	}
+	for _, r := range e.replicas {
+		err := process.WaitReady(ctx, "runner-guard webhook "+r.name, 30*time.Second, r.child, func(ctx context.Context) error {
+			return HTTPGetOK(ctx, http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/readyz", r.healthPort))
+		})
+		if err != nil {
+			return errors.Join(err, e.stopReplicas())
+		}
+	}
+	if proxied {
+		if err := e.serveReplicas(events); err != nil {
+			return errors.Join(err, e.stopReplicas())
+		}
+	}
+	return nil
+}
+
+// startReplicaProcesses starts n webhook processes without waiting for
+// them; proxied, each on a webhook port of its own (and an events port when
+// withEvents), else the one on the registered address.
+func (e *Env) startReplicaProcesses(n int, proxied bool, proc WebhookProcess, tokenFile string, withEvents bool, extraArgs []string) ([]*webhookReplica, error) {
+	var started []*webhookReplica
+	for i := range n {
+		r := &webhookReplica{name: fmt.Sprintf("runner-guard-%d", i), port: e.webhookPort}
+		ports := []*int{&r.healthPort, &r.metricsPort}
+		if proxied {
+			ports = append(ports, &r.port)
+		}
+		if withEvents {
+			ports = append(ports, &r.eventsPort)
+		}
+		for _, p := range ports {
+			free, err := e.ports.Free()
+			if err != nil {
+				return started, err
+			}
+			*p = free
+		}
+		args := e.webhookArgs(r, tokenFile, extraArgs)
+		environ := proc.Env
+		// Keep one log per start so a restart never hides the earlier run's log.
+		logName := fmt.Sprintf("webhook-%d", time.Now().UnixNano())
+		if proxied {
+			// Each replica names itself in the budgets' reservations by its pod.
+			environ = append(slices.Clone(proc.Env), "POD_NAME="+r.name)
+			logName = fmt.Sprintf("webhook-%s-%d", r.name, time.Now().UnixNano())
+		}
+		bin := e.opts.WebhookBin
+		if len(proc.Wrap) > 0 {
+			bin, args = proc.Wrap[0], append(append(slices.Clone(proc.Wrap[1:]), bin), args...)
+		}
+		child, err := process.StartLogged(e.Dir, logName, process.Command(bin, args, environ))
+		if err != nil {
+			return started, fmt.Errorf("replica %s: %w", r.name, err)
+		}
+		r.child = child
+		started = append(started, r)
+	}
+	return started, nil
+}
+
+// webhookArgs are replica r's flags: the harness's, then extraArgs (a later
+// flag wins), then r's own events address when it has one.
+func (e *Env) webhookArgs(r *webhookReplica, tokenFile string, extraArgs []string) []string {
 	args := []string{
-		"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", e.webhookPort),
+		"--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", r.port),
 		"--cert-dir=" + e.certDir,
 		"--github-url=" + e.GitHubURL, "--github-allow-http",
 		"--github-token-file=" + tokenFile,
 		"--kubeconfig=" + e.kubeconfig,
-		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metricsPort), "--metrics-secure=false",
-		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", healthPort),
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", r.metricsPort), "--metrics-secure=false",
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", r.healthPort),
 		"--zap-log-level=debug",
 	}
 	if e.clientAuth != nil {
 		args = append(args, "--client-ca-file="+e.clientAuth.caFile(e.certDir))
 	}
 	args = append(args, extraArgs...)
-	// Keep one log per start so a restart never hides the earlier run's log.
-	name := fmt.Sprintf("webhook-%d", time.Now().UnixNano())
-	bin := e.opts.WebhookBin
-	if len(proc.Wrap) > 0 {
-		bin, args = proc.Wrap[0], append(append(slices.Clone(proc.Wrap[1:]), bin), args...)
+	if r.eventsPort != 0 {
+		args = append(args, fmt.Sprintf("%s=127.0.0.1:%d", eventsBindFlag, r.eventsPort))
 	}
-	e.webhook, err = process.StartLogged(e.Dir, name, process.Command(bin, args, proc.Env))
-	if err != nil {
-		return err
-	}
-	if len(extraArgs) > 0 {
-		e.opts.Logf("runner-guard webhook starting on 127.0.0.1:%d with %s", e.webhookPort, strings.Join(extraArgs, " "))
-	} else {
-		e.opts.Logf("runner-guard webhook starting on 127.0.0.1:%d", e.webhookPort)
-	}
-	return process.WaitReady(ctx, "runner-guard webhook", 30*time.Second, e.webhook, func(ctx context.Context) error {
-		return HTTPGetOK(ctx, http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/readyz", healthPort))
-	})
+	return args
 }
 
 // RestartWebhook stops the webhook and starts it again with other flags.
@@ -334,21 +402,28 @@ func (e *Env) RestartWebhook(ctx context.Context, extraArgs ...string) error {
 
 // RestartWebhookWith is RestartWebhook with StartWebhookWith's process settings.
 func (e *Env) RestartWebhookWith(ctx context.Context, proc WebhookProcess, extraArgs ...string) error {
-	if e.webhook == nil {
-		return errors.New("the webhook runs in the cluster; it cannot be restarted from here")
-	}
-	if err := e.webhook.Stop(15 * time.Second); err != nil {
+	if err := e.StopWebhook(); err != nil {
 		return err
 	}
 	return e.StartWebhookWith(ctx, proc, extraArgs...)
 }
 
-// StopWebhook stops the local webhook process; StartWebhook starts it again.
+// StopWebhook stops every local webhook process (and the proxy in front of
+// them); StartWebhook starts them again.
 func (e *Env) StopWebhook() error {
-	if e.webhook == nil {
+	if !e.Local() {
 		return errors.New("the webhook runs in the cluster; it cannot be stopped from here")
 	}
-	return e.webhook.Stop(15 * time.Second)
+	return e.stopReplicas()
+}
+
+// firstReplica is the first webhook process, whose exit ends a wait early;
+// nil when none runs.
+func (e *Env) firstReplica() *process.Child {
+	if len(e.replicas) == 0 {
+		return nil
+	}
+	return e.replicas[0].child
 }
 
 // Local reports whether this Env runs its own control plane, webhook and fake
@@ -395,7 +470,7 @@ func (e *Env) waitForWebhook(ctx context.Context) error {
 	if _, err := e.CreateRunningPod(ctx, probe); err != nil {
 		return err
 	}
-	return process.WaitReady(ctx, "ValidatingWebhookConfiguration in effect", 30*time.Second, e.webhook, func(ctx context.Context) error {
+	return process.WaitReady(ctx, "ValidatingWebhookConfiguration in effect", 30*time.Second, e.firstReplica(), func(ctx context.Context) error {
 		err := e.Client.CoreV1().Pods(ns).Delete(ctx, "probe", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil && strings.Contains(err.Error(), "cannot tell where") {
 			return nil
@@ -517,9 +592,7 @@ func (e *Env) kustomize(ctx context.Context, dir string) ([]byte, error) {
 
 // Stop tears everything down. Logs stay in Dir.
 func (e *Env) Stop() {
-	if e.webhook != nil {
-		_ = e.webhook.Stop(15 * time.Second)
-	}
+	_ = e.stopReplicas()
 	e.StopGitHub()
 	if e.controlSrv != nil {
 		_ = e.controlSrv.Close()

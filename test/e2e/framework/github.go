@@ -162,3 +162,14 @@ func (g *RemoteGitHub) AddScope(scopes ...ghclient.Scope) {
 func (g *RemoteGitHub) SetListingDelay(d time.Duration) {
 	g.control(func(c context.Context, r *ghfake.Remote) error { return r.SetListingDelay(c, d) })
 }
+
+// NewTenant is one scenario's tenant: the organization org-<name> on the
+// fake GitHub, and namespace ns (with its default ServiceAccount).
+func (e *Env) NewTenant(ctx context.Context, name, ns string) (ghclient.Scope, error) {
+	org, err := ghclient.OrgScope("org-" + name)
+	if err != nil {
+		return ghclient.Scope{}, err
+	}
+	e.GitHub.AddScope(org)
+	return org, e.CreateNamespace(ctx, ns)
+}

@@ -114,43 +114,38 @@ func TestRemoteGitHubSecondaryAndLag(t *testing.T) {
 		t.Error("SetListingLags: want true for r1, false for an unknown runner")
 	}
 	remote.SetSecondaryLimit(ghfake.SecondaryLimit{Off: true})
-	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/orgs/acme/actions/runners?name=r1", nil)
+	if list := listRunners(t, srv, "/orgs/acme/actions/runners?name=r1"); len(list) != 1 || list[0].Busy {
+		t.Errorf("lagging listing %+v: want r1 listed idle", list)
+	}
+}
+
+// getWithToken GETs path from the fake with the webhook's token.
+func getWithToken(t *testing.T, srv *httptest.Server, path string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	req.Header.Set("Authorization", "Bearer "+githubToken)
 	resp, err := srv.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var list struct {
-		Runners []ghfake.Runner `json:"runners"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || len(list.Runners) != 1 || list.Runners[0].Busy {
-		t.Errorf("lagging listing %+v, %v: want r1 listed idle", list, err)
-	}
+	return resp
 }
 
 // getStatus GETs path from the fake with the webhook's token and returns the status.
 func getStatus(t *testing.T, srv *httptest.Server, path string) int {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
-	req.Header.Set("Authorization", "Bearer "+githubToken)
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := getWithToken(t, srv, path)
 	resp.Body.Close()
 	return resp.StatusCode
 }
 
-// listedNames lists path's runners with the webhook's token.
-func listedNames(t *testing.T, srv *httptest.Server, path string) []string {
+// listRunners lists path's runners with the webhook's token.
+func listRunners(t *testing.T, srv *httptest.Server, path string) []ghfake.Runner {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
-	req.Header.Set("Authorization", "Bearer "+githubToken)
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := getWithToken(t, srv, path)
 	defer resp.Body.Close()
 	var list struct {
 		Runners []ghfake.Runner `json:"runners"`
@@ -158,8 +153,14 @@ func listedNames(t *testing.T, srv *httptest.Server, path string) []string {
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
 		t.Fatal(err)
 	}
+	return list.Runners
+}
+
+// listedNames lists path's runners' names with the webhook's token.
+func listedNames(t *testing.T, srv *httptest.Server, path string) []string {
+	t.Helper()
 	var names []string
-	for _, r := range list.Runners {
+	for _, r := range listRunners(t, srv, path) {
 		names = append(names, r.Name)
 	}
 	return names

@@ -93,8 +93,7 @@ func TestFakeGitHubCommand(t *testing.T) {
 }
 
 func TestFakeGitHubCommandRejectsEmptyTokenFile(t *testing.T) {
-	dir := t.TempDir()
-	empty := filepath.Join(dir, "empty")
+	empty := filepath.Join(t.TempDir(), "empty")
 	if err := os.WriteFile(empty, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
