@@ -11,15 +11,16 @@ import (
 	"github.com/runner-guard/runner-guard/ghclient"
 )
 
-// ask makes the one GitHub call of a decision the runner rules left open,
-// and records GitHub's answer in the memories: a "busy" (trusted for
-// longer while it lasts), a runner gone (the deletion's repeats are
-// admitted without asking again), and a look-up's or an unregister's
-// failure (in askGitHub).
+// ask makes the one GitHub call of a decision the runner rules left open.
+// It recalls what GitHub said of the runner lately (the busy memory; in
+// askGitHub the look-up and failure memories) and records the answer: a
+// "busy" (trusted for longer while it lasts), a runner gone (the deletion's
+// repeats are admitted without asking again), a look-up or a failure.
 func (d *decider) ask(ctx context.Context, r *review) githubResult {
 	if !r.askable() {
 		return githubResult{} // only bypass users and disrupted pods get here: nothing to ask
 	}
+	r.Busy = d.busy.recall(r.Target)
 	// ctx ends at the review's deadline (decide).
 	deadline, _ := ctx.Deadline()
 	if left := time.Until(deadline); !r.readOnly(&d.policy) && left < minUnregisterTime {

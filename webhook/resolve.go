@@ -168,8 +168,8 @@ func parenthesized(clause string) string {
 // resolve reads, once, everything the runner rules decide on, into the
 // review: the live pod of a DELETE (its oldObject may be forged), the runner
 // behind the pod (ARC's object or the pod's own facts: name, scope,
-// credentials), the node's deadline for Karpenter's DELETE, what the
-// memories say of the runner, and for an eviction the disruption budget it
+// credentials), the node's deadline for Karpenter's DELETE, whether the
+// pod's deletion was admitted moments ago, and for an eviction the disruption budget it
 // is charged to, with one of its disruptions reserved. Nothing here asks
 // GitHub or decides.
 func (d *decider) resolve(ctx context.Context, r *review) {
@@ -191,7 +191,6 @@ func (d *decider) resolve(ctx context.Context, r *review) {
 	}
 	if r.askable() {
 		r.RecentlyAdmitted = d.memory.admitted(r.Pod.UID, r.Target)
-		r.Busy = d.busy.recall(r.Target)
 	}
 	if r.Operation == OperationEvict && !r.DryRun {
 		r.PDBBlocks, r.PDBSeveral, r.PDBInFlight, r.budgetHold, r.PDBReserveErr = d.blockingPDB(ctx, r.Pod)

@@ -111,8 +111,9 @@ type Decision struct {
 }
 
 // review holds the facts of one request that the rules decide on. The handler
-// fills the request's facts; the decider adds the runner and GitHub's answer
-// when the first rule that needs them is reached.
+// fills the request's facts; decide's steps add the rest when the first rule
+// that needs them is reached: resolve (resolve.go) the fields marked
+// stageRunner, ask (github.go) those marked stageGitHub.
 type review struct {
 	Operation Operation
 	// Namespace and Name name the pod under review, even when Pod is nil.
@@ -143,7 +144,7 @@ type review struct {
 	// RecentlyAdmitted: this pod's deletion was admitted moments ago after
 	// GitHub removed its runner (stageRunner).
 	RecentlyAdmitted bool
-	// Busy is GitHub's remembered "busy" for this runner (stageRunner).
+	// Busy is GitHub's remembered "busy" for this runner (stageGitHub).
 	Busy busyMemo
 	// PDBBlocks names a PodDisruptionBudget that allows no disruption now (evictions, stageRunner).
 	PDBBlocks string
