@@ -38,8 +38,7 @@ func TestNodeDrainScaledToZeroKeepsBusyRunnerByItsBudget(t *testing.T) {
 	}
 
 	s.startRunners("runner-busy", "runner-idle")
-	s.setBusy("runner-busy", true)
-	s.waitLog("runner-busy", "job started")
+	s.startJob("runner-busy")
 	busy, idle := s.pod("runner-busy"), s.pod("runner-idle")
 	s.waitJobBudget(busy, 60*time.Second)
 	if n := len(s.budgetsSelecting(idle)); n != 0 {

@@ -71,16 +71,23 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			c.Stop()
 		}
 	}()
-	return c, process.RunSteps(ctx, opts.Logf,
-		process.Step{Name: "network namespace", Run: createNetns},
-		process.Step{Name: "certificates", Run: c.writeCertificates},
-		process.Step{Name: "control plane", Run: c.startControlPlane},
-		process.Step{Name: "kube-scheduler", Run: c.startScheduler},
-		process.Step{Name: "containerd", Run: c.startContainerd},
-		process.Step{Name: "images", Run: c.importImages},
-		process.Step{Name: "kubelet", Run: c.startKubelet},
-		process.Step{Name: "kube-proxy", Run: c.startKubeProxy},
-	)
+	return c, process.RunSteps(ctx, opts.Logf, c.startSteps()...)
+}
+
+// startSteps bring the node up, each on what the ones before it started:
+// the control plane in the network namespace, the kubelet on containerd
+// with the images imported, kube-proxy once the Node is Ready.
+func (c *Cluster) startSteps() []process.Step {
+	return []process.Step{
+		{Name: "network namespace", Run: createNetns},
+		{Name: "certificates", Run: c.writeCertificates},
+		{Name: "control plane", Run: c.startControlPlane},
+		{Name: "kube-scheduler", Run: c.startScheduler},
+		{Name: "containerd", Run: c.startContainerd},
+		{Name: "images", Run: c.importImages},
+		{Name: "kubelet", Run: c.startKubelet},
+		{Name: "kube-proxy", Run: c.startKubeProxy},
+	}
 }
 
 // Stop ends the components in reverse order, then removes every trace of

@@ -41,7 +41,9 @@ const fakeGitHubToken = "e2e-token"
 // organisations), evictions reviewed in every namespace with Fail, and each
 // replica 450 GitHub points a minute (the chart splits the budget between the
 // replicas), as manifests/e2e-kind sets them up for the e2e suite run
-// against the node.
+// against the node. The replicas tolerate the cordon: a rollout during a
+// drain schedules its new replicas on another node, and this one is the
+// only one.
 func chartValues() string {
 	return fmt.Sprintf(`image:
   repository: runner-guard
@@ -60,6 +62,8 @@ policy:
   evictionsFailurePolicy: Fail
   githubBudget:
     pointsPerMinute: 900
+tolerations:
+- {key: node.kubernetes.io/unschedulable, operator: Exists, effect: NoSchedule}
 `, FakeGitHubURL)
 }
 

@@ -67,8 +67,7 @@ func TestNodeEventsOOMKilledAdmissionAnswers(t *testing.T) {
 
 	idle := []string{"runner-idle-0", "runner-idle-1", "runner-idle-2"}
 	s.startRunners(append([]string{"runner-busy"}, idle...)...)
-	s.setBusy("runner-busy", true)
-	s.waitLog("runner-busy", "job started")
+	s.startJob("runner-busy")
 	admitted := 0
 	s.requireDecisions("before the flood", "runner-busy", idle[0], &admitted)
 
@@ -253,12 +252,7 @@ func (s *scenario) requirePodMemoryLimit(p corev1.Pod, limit int64) {
 // logEventsOnFailure logs the events pods' state and their last container's
 // output when the test has failed.
 func (s *scenario) logEventsOnFailure() {
-	s.t.Cleanup(func() {
-		if !s.t.Failed() {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
+	s.onFailure(func(ctx context.Context) {
 		pods, _ := cluster.Kubectl(ctx, "-n", rgNamespace, "get", "pods", "-l", eventsSelector, "-o", "yaml")
 		logs, _ := cluster.Kubectl(ctx, "-n", rgNamespace, "logs", "-l", eventsSelector, "--prefix", "--previous", "--tail=40")
 		s.t.Logf("events pods:\n%s\nprevious events containers' logs:\n%s", lines(pods, "reason", "restartCount", "exitCode", "message", "name: events", "podIP:"), logs)

@@ -55,8 +55,7 @@ func TestNodeDrainChartDefaultsGuardDownRefusesLegacyEvictions(t *testing.T) {
 	s.startRunners("runner-busy", "runner-idle")
 	s.startScaleSetRunner(dyn, "runner-set-busy")
 	for _, name := range []string{"runner-busy", "runner-set-busy"} {
-		s.setBusy(name, true)
-		s.waitLog(name, "job started")
+		s.startJob(name)
 	}
 	s.setEphemeralRunnerJob(dyn, "runner-set-busy", s.org+"/app", 1)
 	busy := s.pod("runner-busy")

@@ -241,6 +241,14 @@ func (s *scenario) registered(name string) bool {
 	return false
 }
 
+// startJob is GitHub handing the runner a job; it returns once the runner
+// has started it.
+func (s *scenario) startJob(name string) {
+	s.t.Helper()
+	s.setBusy(name, true)
+	s.waitLog(name, "job started")
+}
+
 // setBusy is GitHub handing the runner a job (true) or the job ending.
 func (s *scenario) setBusy(name string, busy bool) { s.setRunnerState(name, "busy", busy) }
 
@@ -441,14 +449,22 @@ func (s *scenario) uncordonAfterTest() {
 // scenario's pods when the test has failed, before the cleanups registered
 // earlier run.
 func (s *scenario) logRunnerGuardOnFailure() {
+	s.onFailure(func(ctx context.Context) {
+		logs, _ := cluster.Kubectl(ctx, "-n", rgNamespace, "logs", "-l", "app.kubernetes.io/component=webhook", "--prefix", "--tail=150")
+		pods, _ := cluster.Kubectl(ctx, "-n", s.ns, "get", "pods,poddisruptionbudgets,events", "-o", "wide", "--show-labels")
+		s.t.Logf("runner-guard's logs:\n%s\nnamespace %s:\n%s", logs, s.ns, pods)
+	})
+}
+
+// onFailure runs log, with a deadline of its own, once the test has failed,
+// before the cleanups registered earlier run.
+func (s *scenario) onFailure(log func(ctx context.Context)) {
 	s.t.Cleanup(func() {
 		if !s.t.Failed() {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		logs, _ := cluster.Kubectl(ctx, "-n", rgNamespace, "logs", "-l", "app.kubernetes.io/component=webhook", "--prefix", "--tail=150")
-		pods, _ := cluster.Kubectl(ctx, "-n", s.ns, "get", "pods,poddisruptionbudgets,events", "-o", "wide", "--show-labels")
-		s.t.Logf("runner-guard's logs:\n%s\nnamespace %s:\n%s", logs, s.ns, pods)
+		log(ctx)
 	})
 }

@@ -62,8 +62,7 @@ func TestNodeLostNodeJobRerunOnce(t *testing.T) {
 	t.Cleanup(func() { s.deleteLostJobRecords(run) })
 	s.startScaleSetRunner(dyn, name)
 	job := s.fakeCreate("/_fake/jobs", ghfake.JobRequest{RunID: run, Name: "build", Runner: name})
-	s.setBusy(name, true)
-	s.waitLog(name, "job started")
+	s.startJob(name)
 	s.setEphemeralRunnerJob(dyn, name, repo, run)
 	s.eventually("runner-guard sees the job on pod "+name, 60*time.Second, func() error {
 		if p := s.pod(name); p == nil || p.Annotations["karpenter.sh/do-not-disrupt"] != "true" {

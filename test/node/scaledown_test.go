@@ -21,8 +21,7 @@ func TestNodeScaledToZeroBlocksOnlyWhatItGuards(t *testing.T) {
 	s := newScenario(t, "zero")
 	s.kubectl("label", "namespace", s.ns, guardLabel+"=enabled")
 	s.startRunners("runner-zero")
-	s.setBusy("runner-zero", true)
-	s.waitLog("runner-zero", "job started")
+	s.startJob("runner-zero")
 
 	apps := s.ns + "-apps"
 	s.kubectl("create", "namespace", apps)

@@ -71,8 +71,7 @@ func TestNodeRunnerGuardDeployed(t *testing.T) {
 func TestNodeBusyRunnerDeleteRefused(t *testing.T) {
 	s := newScenario(t, "busy")
 	s.startRunners("runner-busy")
-	s.setBusy("runner-busy", true)
-	s.waitLog("runner-busy", "job started")
+	s.startJob("runner-busy")
 
 	out, err := s.deletePod("runner-busy")
 	if err == nil || !strings.Contains(out, "runner busy") {
@@ -185,8 +184,7 @@ func watchTerminations(s *scenario, into *sync.Map) func() {
 func TestNodeDrainWaitsForBusyRunner(t *testing.T) {
 	s := newScenario(t, "drain")
 	s.startRunners("runner-drain")
-	s.setBusy("runner-drain", true)
-	s.waitLog("runner-drain", "job started")
+	s.startJob("runner-drain")
 	defer func() {
 		if out, err := cluster.Kubectl(context.Background(), "uncordon", NodeName); err != nil {
 			t.Errorf("uncordon: %v: %s", err, out)
@@ -390,12 +388,8 @@ func TestNodeKillOneReplicaKeepsDecisionsFlowing(t *testing.T) {
 	d := newDecisionStream(s, 2, 24)
 	requireTwoReadyReplicas(t, s)
 	victim := readyReplica(t, s)
-	id := strings.TrimPrefix(victim.Status.ContainerStatuses[0].ContainerID, "containerd://")
-	if err := cluster.ctr(s.ctx, "tasks", "kill", "--signal", "SIGKILL", id); err != nil {
-		t.Fatalf("kill %s: %v", victim.Name, err)
-	}
+	killReplica(t, s, victim)
 	killed := time.Now()
-	t.Logf("killed the webhook process of %s", victim.Name)
 	// Until the kubelet sees the container die and the endpoint is taken
 	// out of the Service, kube-proxy still sends some calls to the dead pod
 	// and the API server does not retry them on the other replica: those
@@ -412,17 +406,7 @@ func TestNodeKillOneReplicaKeepsDecisionsFlowing(t *testing.T) {
 	if after := decisionsAfter(d, window); after < 4 {
 		t.Errorf("only %d decisions after the %s window; the stream ended too early to show decisions flowing", after, killLossWindow)
 	}
-	s.eventually("killed replica restarted by the kubelet", 90*time.Second, func() error {
-		p, err := cluster.Client.CoreV1().Pods(rgNamespace).Get(s.ctx, victim.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		cs := p.Status.ContainerStatuses[0]
-		if cs.RestartCount < 1 || !cs.Ready {
-			return fmt.Errorf("restarts %d ready %v", cs.RestartCount, cs.Ready)
-		}
-		return nil
-	})
+	waitRestarted(s, victim.Name)
 	requireTwoReadyReplicas(t, s)
 }
 
@@ -521,8 +505,7 @@ func TestNodeInstallYAML(t *testing.T) {
 	requireTwoReadyReplicas(t, s)
 
 	s.startRunners("runner-busy", "runner-idle")
-	s.setBusy("runner-busy", true)
-	s.waitLog("runner-busy", "job started")
+	s.startJob("runner-busy")
 	if out, err := s.deletePod("runner-busy"); err == nil || !strings.Contains(out, "runner busy") {
 		t.Fatalf("kubectl delete of a busy runner: err %v, output %q; want refused as runner busy", err, out)
 	}

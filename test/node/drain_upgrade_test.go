@@ -1,0 +1,92 @@
+package node
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Issue 37, item 4: the upgrade test. The release at the baseline
+// (UPGRADE_BASELINE: its chart and webhook image) with runners running and a
+// drain in flight, then `helm upgrade` to the working tree's chart and image
+// while the drain waits for the busy runners. The same checks pass before
+// and after (busy runners held, idle ones unregistered and gone, no runner
+// unregistered whose pod stays, no refusal beyond its budget or job), the
+// upgrade changes no decision (the same pods held, refused as busy by the
+// new replicas), and the drain finishes once the jobs end. The cleanup
+// upgrades the release to the node's values again should the test stop
+// before its own upgrade.
+func TestNodeUpgradeFromBaselineMidDrain(t *testing.T) {
+	baseline, err := ParseBaseline(os.Getenv("RUNNER_GUARD_NODE_BASELINE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newScenario(t, "drain-baseline")
+	s.restoreValuesAfterTest()
+	start := time.Now()
+	if err := cluster.InstallBaseline(s.ctx, os.Getenv("HELM"), baseline); err != nil {
+		t.Fatalf("install the baseline %s: %v", baseline.Commit, err)
+	}
+	s.requireWebhookImage(":" + baseline.Tag)
+	t.Logf("runner-guard at the baseline %s in %s", baseline.Commit, time.Since(start).Round(time.Second))
+
+	d := startDrainRun(s)
+	d.waitIdleGone()
+	d.waitHeld(time.Time{})
+	d.checkHeld()
+	d.check()
+	if t.Failed() {
+		t.Fatalf("the drain at the baseline %s already fails its checks", baseline.Commit)
+	}
+
+	start = time.Now()
+	if err := cluster.UpgradeRunnerGuard(s.ctx, repoRoot, os.Getenv("HELM"), ""); err != nil {
+		t.Fatalf("helm upgrade from the baseline %s to the working tree mid-drain: %v", baseline.Commit, err)
+	}
+	upgraded := time.Now()
+	s.requireWebhookImage(":latest")
+	t.Logf("upgraded from %s to the working tree in %s, the drain waiting for %d busy runners", baseline.Commit, upgraded.Sub(start).Round(time.Second), drainBusy)
+
+	// The same decisions: every busy runner's eviction refused as busy again
+	// by the working tree's replicas, the same pods held.
+	d.waitHeld(upgraded)
+	d.checkHeld()
+	d.endJobs()
+	d.waitDrained()
+	d.check()
+}
+
+// heldSince lists the runners (sorted, comma-separated) whose eviction was
+// refused as busy at or after since.
+func (d *drainRun) heldSince(since time.Time) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var held []string
+	for _, n := range d.names {
+		for _, a := range d.attempts[n] {
+			if !a.at.Before(since) && strings.Contains(a.refused, "runner busy") {
+				held = append(held, n)
+				break
+			}
+		}
+	}
+	return strings.Join(held, ",")
+}
+
+// requireWebhookImage checks that every runner-guard replica runs an image
+// whose reference ends in suffix.
+func (s *scenario) requireWebhookImage(suffix string) {
+	s.t.Helper()
+	pods, err := cluster.Client.CoreV1().Pods(rgNamespace).List(s.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=webhook"})
+	if err != nil {
+		s.t.Fatalf("webhook pods: %v", err)
+	}
+	for _, p := range pods.Items {
+		if img := p.Spec.Containers[0].Image; !strings.HasSuffix(img, suffix) {
+			s.t.Fatalf("runner-guard pod %s runs %s, want an image ending in %s", p.Name, img, suffix)
+		}
+	}
+}
