@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +38,19 @@ const (
 	// maxCacheEntries bounds the name->ID cache; ephemeral runners churn names.
 	maxCacheEntries = 10000
 )
+
+// SameBaseURL reports whether two GitHub API base URLs name the same API:
+// scheme, host and path, ignoring a trailing slash and the letter case of
+// the scheme and host.
+func SameBaseURL(a, b string) bool {
+	ua, errA := url.Parse(a)
+	ub, errB := url.Parse(b)
+	if errA != nil || errB != nil {
+		return false
+	}
+	return strings.EqualFold(ua.Scheme, ub.Scheme) && strings.EqualFold(ua.Host, ub.Host) &&
+		strings.TrimSuffix(ua.Path, "/") == strings.TrimSuffix(ub.Path, "/")
+}
 
 // AppCredentials authenticate as a GitHub App.
 type AppCredentials struct {

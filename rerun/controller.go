@@ -477,7 +477,7 @@ func (w *lossWatch) admit(ctx context.Context, l loss) (Record, Outcome, string)
 			return rec, OutcomeUnnamed, fmt.Sprintf("EphemeralRunner %s/%s: spec.githubConfigUrl: %s", l.er.GetNamespace(), l.er.GetName(), err.Error())
 		}
 		scope = s
-		if !w.arcCredentials && w.staticBase != "" && !sameAPIBase(base, ghclient.DefaultBaseURL) && !sameAPIBase(base, w.staticBase) {
+		if !w.arcCredentials && w.staticBase != "" && !ghclient.SameBaseURL(base, ghclient.DefaultBaseURL) && !ghclient.SameBaseURL(base, w.staticBase) {
 			return rec, OutcomeUnnamed, fmt.Sprintf("EphemeralRunner %s/%s is registered at %s, and runner-guard's static credentials reach %s: not asked there",
 				l.er.GetNamespace(), l.er.GetName(), ghclient.RedactURL(base), ghclient.RedactURL(w.staticBase))
 		}

@@ -2,7 +2,6 @@ package rerun
 
 import (
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 
@@ -97,18 +96,6 @@ func claimsEphemeralRunner(pod *corev1.Pod) bool {
 	}
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
 	return err == nil && gv.Group == arc.Group && ref.Kind == arc.Kind
-}
-
-// sameAPIBase compares two GitHub API base URLs by scheme, host and path,
-// as the admission decision does.
-func sameAPIBase(a, b string) bool {
-	ua, errA := url.Parse(a)
-	ub, errB := url.Parse(b)
-	if errA != nil || errB != nil {
-		return false
-	}
-	return strings.EqualFold(ua.Scheme, ub.Scheme) && strings.EqualFold(ua.Host, ub.Host) &&
-		strings.TrimSuffix(ua.Path, "/") == strings.TrimSuffix(ub.Path, "/")
 }
 
 // repoCovered reports whether a runner registered at scope can have run a

@@ -145,7 +145,7 @@ func (rs *resolver) resolve(ctx context.Context, pod *corev1.Pod, spec *RunnerPo
 // taken as the operator's word for every runner whose pod names another
 // host: it may be a proxy, or another name of the same server.
 func otherGitHub(pod *corev1.Pod, spec *RunnerPodSpec, githubBase string) error {
-	if spec.GitHubURLEnv == "" || !sameAPIBase(githubBase, ghclient.DefaultBaseURL) {
+	if spec.GitHubURLEnv == "" || !ghclient.SameBaseURL(githubBase, ghclient.DefaultBaseURL) {
 		return nil
 	}
 	raw := strings.TrimSpace(literalEnv(pod, spec.Container)[spec.GitHubURLEnv])
@@ -191,7 +191,7 @@ func (rs *resolver) fromARC(ctx context.Context, pod *corev1.Pod, spec *RunnerPo
 			res.Target.From.ID = Source{Kind: SourcePodAnnotation, Detail: spec.RunnerIDAnnotation}
 		}
 		if run.Creds == nil && run.Removed == "" && rs.githubBase != "" && run.BaseURL != "" &&
-			!sameAPIBase(run.BaseURL, ghclient.DefaultBaseURL) && !sameAPIBase(run.BaseURL, rs.githubBase) {
+			!ghclient.SameBaseURL(run.BaseURL, ghclient.DefaultBaseURL) && !ghclient.SameBaseURL(run.BaseURL, rs.githubBase) {
 			// The flags' credentials would ask another GitHub, whose "not
 			// found" would let the pod go unguarded. (A github.com runner is
 			// asked at --github-url: it may be a proxy for it.)

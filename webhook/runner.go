@@ -1,9 +1,6 @@
 package webhook
 
 import (
-	"net/url"
-	"strings"
-
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -169,16 +166,4 @@ func disrupted(pod *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// sameAPIBase compares two GitHub API base URLs by scheme, host and path,
-// ignoring a trailing slash and letter case of the host.
-func sameAPIBase(a, b string) bool {
-	ua, errA := url.Parse(a)
-	ub, errB := url.Parse(b)
-	if errA != nil || errB != nil {
-		return false
-	}
-	return strings.EqualFold(ua.Scheme, ub.Scheme) && strings.EqualFold(ua.Host, ub.Host) &&
-		strings.TrimSuffix(ua.Path, "/") == strings.TrimSuffix(ub.Path, "/")
 }
