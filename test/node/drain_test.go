@@ -69,8 +69,9 @@ func TestNodeDrainSurvivesKilledReplica(t *testing.T) {
 // drain runs.
 func TestNodeDrainSurvivesRollingUpgrade(t *testing.T) {
 	d := startDrainRun(newScenario(t, "drain-roll"))
-	// The cleanup upgrades back to the node's values (another rollout).
-	d.s.restoreValuesAfterTest()
+	// The annotation may stay: it changes no decision, and the next helm
+	// upgrade drops it. A failed test restores the node's values at once.
+	d.s.restoreValuesAfterFailure()
 	upgraded := make(chan error, 1)
 	go func() {
 		upgraded <- cluster.UpgradeRunnerGuard(d.s.ctx, repoRoot, os.Getenv("HELM"), "podAnnotations:\n  runner-guard-node/rolled: "+d.s.ns+"\n")
@@ -85,11 +86,6 @@ func TestNodeDrainSurvivesRollingUpgrade(t *testing.T) {
 // The leader, whose drain controller releases the cordoned node's runners,
 // killed while it does.
 func TestNodeDrainSurvivesLeaderLoss(t *testing.T) {
-	// Found by this scenario (1 run in 3 on 2 cores): after the leader's
-	// loss, the surviving replica admitted two evictions at once (runners
-	// unregistered) where the API server's budget allowed one, and the other
-	// pod stayed, its runner gone, until the drain's next retry.
-	t.Skip("issue 37 item 3: after the leader's loss a replica can admit more evictions than the budget allows (see the comment); unskip once fixed")
 	d := startDrainRun(newScenario(t, "drain-leader"))
 	leader := leaderReplica(t, d.s)
 	killReplica(t, d.s, leader)

@@ -16,16 +16,15 @@ import (
 // and after (busy runners held, idle ones unregistered and gone, no runner
 // unregistered whose pod stays, no refusal beyond its budget or job), the
 // upgrade changes no decision (the same pods held, refused as busy by the
-// new replicas), and the drain finishes once the jobs end. The cleanup
-// upgrades the release to the node's values again should the test stop
-// before its own upgrade.
+// new replicas), and the drain finishes once the jobs end. Its own upgrade
+// puts the node's values back; a failed test's cleanup does.
 func TestNodeUpgradeFromBaselineMidDrain(t *testing.T) {
 	baseline, err := ParseBaseline(os.Getenv("RUNNER_GUARD_NODE_BASELINE"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := newScenario(t, "drain-baseline")
-	s.restoreValuesAfterTest()
+	s.restoreValuesAfterFailure()
 	start := time.Now()
 	if err := cluster.InstallBaseline(s.ctx, os.Getenv("HELM"), baseline); err != nil {
 		t.Fatalf("install the baseline %s: %v", baseline.Commit, err)

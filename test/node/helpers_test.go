@@ -368,8 +368,18 @@ func (s *scenario) withRunnerGuardValues(overrides string) {
 
 // restoreValuesAfterTest upgrades the release back to the node's values once
 // the test ends (before its namespace goes), also after a failed upgrade.
-func (s *scenario) restoreValuesAfterTest() {
+func (s *scenario) restoreValuesAfterTest() { s.restoreValuesWhen(func() bool { return true }) }
+
+// restoreValuesAfterFailure does so only if the test has failed: for a
+// change that leaves runner-guard's decisions as they were, which the next
+// helm upgrade drops anyway.
+func (s *scenario) restoreValuesAfterFailure() { s.restoreValuesWhen(s.t.Failed) }
+
+func (s *scenario) restoreValuesWhen(restore func() bool) {
 	s.t.Cleanup(func() {
+		if !restore() {
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		if err := cluster.UpgradeRunnerGuard(ctx, repoRoot, os.Getenv("HELM"), ""); err != nil {
