@@ -118,7 +118,8 @@ type drainRun struct {
 	jobsEnded time.Time
 }
 
-// evictAttempt is one eviction's answer: refused ("" when admitted), at.
+// evictAttempt is one eviction's answer: refused ("" when admitted), and
+// when it was sent.
 type evictAttempt struct {
 	at      time.Time
 	refused string
@@ -234,7 +235,7 @@ func (d *drainRun) evictUntilGone(ctx context.Context, name string) {
 			return
 		}
 		d.mu.Lock()
-		a := evictAttempt{at: time.Now()}
+		a := evictAttempt{at: began}
 		if err != nil {
 			a.refused = err.Error()
 		}
@@ -445,12 +446,12 @@ func (d *drainRun) checkHeld() {
 
 // endJobs ends the busy runners' jobs (GitHub marks them idle).
 func (d *drainRun) endJobs() {
-	d.mu.Lock()
-	d.jobsEnded = time.Now()
-	d.mu.Unlock()
 	for n := range d.held {
 		d.s.setBusy(n, false)
 	}
+	d.mu.Lock()
+	d.jobsEnded = time.Now()
+	d.mu.Unlock()
 }
 
 // waitDrained waits until no runner pod is left: the drain has finished.
