@@ -24,17 +24,18 @@ const drainLabel = "runner-guard-node/drain"
 // budget (the PodDisruptionBudget, minAvailable 1, runner-guard keeps while
 // its runner holds a job) makes the API server itself refuse its eviction,
 // and the idle runner's eviction goes through, since the evictions entry
-// is at failurePolicy Ignore (the chart's default with budgets and listings
-// on). The legacy runners' job state comes from GitHub's listing
-// (disruption.hintsFromListing), the one source of it for legacy runners
-// without workflow_job deliveries; without it the chart keeps the entry at
-// Fail (TestNodeDrainChartDefaultsGuardDownRefusesLegacyEvictions).
+// is set to failurePolicy Ignore (policy.evictionsFailurePolicy; the chart's
+// default is Fail whatever the budgets, which refuses the idle runner's
+// eviction too: TestNodeDrainChartDefaultsGuardDownRefusesLegacyEvictions).
+// The legacy runners' job state comes from GitHub's listing
+// (disruption.hintsFromListing, on by default), the one source of it for
+// legacy runners without workflow_job deliveries.
 func TestNodeDrainScaledToZeroKeepsBusyRunnerByItsBudget(t *testing.T) {
 	s := newScenario(t, "budgets")
-	s.withRunnerGuardValues("policy:\n  evictionsFailurePolicy: \"\"\ndisruption:\n  budgets: true\n  hintsFromListing: true\n")
+	s.withRunnerGuardValues("policy:\n  evictionsFailurePolicy: Ignore\ndisruption:\n  budgets: true\n  hintsFromListing: true\n")
 	s.logRunnerGuardOnFailure()
 	if p := s.failurePolicies()["evictions.runner-guard.io"]; p != "Ignore" {
-		t.Fatalf("evictions entry at failurePolicy %q with budgets and listings on and no evictionsFailurePolicy, want the chart's Ignore", p)
+		t.Fatalf("evictions entry at failurePolicy %q with policy.evictionsFailurePolicy Ignore, want Ignore", p)
 	}
 
 	s.startRunners("runner-busy", "runner-idle")

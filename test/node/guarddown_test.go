@@ -14,22 +14,23 @@ import (
 
 // chartDefaultEvictions are the overrides that put the node's install back
 // to the chart's defaults for evictions: the entry covers labelled
-// namespaces only and takes the chart's default failurePolicy. The node's
-// values set nothing else of it: disruption.budgets on,
-// disruption.hintsFromListing and events.enabled off.
-const chartDefaultEvictions = "policy:\n  evictionsFailurePolicy: \"\"\n  evictionsInAllNamespaces: false\n"
+// namespaces only and takes the chart's default failurePolicy, and legacy
+// runners' scopes are listed (the node's values turn listings off for the
+// e2e suite). The rest is the chart's default already: disruption.budgets
+// on, events.enabled off.
+const chartDefaultEvictions = "policy:\n  evictionsFailurePolicy: \"\"\n  evictionsInAllNamespaces: false\ndisruption:\n  hintsFromListing: true\n"
 
-// At the chart's defaults (job budgets on, no listings, no deliveries) a busy
-// scale-set runner has a job budget (its EphemeralRunner's job fields), a busy
-// legacy runner none: the leader knows a legacy runner's job only from a
-// listing or a workflow_job delivery. So the chart leaves the evictions entry
-// at Fail, and with every runner-guard replica gone the API
-// server, unable to reach the webhook, refuses the busy legacy runner's
-// eviction (500, failed calling webhook): no job is lost. The cost is an idle
-// runner's eviction refused too, since nothing can tell them apart without
-// runner-guard. The scenario then shows what the chart's former default,
-// Ignore, does to the same busy runner: its eviction is admitted (a dry
-// run, so the job survives the proof).
+// At the chart's defaults (job budgets on, listings on, no deliveries) a busy
+// scale-set runner has a job budget (its EphemeralRunner's job fields), and so
+// does a busy legacy runner once the leader's listing shows its job. A job
+// that starts while no replica is ready has none: nobody lists. So the chart
+// leaves the evictions entry at Fail whatever the budgets, and with every
+// runner-guard replica gone the API server, unable to reach the webhook,
+// refuses every busy runner's eviction (500, failed calling webhook), the
+// late job's too: no job is lost. The cost is an idle runner's eviction
+// refused too, since nothing can tell them apart without runner-guard. The
+// scenario then shows what Ignore would do to the late job's runner: its
+// eviction is admitted (a dry run, so the job survives the proof).
 func TestNodeDrainChartDefaultsGuardDownRefusesLegacyEvictions(t *testing.T) {
 	s := newScenario(t, "guard-down")
 	// Cleanups run last first: the CRD gone, the values restored.
@@ -52,22 +53,26 @@ func TestNodeDrainChartDefaultsGuardDownRefusesLegacyEvictions(t *testing.T) {
 		return nil
 	})
 
-	s.startRunners("runner-busy", "runner-idle")
+	s.startRunners("runner-busy", "runner-idle", "runner-late")
 	s.startScaleSetRunner(dyn, "runner-set-busy")
 	for _, name := range []string{"runner-busy", "runner-set-busy"} {
 		s.startJob(name)
 	}
 	s.setEphemeralRunnerJob(dyn, "runner-set-busy", s.org+"/app", 1)
 	busy := s.pod("runner-busy")
-	// A scale-set runner's job is on its EphemeralRunner: its budget holds it.
+	// A scale-set runner's job is on its EphemeralRunner, a legacy runner's
+	// in the leader's listing: their budgets hold them.
 	s.waitJobBudget(s.pod("runner-set-busy"), 60*time.Second)
-	// The premise: nothing asked GitHub about the busy legacy runner, so no
-	// budget holds it; only the webhook's failurePolicy can.
-	if n := len(s.budgetsSelecting(busy)); n != 0 {
-		t.Fatalf("%d budgets select the busy legacy runner's pod at the chart's defaults, want none (no listing, no delivery)", n)
+	s.waitJobBudget(busy, 120*time.Second)
+	late := s.pod("runner-late")
+	if n := len(s.budgetsSelecting(late)); n != 0 {
+		t.Fatalf("%d budgets select the idle runner-late's pod, want none", n)
 	}
 
 	s.scaleRunnerGuardToZero()
+	// A job that starts during the outage: no replica lists, so no budget
+	// holds it; only the webhook's failurePolicy can.
+	s.startJob("runner-late")
 
 	evict := func(name string, dryRun bool) error {
 		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
@@ -91,6 +96,17 @@ func TestNodeDrainChartDefaultsGuardDownRefusesLegacyEvictions(t *testing.T) {
 	if !refusedByFail(err) {
 		t.Errorf("eviction of the busy legacy runner's pod with runner-guard down: %v; want it refused as failed calling webhook (evictions Fail at the chart's defaults)", err)
 	}
+	err = evict("runner-late", false)
+	if err == nil {
+		admitted++
+	}
+	t.Logf("legacy runner whose job started during the outage, eviction with runner-guard down: %v", err)
+	if !refusedByFail(err) {
+		t.Errorf("eviction of runner-late's pod (its job started while runner-guard was down, no budget) with runner-guard down: %v; want it refused as failed calling webhook", err)
+	}
+	if n := len(s.budgetsSelecting(s.pod("runner-late"))); n != 0 {
+		t.Errorf("%d budgets select runner-late's pod, whose job started while runner-guard was down; want none (nobody listed)", n)
+	}
 	// The scale-set runner's is refused too, by the webhook's Fail or its
 	// budget's 429, whichever the API server meets first.
 	err = evict("runner-set-busy", false)
@@ -101,7 +117,7 @@ func TestNodeDrainChartDefaultsGuardDownRefusesLegacyEvictions(t *testing.T) {
 	if err == nil {
 		t.Errorf("eviction of the busy scale-set runner's pod with runner-guard down admitted; want it refused")
 	}
-	t.Logf("busy_evictions_admitted_guard_down_chart_defaults=%d of 2 (one legacy, one scale-set)", admitted)
+	t.Logf("busy_evictions_admitted_guard_down_chart_defaults=%d of 3 (two legacy, one of them started during the outage; one scale-set)", admitted)
 
 	refused := 0
 	err = evict("runner-idle", false)
@@ -115,7 +131,7 @@ func TestNodeDrainChartDefaultsGuardDownRefusesLegacyEvictions(t *testing.T) {
 
 	// Nothing moved: both pods run, both runners registered, the job goes on.
 	time.Sleep(3 * time.Second)
-	for _, name := range []string{"runner-busy", "runner-idle", "runner-set-busy"} {
+	for _, name := range []string{"runner-busy", "runner-idle", "runner-late", "runner-set-busy"} {
 		p := s.pod(name)
 		if p == nil || p.DeletionTimestamp != nil || !s.containerRunning(name) || p.Status.ContainerStatuses[0].RestartCount != 0 {
 			t.Errorf("%s's pod disturbed while runner-guard was down: %s", name, s.podSummary(name))
@@ -127,21 +143,22 @@ func TestNodeDrainChartDefaultsGuardDownRefusesLegacyEvictions(t *testing.T) {
 	if p := s.pod("runner-busy"); p == nil || p.UID != busy.UID {
 		t.Fatalf("the busy runner's pod was replaced: %s", s.podSummary("runner-busy"))
 	}
-	for _, name := range []string{"runner-busy", "runner-set-busy"} {
+	for _, name := range []string{"runner-busy", "runner-late", "runner-set-busy"} {
 		if l := s.logs(name); strings.Contains(l, "job cancelled") || strings.Contains(l, "exiting") {
 			t.Fatalf("busy runner %s was stopped during its job: %s", name, l)
 		}
 	}
 
-	// The former default: Ignore on the evictions entry. No replica is left
-	// to put the annotated policy back, so the entry stays as patched until
-	// the cleanup's upgrade and scale-up.
+	// Ignore on the evictions entry (the chart's former default with
+	// budgets and listings on). No replica is left to put the annotated
+	// policy back, so the entry stays as patched until the cleanup's upgrade
+	// and scale-up.
 	s.patchEvictionsPolicy("Ignore")
 	t.Cleanup(func() { s.patchEvictionsPolicy("Fail") })
-	if err := evict("runner-busy", true); err != nil {
-		t.Errorf("dry-run eviction of the busy legacy runner's pod under Ignore with runner-guard down: %v; want it admitted (no job budget holds it), the loss Fail prevents", err)
+	if err := evict("runner-late", true); err != nil {
+		t.Errorf("dry-run eviction of runner-late's pod under Ignore with runner-guard down: %v; want it admitted (no job budget holds a job started during the outage), the loss Fail prevents", err)
 	} else {
-		t.Log("under Ignore the same busy legacy runner's eviction is admitted (dry run): its job would be lost")
+		t.Log("under Ignore runner-late's eviction is admitted (dry run): the job it started during the outage would be lost")
 	}
 }
 
