@@ -41,10 +41,8 @@ const fakeGitHubToken = "e2e-token"
 // organisations), evictions reviewed in every namespace with Fail, and each
 // replica 450 GitHub points a minute (the chart splits the budget between the
 // replicas), as manifests/e2e-kind sets them up for the e2e suite run
-// against the node. No listings (the chart lists legacy runners' scopes
-// every 15 s by default): the e2e suite counts every GitHub request its
-// runners cause, and the scenarios about the chart's defaults turn them
-// back on. The replicas tolerate the cordon: a rollout during a
+// against the node (which turns off the listings of legacy runners' scopes
+// the chart takes by default: TestNodeE2ESuiteExternal). The replicas tolerate the cordon: a rollout during a
 // drain schedules its new replicas on another node, and this one is the
 // only one.
 func chartValues() string {
@@ -65,8 +63,6 @@ policy:
   evictionsFailurePolicy: Fail
   githubBudget:
     pointsPerMinute: 900
-disruption:
-  hintsFromListing: false
 tolerations:
 - {key: node.kubernetes.io/unschedulable, operator: Exists, effect: NoSchedule}
 `, FakeGitHubURL)

@@ -458,6 +458,17 @@ func requireTwoReadyReplicas(t *testing.T, s *scenario) {
 func TestNodeE2ESuiteExternal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
+	// No listings of legacy runners' scopes (the chart's default): the suite
+	// counts every GitHub request its runners cause and updates their pods,
+	// which the leader's listing and hints would add to. Restored after.
+	if err := cluster.UpgradeRunnerGuard(ctx, repoRoot, os.Getenv("HELM"), "disruption:\n  hintsFromListing: false\n"); err != nil {
+		t.Fatalf("helm upgrade without listings: %v", err)
+	}
+	defer func() {
+		if err := cluster.UpgradeRunnerGuard(context.Background(), repoRoot, os.Getenv("HELM"), ""); err != nil {
+			t.Errorf("helm upgrade back to the node's values: %v", err)
+		}
+	}()
 	bin := filepath.Join(t.TempDir(), "e2e.test")
 	build := exec.CommandContext(ctx, "go", "test", "-c", "-o", bin, "./test/e2e")
 	build.Dir = repoRoot
