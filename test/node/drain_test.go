@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
+
+	"github.com/runner-guard/runner-guard/ghclient"
 )
 
 // Issue 37, item 3: rollouts and crashes lose nothing. Each scenario drains
@@ -515,7 +517,9 @@ func (d *drainRun) check() {
 // unexplainedRefusals are the refusals among attempts that neither the
 // budget (the API server's "disruption budget" 429, or runner-guard's rule
 // 5d) nor a running job (busyUntil: when the pod's job ended, zero for an
-// idle runner) explains.
+// idle runner) explains. A refusal from GitHub's listing (reason
+// runner-listed-busy) is the job's for as long as a listing taken while it
+// ran may still be answered from (ghclient.ListingTTL after it ended).
 func unexplainedRefusals(attempts []evictAttempt, busyUntil time.Time) []string {
 	var out []string
 	for _, a := range attempts {
@@ -523,6 +527,7 @@ func unexplainedRefusals(attempts []evictAttempt, busyUntil time.Time) []string 
 		case a.refused == "":
 		case strings.Contains(a.refused, "disruption budget") || strings.Contains(a.refused, "allows no disruption of pod"):
 		case a.at.Before(busyUntil) && strings.Contains(a.refused, "runner busy"):
+		case !busyUntil.IsZero() && a.at.Before(busyUntil.Add(ghclient.ListingTTL)) && strings.Contains(a.refused, "[reason: runner-listed-busy]"):
 		default:
 			out = append(out, a.refused)
 		}
