@@ -145,6 +145,17 @@ type BudgetHold struct {
 	// shared: this hold wrote the reservation into the budget's Lease.
 	shared  bool
 	podName string
+	// read is what the hold was taken against, for the decision's log.
+	read BudgetRead
+}
+
+// BudgetRead is what a reservation was taken against: the budget's
+// disruptionsAllowed and resourceVersion as read, and the evictions counted
+// in flight beside it.
+type BudgetRead struct {
+	Allowed  int32
+	Version  string
+	InFlight int
 }
 
 // Reserve takes one of pdb's disruptions for pod's eviction, pdb being the
@@ -166,7 +177,8 @@ func (l *BudgetLedger) Reserve(pdb *policyv1.PodDisruptionBudget, pod *corev1.Po
 	if budgetRefuses(pdb, inFlight) {
 		return BudgetHold{}, inFlight, false
 	}
-	hold = BudgetHold{ledger: l, budget: key, pod: pod.UID, podName: pod.Name}
+	hold = BudgetHold{ledger: l, budget: key, pod: pod.UID, podName: pod.Name,
+		read: BudgetRead{Allowed: pdb.Status.DisruptionsAllowed, Version: pdb.ResourceVersion, InFlight: inFlight}}
 	if !held {
 		if entries == nil {
 			entries = map[types.UID]*inFlightEviction{}
@@ -197,7 +209,7 @@ func (l *BudgetLedger) ReserveShared(ctx context.Context, pdb *policyv1.PodDisru
 		hold.Cancel()
 		return BudgetHold{}, inFlight, false, err
 	}
-	hold.shared = wrote
+	hold.shared, hold.read.InFlight = wrote, inFlight
 	return hold, inFlight, true, nil
 }
 
@@ -368,6 +380,9 @@ func (h BudgetHold) Cancel() {
 
 // Budget names the reserved budget ("" for the zero hold).
 func (h BudgetHold) Budget() string { return h.budget.Name }
+
+// Read is what the hold was taken against.
+func (h BudgetHold) Read() BudgetRead { return h.read }
 
 // SeePods reads the pods of the evictions in flight in namespace and notes
 // those terminating or gone, and returns the stamp a budget read begun after

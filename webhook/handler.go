@@ -258,6 +258,11 @@ func (h *Handler) log(ctx context.Context, r review, dec Decision, target Target
 	if target.Name != "" {
 		kv = append(kv, "runner", target.Name, "scope", target.Scope.String())
 	}
+	if b := r.budgetHold; dec.Allowed && b.Budget() != "" {
+		// Which budget the eviction took a disruption of, and what it read.
+		read := b.Read()
+		kv = append(kv, "budget", b.Budget(), "budgetAllowed", read.Allowed, "budgetInFlight", read.InFlight, "budgetVersion", read.Version)
+	}
 	if quiet {
 		log.V(1).Info("admitted", kv...)
 		return

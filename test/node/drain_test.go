@@ -175,6 +175,7 @@ func startDrainRun(s *scenario) *drainRun {
 	ctx, cancel := context.WithCancel(s.ctx)
 	t.Cleanup(cancel)
 	go d.watchPods(ctx)
+	(&drainTimeline{}).follow(ctx, s)
 
 	s.kubectl("cordon", NodeName)
 	for _, n := range d.names {

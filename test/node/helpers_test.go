@@ -461,6 +461,13 @@ func (s *scenario) uncordonAfterTest() {
 func (s *scenario) logRunnerGuardOnFailure() {
 	s.onFailure(func(ctx context.Context) {
 		logs, _ := cluster.Kubectl(ctx, "-n", rgNamespace, "logs", "-l", "app.kubernetes.io/component=webhook", "--prefix", "--tail=150")
+		// A replica killed during the scenario: what it decided before.
+		names, _ := cluster.Kubectl(ctx, "-n", rgNamespace, "get", "pods", "-l", "app.kubernetes.io/component=webhook", "-o", "name")
+		for _, name := range strings.Fields(names) {
+			if previous, err := cluster.Kubectl(ctx, "-n", rgNamespace, "logs", name, "--prefix", "--tail=150", "--previous"); err == nil {
+				logs = "before " + name + " restarted:\n" + previous + "\n" + logs
+			}
+		}
 		pods, _ := cluster.Kubectl(ctx, "-n", s.ns, "get", "pods,poddisruptionbudgets,events", "-o", "wide", "--show-labels")
 		s.t.Logf("runner-guard's logs:\n%s\nnamespace %s:\n%s", logs, s.ns, pods)
 	})
