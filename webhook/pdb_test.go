@@ -282,10 +282,7 @@ func TestBudgetLedger(t *testing.T) {
 			clock := start
 			l := NewBudgetLedger(deadline, func() time.Time { return clock })
 			pdb := budget("pdb", func(p *policyv1.PodDisruptionBudget) { p.ResourceVersion = "10" })
-			h, _, ok := l.Reserve(&pdb, runnerPodFor(true, named("runner-1")), readNow(l))
-			if !ok {
-				t.Fatal("the first eviction under a budget allowing one was refused")
-			}
+			h := reserveFirst(t, l, &pdb)
 			if tc.answered {
 				h.Admitted()
 			}
@@ -299,7 +296,7 @@ func TestBudgetLedger(t *testing.T) {
 			if got := l.InFlight(&pdb, readNow(l)); got != tc.wantInFlight {
 				t.Errorf("in flight %d, want %d", got, tc.wantInFlight)
 			}
-			_, _, ok = l.Reserve(&pdb, runnerPodFor(true, named("runner-2")), readNow(l))
+			_, _, ok := l.Reserve(&pdb, runnerPodFor(true, named("runner-2")), readNow(l))
 			if ok != (tc.wantInFlight == 0) {
 				t.Errorf("second eviction reserved %v with %d in flight under a budget allowing one", ok, tc.wantInFlight)
 			}
@@ -336,11 +333,7 @@ func TestBudgetLedgerSeesPodsGo(t *testing.T) {
 			}
 			l := NewBudgetLedger(10*time.Second, time.Now)
 			pdb := budget("pdb", func(p *policyv1.PodDisruptionBudget) { p.ResourceVersion = "10" })
-			h, _, ok := l.Reserve(&pdb, runnerPodFor(true, named("runner-1")), readNow(l))
-			if !ok {
-				t.Fatal("the first eviction under a budget allowing one was refused")
-			}
-			h.Admitted()
+			reserveFirst(t, l, &pdb).Admitted()
 			read := l.SeePods(context.Background(), b.Build(), "ci")
 			if got := l.InFlight(&pdb, read); got != tc.wantInFlight {
 				t.Errorf("in flight %d, want %d", got, tc.wantInFlight)
@@ -357,11 +350,7 @@ func TestBudgetLedgerSeesPodsGo(t *testing.T) {
 func TestBudgetLedgerCountsForAnEarlierRead(t *testing.T) {
 	l := NewBudgetLedger(10*time.Second, time.Now)
 	before := budget("pdb", func(p *policyv1.PodDisruptionBudget) { p.ResourceVersion = "10" })
-	h, _, ok := l.Reserve(&before, runnerPodFor(true, named("runner-1")), readNow(l))
-	if !ok {
-		t.Fatal("the first eviction under a budget allowing one was refused")
-	}
-	h.Admitted()
+	reserveFirst(t, l, &before).Admitted()
 
 	early := readNow(l) // review A begins its read of the budget: before
 	// runner-1's eviction is written and its pod deleted; review B sees the
@@ -380,6 +369,17 @@ func TestBudgetLedgerCountsForAnEarlierRead(t *testing.T) {
 	if got := l.InFlight(&after, readNow(l)); got != 0 {
 		t.Errorf("in flight %d for a read begun after runner-1's pod went, want 0", got)
 	}
+}
+
+// reserveFirst reserves runner-1's eviction, the first under pdb, which
+// allows one.
+func reserveFirst(t *testing.T, l *BudgetLedger, pdb *policyv1.PodDisruptionBudget) BudgetHold {
+	t.Helper()
+	h, _, ok := l.Reserve(pdb, runnerPodFor(true, named("runner-1")), readNow(l))
+	if !ok {
+		t.Fatal("the first eviction under a budget allowing one was refused")
+	}
+	return h
 }
 
 // readNow stamps a budget read beginning now.
