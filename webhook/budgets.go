@@ -119,6 +119,12 @@ type inFlightEviction struct {
 	// eviction; reads begun before may not.
 	accounted   ReadStamp
 	accountedAt time.Time
+	// holders are the holds on this eviction not yet settled: a review's
+	// and the drain's of one pod may overlap, and one giving its hold back
+	// must not drop the other's. shared: one of them wrote the
+	// reservation into the budget's Lease.
+	holders int
+	shared  bool
 }
 
 // NewBudgetLedger returns a ledger for reviews the API server gives deadline
@@ -141,9 +147,6 @@ type BudgetHold struct {
 	ledger  *BudgetLedger
 	budget  types.NamespacedName
 	pod     types.UID
-	created bool
-	// shared: this hold wrote the reservation into the budget's Lease.
-	shared  bool
 	podName string
 	// read is what the hold was taken against, for the decision's log.
 	read BudgetRead
@@ -163,7 +166,8 @@ type BudgetRead struct {
 // having begun at read (SeePods' stamp). It reports false, reserving
 // nothing, when the budget refuses the eviction once the evictions in flight
 // under it are counted; inFlight is their number. A pod that already holds a
-// reservation keeps it and is not counted twice. A nil ledger counts nothing.
+// reservation shares it (one more holder) and is not counted twice. A nil
+// ledger counts nothing.
 func (l *BudgetLedger) Reserve(pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod, read ReadStamp) (hold BudgetHold, inFlight int, ok bool) {
 	if l == nil {
 		return BudgetHold{}, 0, !budgetRefuses(pdb, 0)
@@ -185,8 +189,8 @@ func (l *BudgetLedger) Reserve(pdb *policyv1.PodDisruptionBudget, pod *corev1.Po
 			l.byBudget[key] = entries
 		}
 		entries[pod.UID] = &inFlightEviction{pod: pod.Name, version: pdb.ResourceVersion, since: l.now()}
-		hold.created = true
 	}
+	entries[pod.UID].holders++
 	return hold, inFlight, true
 }
 
@@ -209,7 +213,14 @@ func (l *BudgetLedger) ReserveShared(ctx context.Context, pdb *policyv1.PodDisru
 		hold.Cancel()
 		return BudgetHold{}, inFlight, false, err
 	}
-	hold.shared, hold.read.InFlight = wrote, inFlight
+	hold.read.InFlight = inFlight
+	if wrote {
+		l.mu.Lock()
+		if e := l.byBudget[key][pod.UID]; e != nil {
+			e.shared = true
+		}
+		l.mu.Unlock()
+	}
 	return hold, inFlight, true, nil
 }
 
@@ -353,21 +364,29 @@ func (h BudgetHold) Admitted() {
 }
 
 // Cancel gives the disruption back: the eviction will not happen (refused,
-// or the runner could not be released). A reservation the pod already held
-// before this one is left alone.
+// or the runner could not be released). Another hold on the same pod's
+// eviction (the drain's and a review's overlap) keeps it, as does one
+// already let through (Admitted).
 func (h BudgetHold) Cancel() {
-	if h.ledger == nil || !h.created {
+	if h.ledger == nil || h.budget.Name == "" {
 		return
 	}
 	h.ledger.mu.Lock()
-	if entries := h.ledger.byBudget[h.budget]; entries != nil {
-		delete(entries, h.pod)
-		if len(entries) == 0 {
-			delete(h.ledger.byBudget, h.budget)
+	entries := h.ledger.byBudget[h.budget]
+	e := entries[h.pod]
+	release := false
+	if e != nil {
+		e.holders--
+		if e.holders <= 0 && e.answered.IsZero() {
+			delete(entries, h.pod)
+			if len(entries) == 0 {
+				delete(h.ledger.byBudget, h.budget)
+			}
+			release = e.shared
 		}
 	}
 	h.ledger.mu.Unlock()
-	if h.shared && h.ledger.shared != nil {
+	if release && h.ledger.shared != nil {
 		// Given back at once, so the other replicas need not wait for it
 		// to expire; failing that, it expires.
 		ctx, cancel := context.WithTimeout(context.Background(), reservationReleaseTimeout)

@@ -386,3 +386,22 @@ func reserveFirst(t *testing.T, l *BudgetLedger, pdb *policyv1.PodDisruptionBudg
 func readNow(l *BudgetLedger) ReadStamp {
 	return l.SeePods(context.Background(), fake.NewClientBuilder().Build(), "none")
 }
+
+// The drain's hold and a review's on the same pod overlap (both reserve its
+// eviction): the one given back first must not give back the other's, which
+// still evicts; only the last one given back frees the disruption.
+func TestOverlappingHoldsOnOnePod(t *testing.T) {
+	pdb := budget("pdb")
+	l := NewBudgetLedger(10*time.Second, time.Now)
+	review := reserveFirst(t, l, &pdb)
+	drain := reserveFirst(t, l, &pdb)
+	other := runnerPodFor(true, named("runner-2"))
+	review.Cancel() // the review's runner was busy a moment before
+	if _, n, ok := l.Reserve(&pdb, other, readNow(l)); ok || n != 1 {
+		t.Fatalf("with the drain's hold on runner-1 kept, another eviction was let through (in flight %d), want it refused", n)
+	}
+	drain.Cancel()
+	if _, n, ok := l.Reserve(&pdb, other, readNow(l)); !ok || n != 0 {
+		t.Errorf("with both holds given back, another eviction was refused (in flight %d)", n)
+	}
+}
