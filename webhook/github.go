@@ -12,45 +12,27 @@ import (
 )
 
 // ask makes the one GitHub call of a decision the runner rules left open.
-// It recalls what GitHub said of the runner lately (the busy memory; in
-// askGitHub the look-up and failure memories) and records the answer: a
-// "busy" (trusted for longer while it lasts), a runner gone (the deletion's
-// repeats are admitted without asking again), a look-up or a failure.
+// What GitHub said of the runner lately (the busy, look-up and failure
+// memories) is what resolve recalled into the review; the answer is written
+// back by settle (record), with call and cut saying what it came from.
 func (d *decider) ask(ctx context.Context, r *review) githubResult {
-	if !r.askable() {
+	if !r.Recalled.Read {
 		return githubResult{} // only bypass users and disrupted pods get here: nothing to ask
 	}
-	r.Busy = d.busy.recall(r.Target)
+	readOnly := r.readOnly(&d.policy)
 	// ctx ends at the review's deadline (decide).
 	deadline, _ := ctx.Deadline()
-	if left := time.Until(deadline); !r.readOnly(&d.policy) && left < minUnregisterTime {
+	if left := time.Until(deadline); !readOnly && left < minUnregisterTime {
 		// An unregister that may not finish before the API server gives
 		// up must not start: GitHub could remove the runner while the
 		// API server tells the deleter the webhook failed.
 		return githubResult{Err: &outOfTimeError{left: left}}
 	}
-	res := d.askGitHub(ctx, r)
-	if r.readOnly(&d.policy) || res.Err != nil {
-		return res
-	}
-	switch res.Outcome {
-	case ghclient.Busy:
-		if res.From != knowMemory {
-			r.Busy.Next = d.busy.busy(r.Target)
-		}
-	case ghclient.Removed, ghclient.NotFound:
-		// The runner can get no job: the API server's repeats of this
-		// deletion are admitted without asking again (rule 5b).
-		d.memory.remember(r.Pod.UID, r.Target)
-		d.busy.forget(r.Target)
-	default:
-		d.busy.forget(r.Target)
-	}
-	return res
+	return d.askGitHub(ctx, r, readOnly)
 }
 
 // askGitHub makes the one GitHub call of a decision, bounded by the GitHub timeout.
-func (d *decider) askGitHub(ctx context.Context, r *review) githubResult {
+func (d *decider) askGitHub(ctx context.Context, r *review, readOnly bool) githubResult {
 	ctx, cancel := context.WithTimeout(ctx, d.githubTimeout)
 	defer cancel()
 	// Each namespace gets its fair share of the credential's budget.
@@ -58,11 +40,11 @@ func (d *decider) askGitHub(ctx context.Context, r *review) githubResult {
 	t := r.Target
 	log := logr.FromContextOrDiscard(ctx).WithValues("runner", t.Name, "scope", t.Scope.String(), "runnerIDHint", t.IDHint)
 	start := time.Now()
-	if r.readOnly(&d.policy) {
+	if readOnly {
 		// A dry run may reuse any remembered answer. A bypass user's or a
 		// disrupted pod's delete lets the pod go on "idle": it reuses only a
 		// remembered "busy", which can only keep a pod longer.
-		if res, ok := d.statuses.recall(t); ok && (r.DryRun || res.busy()) {
+		if res := r.Recalled.Status; r.Recalled.StatusKnown && (r.DryRun || res.busy()) {
 			log.V(1).Info("answered a read-only look-up from memory", "state", res.Status, "error", errString(res.Err))
 			return res
 		}
@@ -74,12 +56,9 @@ func (d *decider) askGitHub(ctx context.Context, r *review) githubResult {
 		}
 		st, err := d.github.Status(sctx, t.runner())
 		log.V(1).Info("asked GitHub for runner status (read-only)", "state", st.State, "error", errString(err), "took", time.Since(start))
-		res := githubResult{Err: err}
+		res := githubResult{Err: err, call: callStatus, cut: ctx.Err() != nil}
 		if err == nil {
-			res = githubResult{Status: &st}
-		}
-		if ctx.Err() == nil {
-			d.statuses.remember(t, res)
+			res.Status = &st
 		}
 		return res
 	}
@@ -94,8 +73,7 @@ func (d *decider) askGitHub(ctx context.Context, r *review) githubResult {
 		// which yields to unregisters that can let a pod go.
 		prio = ghclient.PriorityRecheck
 	}
-	uid := r.podUID()
-	if f := d.failures.recall(uid, t); f.Known {
+	if f := r.Recalled.Failure; f.Known {
 		if f.Left > 0 {
 			log.V(1).Info("this pod's last decision failed moments ago: not asking GitHub", "error", errString(f.Err), "retryIn", f.Left)
 			return githubResult{Err: &recentFailure{err: f.Err, left: f.Left}, From: knowGitHub}
@@ -107,15 +85,12 @@ func (d *decider) askGitHub(ctx context.Context, r *review) githubResult {
 	out, err := d.github.Unregister(ghclient.WithPriority(ctx, prio), t.runner())
 	log.V(1).Info("asked GitHub to unregister runner", "outcome", out.String(), "error", errString(err), "took", time.Since(start))
 	var spent *ghclient.Spent
-	switch {
-	case err == nil:
-		d.failures.forget(uid, t)
-	case !errors.As(err, &spent):
-		// Nothing was sent when the budget held it: only GitHub's failures
-		// back off.
-		d.failures.failed(uid, t, err)
+	if !errors.As(err, &spent) {
+		return githubResult{Outcome: out, Err: err, From: knowGitHub, call: callUnregister}
 	}
-	if errors.As(err, &spent) && r.Busy.Wait > 0 {
+	// Nothing was sent when the budget held it (call none): only GitHub's
+	// failures back off.
+	if r.Busy.Wait > 0 {
 		// The budget is spent and the runner was busy moments ago: say so
 		// from memory rather than fail.
 		return githubResult{Outcome: ghclient.Busy, From: knowMemory}

@@ -210,7 +210,7 @@ func TestBypassNeverReusesARememberedIdle(t *testing.T) {
 		t.Fatalf("bypass after an idle dry run: %s after %d look-ups; want bypass-user after asking GitHub again (2)", dec.Reason, gh.statuses)
 	}
 	// A remembered "busy" is reused: it only keeps the pod.
-	d.statuses.remember(d.resolver.resolve(context.Background(), pod, &d.specs[0]).Target,
+	d.statuses.remember(statusKey(d.resolver.resolve(context.Background(), pod, &d.specs[0]).Target),
 		githubResult{Status: &ghclient.RunnerStatus{State: ghclient.StateBusy, Online: true}})
 	if dec, _ := d.decide(context.Background(), bypass); dec.Reason != ReasonBypassBusy || gh.statuses != 2 {
 		t.Errorf("bypass with a remembered busy: %s after %d look-ups; want bypass-runner-busy from memory", dec.Reason, gh.statuses)

@@ -14,6 +14,49 @@ import (
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
+// This file holds the memories a decision keeps of GitHub's answers and
+// their recall: recall reads them, once per review, from resolve. Only
+// settle writes them (settle.go: record), so GitHub is asked (github.go)
+// from what the review recalled.
+
+// recollection is what the memories held of a review's runner when resolve
+// recalled it, and the keys under which settle writes GitHub's answer back.
+type recollection struct {
+	// Read: the memories were read (the runner may be asked about); nothing
+	// is written back for a review that never read them.
+	Read bool
+	keys memoryKeys
+	// Failure is the failure memory's word on the pod's runner (unregisters).
+	Failure recalledFailure
+	// Status is a read-only look-up's remembered answer, if StatusKnown.
+	Status      githubResult
+	StatusKnown bool
+}
+
+// memoryKeys are a review's keys in the memories.
+type memoryKeys struct {
+	pod    admittedKey // the admitted and failure memories
+	runner string      // the busy memory
+	status string      // the status memory
+}
+
+func memoryKeysOf(uid types.UID, t Target) memoryKeys {
+	return memoryKeys{pod: admittedKey{uid, targetKey(t)}, runner: targetKey(t), status: statusKey(t)}
+}
+
+// recall reads what the memories hold of the review's runner into the
+// review: whether its deletion was admitted moments ago (rule 5b), GitHub's
+// "busy" lately and how long a new one would be trusted, the failure of its
+// last unregister, and a read-only look-up's answer. resolve calls it once,
+// for a runner that may be asked about.
+func (d *decider) recall(r *review) {
+	k := memoryKeysOf(r.Pod.UID, r.Target)
+	r.RecentlyAdmitted = d.memory.admitted(k.pod)
+	r.Busy = d.busy.recall(k.runner)
+	r.Recalled = recollection{Read: true, keys: k, Failure: d.failures.recall(k.pod)}
+	r.Recalled.Status, r.Recalled.StatusKnown = d.statuses.recall(k.status)
+}
+
 // admittedMemory remembers pods whose deletion was admitted after GitHub removed
 // (or did not know) their runner. The API server may review one deletion up to
 // three times; the repeats are answered from here so one delete costs one
@@ -39,18 +82,11 @@ func newAdmittedMemory(ttl time.Duration, now func() time.Time) *admittedMemory 
 	return &admittedMemory{entries: lru.New[admittedKey, struct{}](maxAdmittedEntries, ttl, now)}
 }
 
-func (m *admittedMemory) remember(uid types.UID, t Target) {
-	if m.entries == nil || uid == "" {
-		return
-	}
-	m.entries.Add(admittedKey{uid, targetKey(t)}, struct{}{})
-}
-
-func (m *admittedMemory) admitted(uid types.UID, t Target) bool {
-	if m.entries == nil || uid == "" {
+func (m *admittedMemory) admitted(k admittedKey) bool {
+	if m.entries == nil || k.uid == "" {
 		return false
 	}
-	_, ok := m.entries.Get(admittedKey{uid, targetKey(t)})
+	_, ok := m.entries.Get(k)
 	return ok
 }
 
@@ -64,7 +100,8 @@ type busyMemo struct {
 	// Wait is how long a remembered "busy" is still trusted when nothing
 	// fresher can be had (the budget is spent); 0: not trusted any more.
 	Wait time.Duration
-	// Next is how long the "busy" GitHub just answered will be trusted.
+	// Next is how long a "busy" GitHub answers now will be trusted (settle
+	// records it so): the first wait, or double the last one up to the cap.
 	Next time.Duration
 }
 
@@ -87,29 +124,15 @@ func newBusyMemory(first, cap time.Duration, now func() time.Time) *busyMemory {
 	return &busyMemory{entries: lru.NewBackoff[string, struct{}](maxBusyEntries, first, cap, now)}
 }
 
-// recall returns what is remembered of the runner: whether it was busy
-// lately, and how long that is still trusted (0 if no longer).
-func (m *busyMemory) recall(t Target) busyMemo {
+// recall returns what is remembered of the runner (its targetKey): whether
+// it was busy lately, how long that is still trusted (0 if no longer), and
+// how long a new "busy" would be.
+func (m *busyMemory) recall(k string) busyMemo {
 	if m.entries == nil {
 		return busyMemo{}
 	}
-	_, left, ok := m.entries.Recall(targetKey(t))
-	return busyMemo{Known: ok, Wait: left}
-}
-
-// busy records a "busy" answer and returns how long it will be trusted.
-func (m *busyMemory) busy(t Target) time.Duration {
-	if m.entries == nil {
-		return 0
-	}
-	return m.entries.Next(targetKey(t), struct{}{})
-}
-
-// forget drops a runner GitHub no longer reports busy.
-func (m *busyMemory) forget(t Target) {
-	if m.entries != nil {
-		m.entries.Forget(targetKey(t))
-	}
+	_, left, ok := m.entries.Recall(k)
+	return busyMemo{Known: ok, Wait: left, Next: m.entries.Peek(k)}
 }
 
 // fallbackMemory reports each cause of reading labels instead of an
@@ -172,19 +195,13 @@ func statusKey(t Target) string {
 	return key
 }
 
-// recall returns the remembered answer for the runner, if one is fresh.
-func (m *statusMemory) recall(t Target) (githubResult, bool) {
+// recall returns the remembered answer for the runner (its statusKey), if
+// one is fresh.
+func (m *statusMemory) recall(k string) (githubResult, bool) {
 	if m.entries == nil {
 		return githubResult{}, false
 	}
-	return m.entries.Get(statusKey(t))
-}
-
-// remember stores a read-only answer.
-func (m *statusMemory) remember(t Target, res githubResult) {
-	if m.entries != nil {
-		m.entries.Add(statusKey(t), res)
-	}
+	return m.entries.Get(k)
 }
 
 // failureMemory remembers, per pod UID and runner, that GitHub failed its
@@ -219,27 +236,15 @@ type recalledFailure struct {
 }
 
 // recall says whether the pod's runner failed lately, and how.
-func (m *failureMemory) recall(uid types.UID, t Target) recalledFailure {
-	if uid == "" {
+func (m *failureMemory) recall(k admittedKey) recalledFailure {
+	if k.uid == "" {
 		return recalledFailure{}
 	}
-	err, left, ok := m.entries.Recall(admittedKey{uid, targetKey(t)})
+	err, left, ok := m.entries.Recall(k)
 	if !ok {
 		return recalledFailure{}
 	}
 	return recalledFailure{Known: true, Err: err, Left: left}
-}
-
-// failed records err for the pod's runner and returns the backoff.
-func (m *failureMemory) failed(uid types.UID, t Target, err error) time.Duration {
-	if uid == "" {
-		return 0
-	}
-	return m.entries.Next(admittedKey{uid, targetKey(t)}, err)
-}
-
-func (m *failureMemory) forget(uid types.UID, t Target) {
-	m.entries.Forget(admittedKey{uid, targetKey(t)})
 }
 
 // recentFailure is a decision's GitHub failure answered from the failure

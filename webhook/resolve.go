@@ -124,8 +124,7 @@ func resolutionError(res resolution) error {
 // the pod's deletion as recently admitted, without asking GitHub again.
 func (h *Handler) Unregistered(pod *corev1.Pod, t Target) {
 	if pod != nil {
-		h.decider.memory.remember(pod.UID, t)
-		h.decider.busy.forget(t)
+		h.decider.removed(memoryKeysOf(pod.UID, t))
 	}
 }
 
@@ -168,10 +167,11 @@ func parenthesized(clause string) string {
 // resolve reads, once, everything the runner rules decide on, into the
 // review: the live pod of a DELETE (its oldObject may be forged), the runner
 // behind the pod (ARC's object or the pod's own facts: name, scope,
-// credentials), the node's deadline for Karpenter's DELETE, whether the
-// pod's deletion was admitted moments ago, and for an eviction the disruption budget it
-// is charged to, with one of its disruptions reserved. Nothing here asks
-// GitHub or decides.
+// credentials), the node's deadline for Karpenter's DELETE, what the
+// memories hold of the runner (whether the pod's deletion was admitted
+// moments ago, GitHub's "busy", failure or look-up lately: the only read of
+// them), and for an eviction the disruption budget it is charged to, with one
+// of its disruptions reserved. Nothing here asks GitHub or decides.
 func (d *decider) resolve(ctx context.Context, r *review) {
 	if r.Operation == OperationDelete {
 		if d.readLive(ctx, r); r.LiveErr != nil || r.LiveGone != "" {
@@ -190,7 +190,7 @@ func (d *decider) resolve(ctx context.Context, r *review) {
 		}
 	}
 	if r.askable() {
-		r.RecentlyAdmitted = d.memory.admitted(r.Pod.UID, r.Target)
+		d.recall(r)
 	}
 	if r.Operation == OperationEvict && !r.DryRun {
 		r.PDBBlocks, r.PDBSeveral, r.PDBInFlight, r.budgetHold, r.PDBReserveErr = d.blockingPDB(ctx, r.Pod)

@@ -13,7 +13,6 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/runner-guard/runner-guard/ghclient"
@@ -113,7 +112,8 @@ type Decision struct {
 // review holds the facts of one request that the rules decide on. The handler
 // fills the request's facts; decide's steps add the rest when the first rule
 // that needs them is reached: resolve (resolve.go) the fields marked
-// stageRunner, ask (github.go) those marked stageGitHub.
+// stageRunner, ask (github.go) those marked stageGitHub; settle (settle.go)
+// writes what was learnt back from it.
 type review struct {
 	Operation Operation
 	// Namespace and Name name the pod under review, even when Pod is nil.
@@ -144,8 +144,12 @@ type review struct {
 	// RecentlyAdmitted: this pod's deletion was admitted moments ago after
 	// GitHub removed its runner (stageRunner).
 	RecentlyAdmitted bool
-	// Busy is GitHub's remembered "busy" for this runner (stageGitHub).
+	// Busy is GitHub's remembered "busy" for this runner (stageRunner, read
+	// by ask and the GitHub rules).
 	Busy busyMemo
+	// Recalled is what else the memories held of the runner, for ask, and
+	// where settle records GitHub's answer (stageRunner).
+	Recalled recollection
 	// PDBBlocks names a PodDisruptionBudget that allows no disruption now (evictions, stageRunner).
 	PDBBlocks string
 	// PDBSeveral names the budgets selecting the pod when there are several:
@@ -178,7 +182,22 @@ type githubResult struct {
 	// From says where a "busy" came from when GitHub was not asked to
 	// unregister: the scope's listing, or the busy memory.
 	From knowledge
+	// call is the request made of the GitHub client for this answer (none
+	// when a memory or the listing answered, or the budget held an
+	// unregister), and cut that the call's context had ended when it
+	// returned: settle records the answer from them.
+	call ghCall
+	cut  bool
 }
+
+// ghCall is a request made of the GitHub client.
+type ghCall int
+
+const (
+	callNone       ghCall = iota
+	callStatus            // a read-only look-up
+	callUnregister        // an unregister, sent to GitHub
+)
 
 // knowledge is where a decision's word on the runner came from, for the
 // decisions-from-knowledge metric. Each source can prove "busy", never
@@ -459,14 +478,6 @@ func allow(reason Reason, msg string) Decision {
 }
 
 func (r *review) podRef() string { return r.Namespace + "/" + r.Name }
-
-// podUID is the reviewed pod's UID, "" when the pod is gone.
-func (r *review) podUID() types.UID {
-	if r.Pod == nil {
-		return ""
-	}
-	return r.Pod.UID
-}
 
 // Rule 1a: kube-system and runner-guard's own namespace are never guarded, so
 // a misconfigured selector cannot lock the cluster's own pods.

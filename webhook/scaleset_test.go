@@ -197,7 +197,7 @@ func TestBudgetSpentRefusesWithTheWait(t *testing.T) {
 			clock := fakeclock.New(time.Now())
 			d := newDecider(cfg, spentGitHub{byGitHub: tc.byGitHub, reserve: tc.reserve}, fake.NewClientBuilder().WithObjects(pod.DeepCopy()).Build(), clock.Now)
 			if tc.busyKnown {
-				d.busy.busy(Target{Scope: fixture.Org("acme"), Name: "runner-1"})
+				d.busy.busy(targetKey(Target{Scope: fixture.Org("acme"), Name: "runner-1"}), 0)
 				clock.Advance(cfg.BusyRetryAfter.Duration) // no longer trusted, still known
 			}
 			dec, _ := d.decide(context.Background(), review{Operation: tc.op, Namespace: "ci", Name: "runner-1", Pod: pod.DeepCopy(),

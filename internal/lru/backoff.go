@@ -59,6 +59,17 @@ func (b *Backoff[K, V]) Next(k K, v V) time.Duration {
 	return b.NextAtLeast(k, 0, func(V) V { return v })
 }
 
+// Peek returns the wait Next would give k now, storing nothing: a decision
+// can say how long an answer will be trusted before it is recorded.
+func (b *Backoff[K, V]) Peek(k K) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if e, ok := b.entries.Get(k); ok {
+		return min(2*e.wait, b.limit)
+	}
+	return b.first
+}
+
 // NextAtLeast is Next with a wait of at least least, and the value update
 // makes of the last one (the zero V for a new run).
 func (b *Backoff[K, V]) NextAtLeast(k K, least time.Duration, update func(last V) V) time.Duration {

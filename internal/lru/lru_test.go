@@ -107,3 +107,30 @@ func TestBackoffAtLeast(t *testing.T) {
 		t.Fatalf("wait after the floor = %s, want the 4s limit", got)
 	}
 }
+
+// Peek says what Next would return, and stores nothing.
+func TestBackoffPeek(t *testing.T) {
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	b := lru.NewBackoff[string, string](10, time.Second, 4*time.Second, clock)
+
+	if got := b.Peek("a"); got != time.Second {
+		t.Fatalf("Peek of a new key = %s, want the first 1s", got)
+	}
+	if _, _, ok := b.Recall("a"); ok {
+		t.Fatal("Recall after Peek: ok, want nothing stored")
+	}
+	for i := range 4 {
+		peeked := b.Peek("a")
+		if again := b.Peek("a"); again != peeked {
+			t.Fatalf("failure %d: Peek twice = %s then %s, want the same", i+1, peeked, again)
+		}
+		if got := b.Next("a", "err"); got != peeked {
+			t.Fatalf("failure %d: Next = %s, Peek said %s", i+1, got, peeked)
+		}
+	}
+	now = now.Add(8*time.Second + time.Nanosecond) // quiet past 2*limit: the run is over
+	if got := b.Peek("a"); got != time.Second {
+		t.Fatalf("Peek after a quiet spell = %s, want the first 1s", got)
+	}
+}
