@@ -8,7 +8,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=hack/lib/cached-build.sh
 source "${root}/hack/lib/cached-build.sh"
-k8s_version="v1.37.2"
+k8s_version="${kube_version}"
 etcd_version="v3.7.3"
 os="$(go env GOOS)"; arch="$(go env GOARCH)"
 want="kubernetes=${k8s_version} etcd=${etcd_version}"
@@ -28,14 +28,10 @@ fi
 
 # build_all DEST builds the control plane's binaries into DEST.
 build_all() {
-  local dest="$1" ldflags start=$SECONDS cmd
-  ldflags="$(k8s_ldflags "${k8s_version}")"
+  local dest="$1" start=$SECONDS
   echo "building etcd ${etcd_version} (first run only)..." >&2
   (cd "${root}/test/e2e/tools/etcd" && go build -trimpath -ldflags "-s -w" -o "${dest}/etcd" go.etcd.io/etcd/server/v3)
-  for cmd in kube-apiserver kube-controller-manager kubectl; do
-    echo "building ${cmd} ${k8s_version} (first run only, several minutes on 2 cores; $((SECONDS-start))s so far)..." >&2
-    (cd "${root}/test/e2e/tools/k8s" && go build -trimpath -ldflags "${ldflags}" -o "${dest}/${cmd}" "k8s.io/kubernetes/cmd/${cmd}")
-  done
+  copy_kube_cmds "${dest}" kube-apiserver kube-controller-manager kubectl
   echo "control-plane binaries built in $((SECONDS-start))s into ${dest}" >&2
 }
 

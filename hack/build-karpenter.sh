@@ -3,9 +3,8 @@
 # plane of build-k8s.sh, into bin/karpenter/<version>-<os>-<arch>/:
 #   karpenter       Karpenter with its KWOK cloud provider (sigs.k8s.io/karpenter/kwok)
 #   kwok            KWOK (sigs.k8s.io/kwok/cmd/kwok), the fake kubelet of the nodes
-#   kube-scheduler  from the same k8s.io/kubernetes tool module as the control
-#                   plane (test/e2e/tools/k8s), reused from bin/node when
-#                   hack/build-node.sh has built it
+#   kube-scheduler  from the k8s.io/kubernetes commands the control plane and
+#                   the node share (hack/lib/cached-build.sh: kube_cmds_dir)
 #   crds/           NodePool, NodeClaim, KWOKNodeClass (and the rest Karpenter
 #                   ships), copied from the module cache
 #   stages/         KWOK stages: the fast node-initialize, pod-ready and
@@ -21,29 +20,18 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 source "${root}/hack/lib/cached-build.sh"
 tools="${root}/test/karpenter/tools"
 export GOTOOLCHAIN="${KARPENTER_GOTOOLCHAIN:-go1.27.3}"
-k8s_version="v1.37.2"
+k8s_version="${kube_version}"
 mod() { (cd "${tools}" && go list -m -f "{{.$1}}" "$2"); }
 karpenter_version="$(mod Version sigs.k8s.io/karpenter)"
 kwok_version="$(mod Version sigs.k8s.io/kwok)"
 os="$(go env GOOS)"; arch="$(go env GOARCH)"
 want="karpenter=${karpenter_version} kwok=${kwok_version} kubernetes=${k8s_version} layout=1"
 
-# build_scheduler DEST: the kube-scheduler build-node.sh made, when its stamp
-# names the same Kubernetes version; otherwise a build from the shared tool
-# module (whose compiled packages the Go build cache already holds after
-# build-k8s.sh).
+# build_scheduler DEST: kube-scheduler from the k8s.io/kubernetes commands
+# the control plane and the node share (kube_cmds_dir), built with the
+# machine's Go.
 build_scheduler() {
-  local dest="$1" node_dir="${root}/bin/node/${k8s_version#v}-${os}-${arch}"
-  if [[ -x "${node_dir}/kube-scheduler" && -f "${node_dir}/.versions" \
-        && "$(cat "${node_dir}/.versions")" == "kubernetes=${k8s_version} "* ]]; then
-    cp -p "${node_dir}/kube-scheduler" "${dest}/kube-scheduler"
-    echo "kube-scheduler copied from ${node_dir}" >&2
-    return 0
-  fi
-  echo "building kube-scheduler ${k8s_version} (first run only)..." >&2
-  # The control plane's own module builds with the machine's Go.
-  (cd "${root}/test/e2e/tools/k8s" && GOTOOLCHAIN=local CGO_ENABLED=0 go build -trimpath -ldflags "$(k8s_ldflags "${k8s_version}")" \
-    -o "${dest}/kube-scheduler" k8s.io/kubernetes/cmd/kube-scheduler)
+  copy_kube_cmds "$1" kube-scheduler
 }
 
 # build_all DEST builds everything into DEST.

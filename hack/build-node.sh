@@ -12,7 +12,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 # shellcheck source=hack/lib/cached-build.sh
 source "${root}/hack/lib/cached-build.sh"
-k8s_version="v1.37.2"
+k8s_version="${kube_version}"
 containerd_version="$(cd "${root}/test/node/tools/containerd" && go list -m -f '{{.Version}}' github.com/containerd/containerd/v2)"
 cni_version="$(cd "${root}/test/node/tools/containerd" && go list -m -f '{{.Version}}' github.com/containernetworking/plugins)"
 os="$(go env GOOS)"; arch="$(go env GOARCH)"
@@ -42,13 +42,9 @@ install_debian_packages() {
 
 # build_all DEST builds every binary into DEST.
 build_all() {
-  local dest="$1" ldflags start=$SECONDS cmd p
-  ldflags="$(k8s_ldflags "${k8s_version}")"
+  local dest="$1" start=$SECONDS cmd p
   mkdir -p "${dest}/cni"
-  for cmd in "${k8s_cmds[@]}"; do
-    echo "building ${cmd} ${k8s_version} (first run only; $((SECONDS-start))s so far)..." >&2
-    (cd "${root}/test/e2e/tools/k8s" && CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o "${dest}/${cmd}" "k8s.io/kubernetes/cmd/${cmd}")
-  done
+  copy_kube_cmds "${dest}" "${k8s_cmds[@]}"
   # No btrfs/devmapper/zfs snapshotters: they need cgo headers, and the node
   # uses overlayfs.
   local tags="no_btrfs no_devmapper no_zfs"
