@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,16 @@ type drainTimeline struct {
 	mu    sync.Mutex
 	lines []string
 	pods  map[string]string
+	// writes are the budget's statuses, in resourceVersion order.
+	writes []budgetWrite
+}
+
+// budgetWrite is one status of the scenario's budget as the API server
+// stored it.
+type budgetWrite struct {
+	rv        uint64
+	allowed   int32
+	disrupted map[string]bool
 }
 
 // follow watches ns's budgets and pods until ctx ends, and logs the timeline
@@ -80,10 +91,17 @@ func (tl *drainTimeline) watch(ctx context.Context, start func(context.Context, 
 
 func (tl *drainTimeline) budget(b *policyv1.PodDisruptionBudget) {
 	var disrupted []string
+	w := budgetWrite{rv: resourceVersion(b.ResourceVersion), allowed: b.Status.DisruptionsAllowed, disrupted: map[string]bool{}}
 	for p := range b.Status.DisruptedPods {
 		disrupted = append(disrupted, p)
+		w.disrupted[p] = true
 	}
 	sort.Strings(disrupted)
+	tl.mu.Lock()
+	if n := len(tl.writes); n == 0 || tl.writes[n-1].rv < w.rv {
+		tl.writes = append(tl.writes, w)
+	}
+	tl.mu.Unlock()
 	tl.add("budget %s rv=%s allowed=%d healthy=%d desired=%d expected=%d observed=%d/%d disrupted=%v",
 		b.Name, b.ResourceVersion, b.Status.DisruptionsAllowed, b.Status.CurrentHealthy, b.Status.DesiredHealthy,
 		b.Status.ExpectedPods, b.Status.ObservedGeneration, b.Generation, disrupted)
@@ -113,4 +131,50 @@ func (tl *drainTimeline) add(f string, a ...any) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	tl.lines = append(tl.lines, time.Now().Format("15:04:05.000")+" "+fmt.Sprintf(f, a...))
+}
+
+// chargedTwice reports whether, between the budget's resourceVersions from
+// and to, the disruption controller took a disruption off the budget that
+// no eviction wrote: disruptionsAllowed fell with no pod added to
+// status.disruptedPods. That is a pod counted unhealthy while not being
+// deleted: a runner that exited once runner-guard unregistered it, its pod
+// turning unready before the API server read the budget for its eviction,
+// which it then charges too (docs/DESIGN.md, "An eviction charged twice").
+// An eviction runner-guard admitted that the API server refuses with no
+// such write is one runner-guard let through beyond the budget.
+func (tl *drainTimeline) chargedTwice(from, to uint64) bool {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	for i := 1; i < len(tl.writes); i++ {
+		w, prev := tl.writes[i], tl.writes[i-1]
+		if w.rv <= from || w.rv > to || w.allowed >= prev.allowed {
+			continue
+		}
+		added := false
+		for p := range w.disrupted {
+			added = added || !prev.disrupted[p]
+		}
+		if !added {
+			return true
+		}
+	}
+	return false
+}
+
+// resourceVersion reads a resourceVersion of this cluster's etcd, a
+// revision: the budget's writes are ordered by it (0 if it is not one,
+// which orders nothing).
+func resourceVersion(rv string) uint64 {
+	n, _ := strconv.ParseUint(rv, 10, 64)
+	return n
+}
+
+// budgetVersion is the scenario's budget's resourceVersion now (a
+// consistent read), 0 when it cannot be read.
+func budgetVersion(ctx context.Context, ns string) uint64 {
+	b, err := cluster.Client.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, "runners", metav1.GetOptions{})
+	if err != nil {
+		return 0
+	}
+	return resourceVersion(b.ResourceVersion)
 }

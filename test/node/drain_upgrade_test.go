@@ -19,7 +19,6 @@ import (
 // new replicas), and the drain finishes once the jobs end. Its own upgrade
 // puts the node's values back; a failed test's cleanup does.
 func TestNodeUpgradeFromBaselineMidDrain(t *testing.T) {
-	requireDrainScenarios(t)
 	baseline, err := ParseBaseline(os.Getenv("RUNNER_GUARD_NODE_BASELINE"))
 	if err != nil {
 		t.Fatal(err)
