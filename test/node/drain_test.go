@@ -208,10 +208,12 @@ func (d *drainRun) createBudget() {
 // drain again; Karpenter and the cluster autoscaler retry every error).
 // A runner unregistered whose pod stays is one of:
 //   - the API server refused an eviction runner-guard had admitted (for a
-//     registered runner, admitting is unregistering it), and the budget's
+//     registered runner, admitting is unregistering it), the budget's
 //     history does not explain the refusal by an eviction charged twice
-//     (drainTimeline.chargedTwice): runner-guard let it through beyond the
-//     budget;
+//     (drainTimeline.chargedTwice), and one retry later the pod is still
+//     there, not being deleted: runner-guard let it through beyond the
+//     budget (an eviction of the pod runner-guard's drain controller sent
+//     first, which charged the budget and took the pod, is not that);
 //   - the API server refused such an eviction for a double charge, and the
 //     drain's next eviction of it was refused too, the pod still there, not
 //     being deleted: the retry should have evicted the unready pod without
@@ -223,7 +225,14 @@ func (d *drainRun) createBudget() {
 //     the drain).
 func (d *drainRun) evictUntilGone(ctx context.Context, name string) {
 	keptByBudget, exitChecked := "", false
+	beyondBudget := ""
 	for ctx.Err() == nil {
+		if beyondBudget != "" {
+			if p := d.getPod(ctx, name); p != nil && p.DeletionTimestamp == nil {
+				d.keep(name, "eviction admitted by runner-guard beyond the budget: refused by the API server ("+beyondBudget+") with no disruption in the budget's history but the evictions', its pod not being deleted one retry later")
+			}
+			beyondBudget = ""
+		}
 		began, from := time.Now(), budgetVersion(ctx, d.s.ns)
 		err := evictOnce(ctx, d.s.ns, name)
 		if ctx.Err() != nil {
@@ -235,7 +244,9 @@ func (d *drainRun) evictUntilGone(ctx context.Context, name string) {
 			}
 		}
 		if err != nil && refusedByAPIServerBudget(err.Error()) && !d.timeline.chargedTwice(from, budgetVersion(ctx, d.s.ns)) {
-			d.keep(name, "eviction admitted by runner-guard beyond the budget: refused by the API server ("+err.Error()+") with no disruption in the budget's history but the evictions'")
+			// Unless another eviction of the pod took it meanwhile (the drain
+			// controller's, which charged the budget first).
+			beyondBudget = err.Error()
 		}
 		d.mu.Lock()
 		exited := d.exited[name]
