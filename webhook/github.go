@@ -19,7 +19,7 @@ func (d *decider) ask(ctx context.Context, r *review) githubResult {
 	if !r.Recalled.Read {
 		return githubResult{} // only bypass users and disrupted pods get here: nothing to ask
 	}
-	readOnly := r.readOnly(&d.policy)
+	readOnly := r.ReadOnly
 	// ctx ends at the review's deadline (decide).
 	deadline, _ := ctx.Deadline()
 	if left := time.Until(deadline); !readOnly && left < minUnregisterTime {
@@ -54,7 +54,7 @@ func (d *decider) askGitHub(ctx context.Context, r *review, readOnly bool) githu
 			// dry runs in a loop cannot spend other teams' budget.
 			sctx = ghclient.WithPriority(ctx, ghclient.PriorityRecheck)
 		}
-		st, err := d.github.Status(sctx, t.runner())
+		st, err := d.github.Status(sctx, r.Runner)
 		log.V(1).Info("asked GitHub for runner status (read-only)", "state", st.State, "error", errString(err), "took", time.Since(start))
 		res := githubResult{Err: err, call: callStatus, cut: ctx.Err() != nil}
 		if err == nil {
@@ -82,7 +82,7 @@ func (d *decider) askGitHub(ctx context.Context, r *review, readOnly bool) githu
 		// a pod go.
 		prio = ghclient.PriorityRecheck
 	}
-	out, err := d.github.Unregister(ghclient.WithPriority(ctx, prio), t.runner())
+	out, err := d.github.Unregister(ghclient.WithPriority(ctx, prio), r.Runner)
 	log.V(1).Info("asked GitHub to unregister runner", "outcome", out.String(), "error", errString(err), "took", time.Since(start))
 	var spent *ghclient.Spent
 	if !errors.As(err, &spent) {
@@ -104,8 +104,8 @@ func (d *decider) askGitHub(ctx context.Context, r *review, readOnly bool) githu
 // that says idle proves nothing (it lags GitHub's broker): the DELETE decides.
 // It also returns what the listing said (ListedUnknown: no listing).
 func (d *decider) knownBusy(ctx context.Context, r *review) (githubResult, ghclient.ListedState) {
-	refresh := r.Busy.Known || d.github.Pressed(r.Target.runner())
-	ls, err := d.github.Listed(ctx, r.Target.runner(), refresh)
+	refresh := r.Busy.Known || d.github.Pressed(r.Runner)
+	ls, err := d.github.Listed(ctx, r.Runner, refresh)
 	switch {
 	case err == nil && ls.State == ghclient.ListedBusy:
 		return githubResult{Outcome: ghclient.Busy, From: knowListing, listedAt: ls.Taken}, ls.State
@@ -117,6 +117,11 @@ func (d *decider) knownBusy(ctx context.Context, r *review) (githubResult, ghcli
 		return githubResult{}, ghclient.ListedUnknown
 	}
 	return githubResult{}, ls.State
+}
+
+// busy reports a look-up that found the runner busy.
+func (g githubResult) busy() bool {
+	return g.Err == nil && g.Status != nil && g.Status.State == ghclient.StateBusy
 }
 
 func errString(err error) string {

@@ -91,6 +91,9 @@ func (t Target) runner() ghclient.Runner {
 // each has one meaning.
 type resolution struct {
 	Target Target
+	// Runner is Target as GitHub is asked about it (Target.runner), worked
+	// out once here for every request a decision makes of GitHub.
+	Runner ghclient.Runner
 	// ARC is the verified ARC object behind the pod, nil when there is none.
 	ARC *arc.Runner
 	// NotOwner: the pod claims an ARC object it does not match.
@@ -135,6 +138,7 @@ func (rs *resolver) resolve(ctx context.Context, pod *corev1.Pod, spec *RunnerPo
 	if res.HostErr == nil && res.Target.Creds == nil {
 		res.HostErr = otherGitHub(pod, spec, rs.githubBase)
 	}
+	res.Runner = res.Target.runner()
 	return res
 }
 

@@ -83,6 +83,7 @@ func TestRuleNodeDeadline(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			tc.r.NodeDeadlinePassed = nodeDeadlinePasses(&tc.r, &tc.p) // as resolve sets it
 			got, ok := ruleNodeDeadline(&tc.r, &tc.p)
 			checkDecision(t, got, ok, tc.want)
 		})
