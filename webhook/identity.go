@@ -96,6 +96,10 @@ type resolution struct {
 	Runner ghclient.Runner
 	// ARC is the verified ARC object behind the pod, nil when there is none.
 	ARC *arc.Runner
+	// ARCJob names the job ARC's job fields record (arc.Job.String), worked
+	// out once here: set, the runner took a job (rule 4f); "" when they
+	// record none or there is no ARC object.
+	ARCJob string
 	// NotOwner: the pod claims an ARC object it does not match.
 	NotOwner error
 	// ObjectErr: ARC's object could not be read (a transient API error).
@@ -139,6 +143,9 @@ func (rs *resolver) resolve(ctx context.Context, pod *corev1.Pod, spec *RunnerPo
 		res.HostErr = otherGitHub(pod, spec, rs.githubBase)
 	}
 	res.Runner = res.Target.runner()
+	if res.ARC != nil {
+		res.ARCJob = res.ARC.Job.String()
+	}
 	return res
 }
 

@@ -494,7 +494,7 @@ func ruleRecentlyAdmitted(r *review, _ *policy) (Decision, bool) {
 // a pod go. Bypass users and disrupted pods are left to their look-up: the
 // fields stay set on a runner whose node died mid-job.
 func ruleJobRunning(r *review, p *policy) (Decision, bool) {
-	if r.ARC == nil || !r.ARC.Job.Started() || (!r.DryRun && r.ReadOnly) {
+	if r.ARCJob == "" || (!r.DryRun && r.ReadOnly) {
 		return Decision{}, false
 	}
 	d := busyDenial(r, p, p.BusyRetryAfter)
@@ -521,7 +521,7 @@ func ruleNodeDeadline(r *review, p *policy) (Decision, bool) {
 	dl := r.NodeDeadline
 	msg := fmt.Sprintf("node deadline: NodeClaim %s of node %s ends at %s, and pod %s's terminationGracePeriodSeconds (%ds) no longer fits before it; Karpenter deletes the pod although its runner %q is running a job%s (--honor-node-deadlines): the runner was not unregistered and the job is lost (recorded %s; with --rerun-lost-jobs it is re-run once its run completes)",
 		dl.NodeClaim, r.Pod.Spec.NodeName, dl.At.UTC().Format(time.RFC3339), r.podRef(), *r.Pod.Spec.TerminationGracePeriodSeconds,
-		r.Target.Name, parenthesized(JobClause(r.ARC, r.Pod, time.Now())), ReasonNodeDeadline)
+		r.Target.Name, parenthesized(jobClause(r.ARCJob, r.Pod, time.Now())), ReasonNodeDeadline)
 	d := allow(ReasonNodeDeadline, msg)
 	d.Warning = d.Message
 	d.EventType, d.EventReason = corev1.EventTypeWarning, EventNodeDeadline
@@ -532,7 +532,7 @@ func ruleNodeDeadline(r *review, p *policy) (Decision, bool) {
 // EphemeralRunner's job fields (rule 4f), a verified job annotation (rule
 // 4h), or GitHub's "busy" (rules 6c, 6d, 8).
 func (r *review) heldBusy(p *policy) bool {
-	if r.ARC != nil && r.ARC.Job.Started() {
+	if r.ARCJob != "" {
 		return true
 	}
 	if r.Pod != nil && p.JobKeys.Configured() {
@@ -811,7 +811,7 @@ func busyDenial(r *review, p *policy, wait time.Duration) Decision {
 		what += fmt.Sprintf(", or annotate the pod %s=true to delete it anyway (cancels the job; with --rerun-lost-jobs runner-guard re-runs it once its run completes, unless the pod is also annotated runner-guard.io/rerun=false)", p.ForceAnnotation)
 	}
 	d.Message = fmt.Sprintf("runner busy: GitHub runner %q in %s is running a job, so runner-guard refused to %s pod %s%s; %s",
-		r.Target.Name, r.Target.Scope, r.Operation, r.podRef(), parenthesized(JobClause(r.ARC, r.Pod, time.Now())), what)
+		r.Target.Name, r.Target.Scope, r.Operation, r.podRef(), parenthesized(jobClause(r.ARCJob, r.Pod, time.Now())), what)
 	return d
 }
 
@@ -824,6 +824,11 @@ func JobClause(run *arc.Runner, pod *corev1.Pod, now time.Time) string {
 	if run != nil {
 		job = run.Job.String()
 	}
+	return jobClause(job, pod, now)
+}
+
+// jobClause is JobClause for the job already named (review.ARCJob).
+func jobClause(job string, pod *corev1.Pod, now time.Time) string {
 	var since string
 	if pod != nil {
 		start := pod.CreationTimestamp.Time
