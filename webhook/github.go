@@ -3,7 +3,6 @@ package webhook
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -76,7 +75,7 @@ func (d *decider) askGitHub(ctx context.Context, r *review, readOnly bool) githu
 	if f := r.Recalled.Failure; f.Known {
 		if f.Left > 0 {
 			log.V(1).Info("this pod's last decision failed moments ago: not asking GitHub", "error", errString(f.Err), "retryIn", f.Left)
-			return githubResult{Err: &recentFailure{err: f.Err, left: f.Left}, From: knowGitHub}
+			return githubResult{Err: f.Err, retryIn: f.Left, From: knowGitHub}
 		}
 		// A repeat of a failed decision yields to unregisters that can let
 		// a pod go.
@@ -135,10 +134,3 @@ func errString(err error) string {
 // started: a DELETE GitHub answers in well under it, and one that is cut off
 // leaves the deleter refused while the runner may be gone.
 const minUnregisterTime = time.Second
-
-// outOfTimeError: the review's deadline left too little time to unregister.
-type outOfTimeError struct{ left time.Duration }
-
-func (e *outOfTimeError) Error() string {
-	return fmt.Sprintf("only %s left before the API server's webhook deadline (webhookTimeout), too little to unregister the runner safely; nothing was sent to GitHub, retry", max(e.left, 0).Round(time.Millisecond))
-}

@@ -185,6 +185,10 @@ type githubResult struct {
 	Outcome ghclient.Outcome
 	Status  *ghclient.RunnerStatus
 	Err     error
+	// retryIn is set when Err is this pod's last failure, answered from the
+	// failure memory: GitHub is asked again in retryIn. The rules decide on
+	// Err as they did; their messages say so (githubResult.err).
+	retryIn time.Duration
 	// listedAt is when the listing that said busy was taken.
 	listedAt time.Time
 	// From says where a "busy" came from when GitHub was not asked to

@@ -674,7 +674,7 @@ func ruleBypass(r *review, p *policy) (Decision, bool) {
 	case r.HostErr != nil:
 		why += fmt.Sprintf("; GitHub not asked: %v", r.HostErr)
 	case r.GitHub.Err != nil:
-		why += fmt.Sprintf("; GitHub could not be asked: %v", r.GitHub.Err)
+		why += fmt.Sprintf("; GitHub could not be asked: %v", r.GitHub.err())
 	default:
 		why += "; GitHub reports the runner offline, idle or unknown"
 	}
@@ -740,10 +740,19 @@ func ruleDeadline(r *review, p *policy) (Decision, bool) {
 		return Decision{}, false
 	}
 	d := Decision{Reason: ReasonDeadline, Code: http.StatusServiceUnavailable,
-		Message: fmt.Sprintf("runner %q of pod %s: %v", r.Target.Name, r.podRef(), oot)}
+		Message: fmt.Sprintf("runner %q of pod %s: %s", r.Target.Name, r.podRef(), oot.Error())}
 	refusedEviction(r, p, &d, time.Second)
 	d.EventType, d.EventReason = corev1.EventTypeWarning, EventGitHubError
 	return d, true
+}
+
+// outOfTimeError: the review's deadline left too little time to unregister
+// (ask's answer then). It lives beside the rule that words it, which calls
+// Error itself rather than through fmt, so the walk does not leave the file.
+type outOfTimeError struct{ left time.Duration }
+
+func (e *outOfTimeError) Error() string {
+	return fmt.Sprintf("only %s left before the API server's webhook deadline (webhookTimeout), too little to unregister the runner safely; nothing was sent to GitHub, retry", max(e.left, 0).Round(time.Millisecond))
 }
 
 // Rule 9: GitHub's rate limit. The on-error policy decides, as for any
@@ -764,7 +773,7 @@ func ruleRateLimited(r *review, p *policy) (Decision, bool) {
 		return Decision{}, false
 	}
 	msg := fmt.Sprintf("GitHub rate limit reached while checking runner %q in %s; retry in %s (at %s): %v",
-		r.Target.Name, r.Target.Scope, roundUp(wait), time.Now().Add(wait).UTC().Format(time.RFC3339), r.GitHub.Err)
+		r.Target.Name, r.Target.Scope, roundUp(wait), time.Now().Add(wait).UTC().Format(time.RFC3339), r.GitHub.err())
 	d := onError(p, ReasonRateLimited, msg, http.StatusServiceUnavailable)
 	refusedEviction(r, p, &d, wait)
 	d.EventType, d.EventReason = corev1.EventTypeWarning, EventRateLimited
@@ -773,7 +782,7 @@ func ruleRateLimited(r *review, p *policy) (Decision, bool) {
 
 // Rule 10: any other GitHub failure (or the deadline): the on-error policy decides.
 func ruleGitHubError(r *review, p *policy) (Decision, bool) {
-	err := r.GitHub.Err
+	err := r.GitHub.err()
 	if err == nil {
 		return Decision{}, false
 	}
@@ -789,8 +798,19 @@ func ruleGitHubError(r *review, p *policy) (Decision, bool) {
 // GitHub error, so the table always decides.
 func ruleUnexpectedOutcome(r *review, p *policy) (Decision, bool) {
 	res := *r
-	res.GitHub.Err = fmt.Errorf("GitHub client returned unexpected outcome %s", r.GitHub.Outcome)
+	res.GitHub.Err, res.GitHub.retryIn = fmt.Errorf("GitHub client returned unexpected outcome %s", r.GitHub.Outcome), 0
 	return ruleGitHubError(&res, p)
+}
+
+// err is GitHub's error as the messages name it: when it was answered from
+// the failure memory (retryIn), with when GitHub is asked again. The rules
+// match Err itself; the words are formatted here, beside them, so the walk
+// does not leave this file to render an error.
+func (g githubResult) err() error {
+	if g.Err == nil || g.retryIn <= 0 {
+		return g.Err
+	}
+	return fmt.Errorf("%w (this pod's last decision failed moments ago: runner-guard asks GitHub again in %s)", g.Err, roundUp(g.retryIn))
 }
 
 // busyDenial is the refusal for a runner that is running a job; wait is when
