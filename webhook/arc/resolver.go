@@ -290,16 +290,6 @@ func (r *Resolver) objectGone(ctx context.Context, pod *corev1.Pod, kind string,
 	}
 }
 
-// NamespaceDeleting reads the namespace; one that cannot be read counts as
-// not being deleted (what its deletion would excuse stays required).
-func NamespaceDeleting(ctx context.Context, reader client.Reader, name string) (*corev1.Namespace, bool) {
-	var ns corev1.Namespace
-	if err := reader.Get(ctx, types.NamespacedName{Name: name}, &ns); err != nil {
-		return nil, false
-	}
-	return &ns, ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating
-}
-
 // get reads the object the pod references; it must exist and carry uid.
 func (r *Resolver) get(ctx context.Context, gvk schema.GroupVersionKind, key types.NamespacedName, uid types.UID) (*unstructured.Unstructured, error) {
 	u := &unstructured.Unstructured{}
