@@ -2,50 +2,77 @@ package webhook
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
+// This file is the budget ledger: the evictions this replica let through
+// that a PodDisruptionBudget does not show yet, and their reservations
+// shared with the other replicas in the budget's Lease. The Lease's reserve
+// loop lives here, beside the ledger, because after every read of the Lease
+// it recounts this replica's own evictions in flight under the ledger's
+// mutex (admitsWith): a count taken before the loop would over-admit. An
+// eviction's decision enters the file once to reserve (ReserveFor) and, when
+// the eviction is refused under a shared budget, once more from settle to
+// give the Lease reservation back (Reservations.release).
+
 // budgetHoldSlack is how long past the API server's deadline an admitted
 // eviction the budget never showed still counts.
 const budgetHoldSlack = 10 * time.Second
+
+// ReserveFor is an eviction's whole look at its budgets, the one call
+// resolve makes of the ledger (pods seen going, the budgets listed, the one
+// charged, a disruption reserved). It names the PodDisruptionBudget for
+// which the API server's eviction subresource would refuse evicting the pod now (pdbBlocks), once
+// the evictions let through under it and the API server has not yet
+// accounted for are counted (this replica's, and the other replicas'
+// reservations in the budget's Lease); else it reserves one of the budget's
+// disruptions for this eviction (hold). A failed read of the budgets blocks
+// nothing: the API server checks them itself after the webhooks. A failed
+// reservation blocks (reserveErr): the budget allows the eviction, but
+// another replica may have taken the last disruption, and the runner must
+// not be unregistered for an eviction the API server then refuses.
+func (l *BudgetLedger) ReserveFor(ctx context.Context, pods client.Reader, pod *corev1.Pod) (blocking string, several []string, inFlight int, hold BudgetHold, reserveErr error) {
+	read := l.SeePods(ctx, pods, pod.Namespace)
+	var pdbs policyv1.PodDisruptionBudgetList
+	if err := pods.List(ctx, &pdbs, client.InNamespace(pod.Namespace)); err != nil {
+		logr.FromContextOrDiscard(ctx).V(1).Info("cannot list PodDisruptionBudgets; the API server will check them", "error", err.Error())
+		return "", nil, 0, BudgetHold{}, nil
+	}
+	charged, several := ChargedBudget(pod, BudgetsThatCount(pdbs.Items))
+	if charged == nil {
+		return "", several, 0, BudgetHold{}, nil
+	}
+	hold, inFlight, ok, err := l.ReserveShared(ctx, charged, pod, read)
+	if err != nil {
+		logr.FromContextOrDiscard(ctx).Info("cannot reserve a disruption with the other replicas; refusing the eviction", "budget", charged.Name, "error", err.Error())
+		return charged.Name, nil, inFlight, BudgetHold{}, err
+	}
+	if !ok {
+		return charged.Name, nil, inFlight, BudgetHold{}, nil
+	}
+	return "", nil, 0, hold, nil
+}
 
 // BudgetsThatCount are the PodDisruptionBudgets rule 5d and the drain weigh
 // an eviction against: a namespace's budgets but the job budgets runner-guard
 // keeps itself (IsJobBudget), which are its own knowledge, not a user's.
 func BudgetsThatCount(pdbs []policyv1.PodDisruptionBudget) []policyv1.PodDisruptionBudget {
 	return WithoutJobBudgets(pdbs)
-}
-
-// ChargedBudget is the budget the eviction subresource charges for evicting
-// pod now (pdbBlocks' rules): the one budget selecting it, unless the pod goes
-// without a look at budgets (not Running, terminating, unhealthy under a
-// policy that lets it go). several names the budgets selecting the pod when
-// there is more than one, which the API server refuses with a 500.
-func ChargedBudget(pod *corev1.Pod, pdbs []policyv1.PodDisruptionBudget) (charged *policyv1.PodDisruptionBudget, several []string) {
-	if several = severalBudgets(pod, pdbs); several != nil {
-		return nil, several
-	}
-	selecting := budgetsSelecting(pod, pdbs)
-	if len(selecting) != 1 {
-		return nil, nil
-	}
-	pdb := selecting[0]
-	if !podReady(pod) {
-		if p := pdb.Spec.UnhealthyPodEvictionPolicy; p != nil && *p == policyv1.AlwaysAllow {
-			return nil, nil
-		}
-		if pdb.Status.DesiredHealthy > 0 && pdb.Status.CurrentHealthy >= pdb.Status.DesiredHealthy {
-			return nil, nil
-		}
-	}
-	return pdb, nil
 }
 
 // budgetRefuses reports a budget the API server's checkAndDecrement refuses
@@ -350,53 +377,6 @@ func (l *BudgetLedger) account(e *inFlightEviction) {
 	}
 }
 
-// Admitted says the eviction was let through: once the API server's
-// deadline has passed, a new version of the budget accounts for it.
-func (h BudgetHold) Admitted() {
-	if h.ledger == nil {
-		return
-	}
-	h.ledger.mu.Lock()
-	defer h.ledger.mu.Unlock()
-	if e := h.ledger.byBudget[h.budget][h.pod]; e != nil && e.answered.IsZero() {
-		e.answered = h.ledger.now()
-	}
-}
-
-// Cancel gives the disruption back: the eviction will not happen (refused,
-// or the runner could not be released). Another hold on the same pod's
-// eviction (the drain's and a review's overlap) keeps it, as does one
-// already let through (Admitted).
-func (h BudgetHold) Cancel() {
-	if h.ledger == nil || h.budget.Name == "" {
-		return
-	}
-	h.ledger.mu.Lock()
-	entries := h.ledger.byBudget[h.budget]
-	e := entries[h.pod]
-	release := false
-	if e != nil {
-		e.holders--
-		if e.holders <= 0 && e.answered.IsZero() {
-			delete(entries, h.pod)
-			if len(entries) == 0 {
-				delete(h.ledger.byBudget, h.budget)
-			}
-			release = e.shared
-		}
-	}
-	h.ledger.mu.Unlock()
-	if release && h.ledger.shared != nil {
-		// Given back at once, so the other replicas need not wait for it
-		// to expire; failing that, it expires.
-		ctx, cancel := context.WithTimeout(context.Background(), reservationReleaseTimeout)
-		defer cancel()
-		if err := h.ledger.shared.release(ctx, h.budget, h.pod, h.ledger.now(), h.ledger.hold); err != nil {
-			h.ledger.shared.log.Error(err, "cannot give back a budget reservation; it expires", "budget", h.budget.String(), "pod", h.podName)
-		}
-	}
-}
-
 // Budget names the reserved budget ("" for the zero hold).
 func (h BudgetHold) Budget() string { return h.budget.Name }
 
@@ -458,4 +438,199 @@ func (l *BudgetLedger) SeePods(ctx context.Context, pods client.Reader, namespac
 	defer l.mu.Unlock()
 	l.clock++
 	return l.clock
+}
+
+// ReservationLeaseName is the name of the Lease holding the reservations of
+// the budget named pdb: the prefix and the name, or, when that is longer
+// than an object name may be, a cut of it and a hash of the whole name.
+func ReservationLeaseName(pdb string) string {
+	const maxName = 253
+	name := ReservationLeasePrefix + pdb
+	if len(name) <= maxName {
+		return name
+	}
+	sum := sha256.Sum256([]byte(pdb))
+	hash := hex.EncodeToString(sum[:])[:16]
+	return name[:maxName-len(hash)-1] + "-" + hash
+}
+
+// parseReservations reads an annotation's value; "" is no reservations. A
+// value that is not what runner-guard writes is an error: an entry
+// without its fields, or one that expires further ahead than a reservation
+// may (maxAhead from now), which would hold the budget for ever.
+func parseReservations(value string, now time.Time, maxAhead time.Duration) (reservationState, error) {
+	var s reservationState
+	if value == "" {
+		return s, nil
+	}
+	if err := json.Unmarshal([]byte(value), &s); err != nil {
+		return reservationState{}, fmt.Errorf("%s: %w", ReservationsAnnotation, err)
+	}
+	limit := now.Add(maxAhead)
+	for i, r := range s.Reservations {
+		switch {
+		case r.Replica == "" || r.Pod == "" || r.PodUID == "" || r.Expires.IsZero():
+			return reservationState{}, fmt.Errorf("%s: reservation %d lacks replica, pod, podUID or expires", ReservationsAnnotation, i)
+		case r.Expires.After(limit):
+			return reservationState{}, fmt.Errorf("%s: reservation %d expires at %s, later than any reservation may", ReservationsAnnotation, i, r.Expires.UTC().Format(time.RFC3339))
+		}
+	}
+	if u := s.UnreadableUntil; u != nil && u.After(limit) {
+		return reservationState{}, fmt.Errorf("%s: unreadableUntil %s is later than any reservation may last", ReservationsAnnotation, u.UTC().Format(time.RFC3339))
+	}
+	return s, nil
+}
+
+// live is s without the reservations expired at now.
+func (s reservationState) live(now time.Time) reservationState {
+	out := reservationState{UnreadableUntil: s.UnreadableUntil}
+	if out.UnreadableUntil != nil && !out.UnreadableUntil.After(now) {
+		out.UnreadableUntil = nil
+	}
+	for _, r := range s.Reservations {
+		if r.Expires.After(now) {
+			out.Reservations = append(out.Reservations, r)
+		}
+	}
+	return out
+}
+
+// holds reports whether replica holds a reservation for pod.
+func (s reservationState) holds(replica string, pod types.UID) bool {
+	return slices.ContainsFunc(s.Reservations, func(r reservation) bool { return r.Replica == replica && r.PodUID == pod })
+}
+
+// without is s less replica's reservation for pod.
+func (s reservationState) without(replica string, pod types.UID) reservationState {
+	s.Reservations = slices.DeleteFunc(slices.Clone(s.Reservations), func(r reservation) bool { return r.Replica == replica && r.PodUID == pod })
+	return s
+}
+
+func (s reservationState) encode() (string, error) {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return "", fmt.Errorf("encode reservations: %w", err)
+	}
+	return string(b), nil
+}
+
+// reserve takes req's reservation in its budget's Lease: created when
+// absent, else updated under the resourceVersion read; a lost race is read
+// again and the winner's reservations counted. It reports whether it wrote
+// a reservation (false: this replica held one already, or the budget refuses).
+func (s *Reservations) reserve(ctx context.Context, req reservationRequest) (inFlight int, ok, wrote bool, err error) {
+	key := types.NamespacedName{Namespace: req.budget.Namespace, Name: ReservationLeaseName(req.budget.Name)}
+	for range maxReservationAttempts {
+		lease := &coordinationv1.Lease{}
+		found := true
+		if err := s.client.Get(ctx, key, lease); apierrors.IsNotFound(err) {
+			found = false
+		} else if err != nil {
+			return 0, false, false, fmt.Errorf("read Lease %s: %w", key, err)
+		}
+		state, perr := parseReservations(lease.Annotations[ReservationsAnnotation], req.now, 2*req.hold)
+		if perr != nil {
+			// Reservations runner-guard cannot read may still be in flight:
+			// count the budget full until any such has expired, and write
+			// that down in place of the nonsense.
+			s.log.Error(perr, "a budget's reservations are unreadable (edited by hand?); rewriting them, and every disruption counts as reserved until they would have expired",
+				"lease", key.String(), "budget", req.budget.Name, "value", truncate(lease.Annotations[ReservationsAnnotation], 256))
+			until := req.now.Add(req.hold)
+			err := s.write(ctx, lease, key, req.budget.Name, found, reservationState{UnreadableUntil: &until})
+			if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+				continue
+			}
+			if err != nil {
+				return 0, false, false, err
+			}
+			return 0, false, false, fmt.Errorf("reservations in Lease %s: %w: %w; every disruption counts as reserved until %s", key, ErrReservationsUnreadable, perr, until.UTC().Format(time.RFC3339))
+		}
+		state = state.live(req.now)
+		if u := state.UnreadableUntil; u != nil {
+			return 0, false, false, fmt.Errorf("reservations in Lease %s: %w; every disruption counts as reserved until %s", key, ErrReservationsUnreadable, u.UTC().Format(time.RFC3339))
+		}
+		var others []reservation
+		for _, r := range state.Reservations {
+			if r.Replica != s.replica {
+				others = append(others, r)
+			}
+		}
+		if inFlight, ok = req.admits(others); !ok {
+			return inFlight, false, false, nil
+		}
+		if state.holds(s.replica, req.podUID) {
+			return inFlight, true, false, nil
+		}
+		state.Reservations = append(state.Reservations, reservation{Replica: s.replica, Pod: req.pod, PodUID: req.podUID, Expires: req.now.Add(req.hold)})
+		err := s.write(ctx, lease, key, req.budget.Name, found, state)
+		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+			continue // another replica wrote first: count its reservations
+		}
+		if err != nil {
+			return 0, false, false, err
+		}
+		return inFlight, true, true, nil
+	}
+	return 0, false, false, fmt.Errorf("reservations in Lease %s: other replicas kept writing it (%d attempts)", key, maxReservationAttempts)
+}
+
+// release gives back this replica's reservation for pod under budget,
+// dropping the expired ones with it. A Lease gone or unreadable has nothing
+// of it to give back.
+func (s *Reservations) release(ctx context.Context, budget types.NamespacedName, pod types.UID, now time.Time, hold time.Duration) error {
+	key := types.NamespacedName{Namespace: budget.Namespace, Name: ReservationLeaseName(budget.Name)}
+	for range maxReservationAttempts {
+		lease := &coordinationv1.Lease{}
+		if err := s.client.Get(ctx, key, lease); apierrors.IsNotFound(err) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("read Lease %s: %w", key, err)
+		}
+		state, err := parseReservations(lease.Annotations[ReservationsAnnotation], now, 2*hold)
+		if err != nil || !state.holds(s.replica, pod) {
+			return nil
+		}
+		err = s.write(ctx, lease, key, budget.Name, true, state.without(s.replica, pod).live(now))
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		return err
+	}
+	return fmt.Errorf("reservations in Lease %s: other replicas kept writing it (%d attempts)", key, maxReservationAttempts)
+}
+
+// write stores state in lease: created when it was not found, else
+// updated with the resourceVersion it was read at as precondition.
+func (s *Reservations) write(ctx context.Context, lease *coordinationv1.Lease, key types.NamespacedName, budget string, found bool, state reservationState) error {
+	value, err := state.encode()
+	if err != nil {
+		return err
+	}
+	if !found {
+		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+			Labels: map[string]string{"app.kubernetes.io/managed-by": "runner-guard", "app.kubernetes.io/component": ReservationLeaseComponent}}}
+	}
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	lease.Annotations[ReservationsAnnotation] = value
+	lease.Annotations[ReservationBudgetAnnotation] = budget
+	if !found {
+		if err := s.client.Create(ctx, lease); err != nil {
+			return fmt.Errorf("create Lease %s: %w", key, err)
+		}
+		return nil
+	}
+	if err := s.client.Update(ctx, lease); err != nil {
+		return fmt.Errorf("update Lease %s: %w", key, err)
+	}
+	return nil
+}
+
+// truncate cuts s to n bytes for a log line.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }

@@ -3,7 +3,6 @@ package webhook
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -19,7 +18,7 @@ func (d *decider) ask(ctx context.Context, r *review) githubResult {
 	if !r.Recalled.Read {
 		return githubResult{} // only bypass users and disrupted pods get here: nothing to ask
 	}
-	readOnly := r.readOnly(&d.policy)
+	readOnly := r.ReadOnly
 	// ctx ends at the review's deadline (decide).
 	deadline, _ := ctx.Deadline()
 	if left := time.Until(deadline); !readOnly && left < minUnregisterTime {
@@ -54,7 +53,7 @@ func (d *decider) askGitHub(ctx context.Context, r *review, readOnly bool) githu
 			// dry runs in a loop cannot spend other teams' budget.
 			sctx = ghclient.WithPriority(ctx, ghclient.PriorityRecheck)
 		}
-		st, err := d.github.Status(sctx, t.runner())
+		st, err := d.github.Status(sctx, r.Runner)
 		log.V(1).Info("asked GitHub for runner status (read-only)", "state", st.State, "error", errString(err), "took", time.Since(start))
 		res := githubResult{Err: err, call: callStatus, cut: ctx.Err() != nil}
 		if err == nil {
@@ -76,13 +75,13 @@ func (d *decider) askGitHub(ctx context.Context, r *review, readOnly bool) githu
 	if f := r.Recalled.Failure; f.Known {
 		if f.Left > 0 {
 			log.V(1).Info("this pod's last decision failed moments ago: not asking GitHub", "error", errString(f.Err), "retryIn", f.Left)
-			return githubResult{Err: &recentFailure{err: f.Err, left: f.Left}, From: knowGitHub}
+			return githubResult{Err: f.Err, retryIn: f.Left, From: knowGitHub}
 		}
 		// A repeat of a failed decision yields to unregisters that can let
 		// a pod go.
 		prio = ghclient.PriorityRecheck
 	}
-	out, err := d.github.Unregister(ghclient.WithPriority(ctx, prio), t.runner())
+	out, err := d.github.Unregister(ghclient.WithPriority(ctx, prio), r.Runner)
 	log.V(1).Info("asked GitHub to unregister runner", "outcome", out.String(), "error", errString(err), "took", time.Since(start))
 	var spent *ghclient.Spent
 	if !errors.As(err, &spent) {
@@ -104,8 +103,8 @@ func (d *decider) askGitHub(ctx context.Context, r *review, readOnly bool) githu
 // that says idle proves nothing (it lags GitHub's broker): the DELETE decides.
 // It also returns what the listing said (ListedUnknown: no listing).
 func (d *decider) knownBusy(ctx context.Context, r *review) (githubResult, ghclient.ListedState) {
-	refresh := r.Busy.Known || d.github.Pressed(r.Target.runner())
-	ls, err := d.github.Listed(ctx, r.Target.runner(), refresh)
+	refresh := r.Busy.Known || d.github.Pressed(r.Runner)
+	ls, err := d.github.Listed(ctx, r.Runner, refresh)
 	switch {
 	case err == nil && ls.State == ghclient.ListedBusy:
 		return githubResult{Outcome: ghclient.Busy, From: knowListing, listedAt: ls.Taken}, ls.State
@@ -119,6 +118,11 @@ func (d *decider) knownBusy(ctx context.Context, r *review) (githubResult, ghcli
 	return githubResult{}, ls.State
 }
 
+// busy reports a look-up that found the runner busy.
+func (g githubResult) busy() bool {
+	return g.Err == nil && g.Status != nil && g.Status.State == ghclient.StateBusy
+}
+
 func errString(err error) string {
 	if err == nil {
 		return ""
@@ -130,10 +134,3 @@ func errString(err error) string {
 // started: a DELETE GitHub answers in well under it, and one that is cut off
 // leaves the deleter refused while the runner may be gone.
 const minUnregisterTime = time.Second
-
-// outOfTimeError: the review's deadline left too little time to unregister.
-type outOfTimeError struct{ left time.Duration }
-
-func (e *outOfTimeError) Error() string {
-	return fmt.Sprintf("only %s left before the API server's webhook deadline (webhookTimeout), too little to unregister the runner safely; nothing was sent to GitHub, retry", max(e.left, 0).Round(time.Millisecond))
-}

@@ -91,8 +91,15 @@ func (t Target) runner() ghclient.Runner {
 // each has one meaning.
 type resolution struct {
 	Target Target
+	// Runner is Target as GitHub is asked about it (Target.runner), worked
+	// out once here for every request a decision makes of GitHub.
+	Runner ghclient.Runner
 	// ARC is the verified ARC object behind the pod, nil when there is none.
 	ARC *arc.Runner
+	// ARCJob names the job ARC's job fields record (arc.Job.String), worked
+	// out once here: set, the runner took a job (rule 4f); "" when they
+	// record none or there is no ARC object.
+	ARCJob string
 	// NotOwner: the pod claims an ARC object it does not match.
 	NotOwner error
 	// ObjectErr: ARC's object could not be read (a transient API error).
@@ -134,6 +141,10 @@ func (rs *resolver) resolve(ctx context.Context, pod *corev1.Pod, spec *RunnerPo
 	}
 	if res.HostErr == nil && res.Target.Creds == nil {
 		res.HostErr = otherGitHub(pod, spec, rs.githubBase)
+	}
+	res.Runner = res.Target.runner()
+	if res.ARC != nil {
+		res.ARCJob = res.ARC.Job.String()
 	}
 	return res
 }

@@ -14,7 +14,7 @@ import (
 // drain's DELETE (admitted by rule 5b, before this rule), a bypass user's
 // or a disrupted pod's look-up, or the force annotation.
 func ruleJobAnnotated(r *review, p *policy) (Decision, bool) {
-	if r.Pod == nil || !p.JobKeys.Configured() || (!r.DryRun && r.readOnly(p)) {
+	if r.Pod == nil || !p.JobKeys.Configured() || (!r.DryRun && r.ReadOnly) {
 		return Decision{}, false
 	}
 	job, ok := p.JobKeys.JobFromPod(r.Pod)

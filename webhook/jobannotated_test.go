@@ -48,6 +48,7 @@ func TestRuleJobAnnotated(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			r := tc.r
 			r.Target = testTarget
+			r.ReadOnly = r.readOnly(&tc.pol) // as decide sets it
 			got, ok := ruleJobAnnotated(&r, &tc.pol)
 			checkDecision(t, got, ok, tc.want)
 		})

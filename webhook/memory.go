@@ -246,16 +246,3 @@ func (m *failureMemory) recall(k admittedKey) recalledFailure {
 	}
 	return recalledFailure{Known: true, Err: err, Left: left}
 }
-
-// recentFailure is a decision's GitHub failure answered from the failure
-// memory. It wraps GitHub's last answer, so the rules decide as they did.
-type recentFailure struct {
-	err  error
-	left time.Duration
-}
-
-func (e *recentFailure) Error() string {
-	return fmt.Sprintf("%v (this pod's last decision failed moments ago: runner-guard asks GitHub again in %s)", e.err, roundUp(e.left))
-}
-
-func (e *recentFailure) Unwrap() error { return e.err }

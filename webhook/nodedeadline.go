@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -120,4 +121,41 @@ func ReadNodeDeadline(ctx context.Context, c client.Reader, nodeName string) (No
 // karpenterUser reports whether the requester is Karpenter.
 func karpenterUser(username string, p *policy) bool {
 	return slices.Contains(p.KarpenterUsers, username)
+}
+
+// readNodeDeadline reads, for Karpenter's DELETE (resolve calls it for a
+// DELETE that is no dry run, with --honor-node-deadlines), the deadline of the pod's node into the review,
+// and whether Karpenter deletes the pod for it now: resolve's one call here,
+// so rule 4i (ruleNodeDeadline) decides on what was read without calling
+// back.
+func (d *decider) readNodeDeadline(ctx context.Context, r *review) {
+	if !karpenterUser(r.User.Username, &d.policy) {
+		return
+	}
+	dl, ok, err := ReadNodeDeadline(ctx, d.pods, r.Pod.Spec.NodeName)
+	if err != nil {
+		// Unread, the node is held as without the flag.
+		logr.FromContextOrDiscard(ctx).V(1).Info("cannot read the NodeClaim of the pod's node", "node", r.Pod.Spec.NodeName, "error", err.Error())
+	}
+	if ok {
+		r.NodeDeadline = dl
+	}
+	r.NodeDeadlinePassed = nodeDeadlinePasses(r, &d.policy)
+}
+
+// nodeDeadlinePasses reports whether Karpenter deletes the review's pod for
+// its node's deadline (r.NodeDeadline) now: only Karpenter's DELETE, not a
+// dry run, with --honor-node-deadlines.
+func nodeDeadlinePasses(r *review, p *policy) bool {
+	return p.HonorNodeDeadlines && !r.DryRun && r.Operation == OperationDelete && karpenterUser(r.User.Username, p) &&
+		NodeDeadlinePassed(r.NodeDeadline, r.Pod, r.arrived())
+}
+
+// arrived is when the review reached the handler (now for a review without
+// an arrival time, as in tests that call the decider directly).
+func (r *review) arrived() time.Time {
+	if r.Arrived.IsZero() {
+		return time.Now()
+	}
+	return r.Arrived
 }

@@ -37,6 +37,7 @@ func karpenterReview(now, deadline time.Time, grace *int64) review {
 	r.User = authenticationv1.UserInfo{Username: testKarpenter}
 	r.Target = testTarget
 	r.ARC = &arc.Runner{Kind: arc.Kind, Job: arc.Job{ID: "42", Repository: "acme/app"}}
+	r.ARCJob = r.ARC.Job.String() // as the resolver sets it
 	r.NodeDeadline = NodeDeadline{NodeClaim: "default-abc", At: deadline}
 	return r
 }
@@ -69,20 +70,21 @@ func TestRuleNodeDeadline(t *testing.T) {
 		}(), honoring, wantDecision{}},
 		"Karpenter's eviction": {withOp(passed, OperationEvict), honoring, wantDecision{}},
 		"dry run":              {withDryRun(passed), honoring, wantDecision{}},
-		"idle as far as known": {func() review { r := passed; r.ARC = &arc.Runner{Kind: arc.Kind}; return r }(), honoring, wantDecision{}},
+		"idle as far as known": {func() review { r := passed; r.ARC, r.ARCJob = &arc.Runner{Kind: arc.Kind}, ""; return r }(), honoring, wantDecision{}},
 		"GitHub said busy": {func() review {
 			r := passed
-			r.ARC = nil
+			r.ARC, r.ARCJob = nil, ""
 			return *answered(r, githubResult{Outcome: ghclient.Busy, From: knowGitHub})
 		}(), honoring, allowed},
 		"GitHub unregistered it": {func() review {
 			r := passed
-			r.ARC = nil
+			r.ARC, r.ARCJob = nil, ""
 			return *answered(r, githubResult{Outcome: ghclient.Removed, From: knowGitHub})
 		}(), honoring, wantDecision{}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			tc.r.NodeDeadlinePassed = nodeDeadlinePasses(&tc.r, &tc.p) // as resolve sets it
 			got, ok := ruleNodeDeadline(&tc.r, &tc.p)
 			checkDecision(t, got, ok, tc.want)
 		})

@@ -5,15 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/runner-guard/runner-guard/ghclient"
 	"github.com/runner-guard/runner-guard/webhook/arc"
@@ -103,7 +98,7 @@ func (h *Handler) Resolve(ctx context.Context, pod *corev1.Pod) (Resolved, error
 	if !r.askable() {
 		return Resolved{ARC: res.ARC}, resolutionError(res)
 	}
-	return Resolved{Runner: res.Target.runner(), Target: res.Target, ARC: res.ARC}, nil
+	return Resolved{Runner: res.Runner, Target: res.Target, ARC: res.ARC}, nil
 }
 
 // resolutionError is the one problem of a resolution that is not askable.
@@ -128,72 +123,25 @@ func (h *Handler) Unregistered(pod *corev1.Pod, t Target) {
 	}
 }
 
-// JobClause names, for messages, what a busy runner's pod holds: the job
-// from its EphemeralRunner's job fields when known (repository, workflow
-// run, job name), and how long the pod has run (the job started after it).
-// It is "" when neither is known.
-func JobClause(run *arc.Runner, pod *corev1.Pod, now time.Time) string {
-	var job string
-	if run != nil {
-		job = run.Job.String()
-	}
-	var since string
-	if pod != nil {
-		start := pod.CreationTimestamp.Time
-		if pod.Status.StartTime != nil {
-			start = pod.Status.StartTime.Time
-		}
-		if !start.IsZero() && now.Sub(start) >= time.Second {
-			since = fmt.Sprintf("its pod started %s ago", now.Sub(start).Round(time.Second))
-		}
-	}
-	switch {
-	case job != "" && since != "":
-		return job + ", " + since
-	case job != "":
-		return job
-	}
-	return since
-}
-
-// parenthesized renders a non-empty clause as " (clause)".
-func parenthesized(clause string) string {
-	if clause == "" {
-		return ""
-	}
-	return " (" + clause + ")"
-}
-
 // resolve reads, once, everything the runner rules decide on, into the
-// review: the live pod of a DELETE (its oldObject may be forged), the runner
-// behind the pod (ARC's object or the pod's own facts: name, scope,
-// credentials), the node's deadline for Karpenter's DELETE, what the
+// review, from the pod decide settled on (for a DELETE, the live pod
+// readLive read): the runner behind the pod (ARC's object or the pod's own
+// facts: name, scope, credentials, and the ghclient.Runner GitHub is asked
+// about), the node's deadline for Karpenter's DELETE, what the
 // memories hold of the runner (whether the pod's deletion was admitted
 // moments ago, GitHub's "busy", failure or look-up lately: the only read of
 // them), and for an eviction the disruption budget it is charged to, with one
 // of its disruptions reserved. Nothing here asks GitHub or decides.
 func (d *decider) resolve(ctx context.Context, r *review) {
-	if r.Operation == OperationDelete {
-		if d.readLive(ctx, r); r.LiveErr != nil || r.LiveGone != "" {
-			return
-		}
-	}
 	r.resolution = d.resolver.resolve(ctx, r.Pod, r.Spec)
-	if d.policy.HonorNodeDeadlines && r.Operation == OperationDelete && !r.DryRun && karpenterUser(r.User.Username, &d.policy) {
-		dl, ok, err := ReadNodeDeadline(ctx, d.pods, r.Pod.Spec.NodeName)
-		if err != nil {
-			// Unread, the node is held as without the flag.
-			logr.FromContextOrDiscard(ctx).V(1).Info("cannot read the NodeClaim of the pod's node", "node", r.Pod.Spec.NodeName, "error", err.Error())
-		}
-		if ok {
-			r.NodeDeadline = dl
-		}
+	if d.policy.HonorNodeDeadlines && r.Operation == OperationDelete && !r.DryRun {
+		d.readNodeDeadline(ctx, r)
 	}
 	if r.askable() {
 		d.recall(r)
 	}
 	if r.Operation == OperationEvict && !r.DryRun {
-		r.PDBBlocks, r.PDBSeveral, r.PDBInFlight, r.budgetHold, r.PDBReserveErr = d.blockingPDB(ctx, r.Pod)
+		r.PDBBlocks, r.PDBSeveral, r.PDBInFlight, r.budgetHold, r.PDBReserveErr = d.budgets.ReserveFor(ctx, d.pods, r.Pod)
 	}
 }
 
@@ -201,71 +149,4 @@ func (d *decider) resolve(ctx context.Context, r *review) {
 func (r *review) askable() bool {
 	res := r.resolution
 	return res.NotOwner == nil && res.ObjectErr == nil && res.ScopeErr == nil && res.CredsErr == nil && res.HostErr == nil && res.NotBound == ""
-}
-
-// readLive replaces the DELETE review's pod with the live pod of the same
-// name and UID, or records why there is none.
-func (d *decider) readLive(ctx context.Context, r *review) {
-	live := &corev1.Pod{}
-	err := d.pods.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: r.Name}, live)
-	switch {
-	case apierrors.IsNotFound(err):
-		r.LiveGone = fmt.Sprintf("no live pod has the UID %q the review names", r.Pod.UID)
-	case apierrors.IsForbidden(err) && namespaceDeleting(ctx, d.pods, r.Namespace):
-		// A namespace being deleted takes its Roles with it, and with them
-		// the right to read its pods that guardedNamespaces grants: the
-		// review's own copy of the pod decides, or every runner pod there
-		// would be refused until someone restored the Role, and the
-		// namespace would stay Terminating.
-		logr.FromContextOrDiscard(ctx).Info("the pod may no longer be read in a namespace being deleted; deciding from the review's copy", "error", err.Error())
-	case err != nil:
-		r.LiveErr = err
-	case live.UID != r.Pod.UID:
-		// The same words as for no pod at all: the answer goes to whoever sent
-		// the review, and the live UID is what a forged review would need.
-		r.LiveGone = fmt.Sprintf("no live pod has the UID %q the review names", r.Pod.UID)
-	default:
-		r.Pod = live
-		if spec := matchRunnerPod(live, d.specs); spec != nil {
-			r.Spec = spec
-		}
-	}
-}
-
-// namespaceDeleting is arc.NamespaceDeleting's verdict alone.
-func namespaceDeleting(ctx context.Context, pods client.Reader, name string) bool {
-	_, deleting := arc.NamespaceDeleting(ctx, pods, name)
-	return deleting
-}
-
-// blockingPDB names the PodDisruptionBudget for which the API server's
-// eviction subresource would refuse evicting the pod now (pdbBlocks), once
-// the evictions let through under it and the API server has not yet
-// accounted for are counted (this replica's, and the other replicas'
-// reservations in the budget's Lease); else it reserves one of the budget's
-// disruptions for this eviction (hold). A failed read of the budgets blocks
-// nothing: the API server checks them itself after the webhooks. A failed
-// reservation blocks (reserveErr): the budget allows the eviction, but
-// another replica may have taken the last disruption, and the runner must
-// not be unregistered for an eviction the API server then refuses.
-func (d *decider) blockingPDB(ctx context.Context, pod *corev1.Pod) (blocking string, several []string, inFlight int, hold BudgetHold, reserveErr error) {
-	read := d.budgets.SeePods(ctx, d.pods, pod.Namespace)
-	var pdbs policyv1.PodDisruptionBudgetList
-	if err := d.pods.List(ctx, &pdbs, client.InNamespace(pod.Namespace)); err != nil {
-		logr.FromContextOrDiscard(ctx).V(1).Info("cannot list PodDisruptionBudgets; the API server will check them", "error", err.Error())
-		return "", nil, 0, BudgetHold{}, nil
-	}
-	charged, several := ChargedBudget(pod, BudgetsThatCount(pdbs.Items))
-	if charged == nil {
-		return "", several, 0, BudgetHold{}, nil
-	}
-	hold, inFlight, ok, err := d.budgets.ReserveShared(ctx, charged, pod, read)
-	if err != nil {
-		logr.FromContextOrDiscard(ctx).Info("cannot reserve a disruption with the other replicas; refusing the eviction", "budget", charged.Name, "error", err.Error())
-		return charged.Name, nil, inFlight, BudgetHold{}, err
-	}
-	if !ok {
-		return charged.Name, nil, inFlight, BudgetHold{}, nil
-	}
-	return "", nil, 0, hold, nil
 }

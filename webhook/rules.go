@@ -8,315 +8,22 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/runner-guard/runner-guard/ghclient"
-	"github.com/runner-guard/runner-guard/internal/jobannotation"
 	"github.com/runner-guard/runner-guard/webhook/arc"
 )
 
-// Operation is what the requester is doing to the pod.
-type Operation string
-
-const (
-	OperationDelete Operation = "delete"
-	OperationEvict  Operation = "evict"
-)
-
-// Reason is a stable name for why a decision was made, used in messages,
-// Events and the decisions metric. Do not rename: dashboards depend on them.
-// docs/DESIGN.md has one row per reason; a test keeps the two in step.
-type Reason string
-
-const (
-	ReasonExemptNamespace    Reason = "exempt-namespace"
-	ReasonPodLookupFailed    Reason = "pod-lookup-failed"
-	ReasonNotRunnerPod       Reason = "not-runner-pod"
-	ReasonPodNotFound        Reason = "pod-not-found"
-	ReasonTerminating        Reason = "already-terminating"
-	ReasonContainerMissing   Reason = "runner-container-missing"
-	ReasonRunnerNotRunning   Reason = "runner-not-running"
-	ReasonForceAnnotation    Reason = "force-annotation"
-	ReasonPodNotLive         Reason = "pod-not-live"
-	ReasonNotOwner           Reason = "runner-owner-mismatch"
-	ReasonRunnerLookupFailed Reason = "runner-lookup-failed"
-	ReasonRemovedByARC       Reason = "runner-removed-by-arc"
-	ReasonScopeUnknown       Reason = "scope-unknown"
-	ReasonScopeNotBound      Reason = "scope-not-bound"
-	ReasonCredentials        Reason = "credentials-unusable"
-	ReasonRecentlyAdmitted   Reason = "recently-admitted"
-	ReasonRecentlyBusy       Reason = "recently-busy"
-	ReasonJobRunning         Reason = "runner-job-running"
-	ReasonJobAnnotated       Reason = "runner-job-annotated"
-	ReasonListedBusy         Reason = "runner-listed-busy"
-	ReasonBudgetSpent        Reason = "github-budget-spent"
-	ReasonPDBBlocks          Reason = "disruption-budget"
-	ReasonBypassUser         Reason = "bypass-user"
-	ReasonDisrupted          Reason = "disrupted-pod"
-	ReasonBypassBusy         Reason = "bypass-runner-busy"
-	ReasonDryRunBusy         Reason = "dry-run-runner-busy"
-	ReasonDryRunIdle         Reason = "dry-run-runner-idle"
-	ReasonDryRunNotFound     Reason = "dry-run-runner-not-found"
-	ReasonUnregistered       Reason = "unregistered"
-	ReasonRunnerNotFound     Reason = "runner-not-found"
-	ReasonRunnerBusy         Reason = "runner-busy"
-	ReasonDeadline           Reason = "deadline-too-close"
-	ReasonRateLimited        Reason = "rate-limited"
-	ReasonGitHubError        Reason = "github-error"
-	ReasonNodeDeadline       Reason = "node-deadline"
-)
-
-// Event reasons (events.k8s.io reason field, CamelCase by convention).
-const (
-	EventRunnerBusy         = "RunnerBusy"
-	EventRunnerUnregistered = "RunnerUnregistered"
-	EventForcedDelete       = "GuardBypassed"
-	EventGitHubError        = "GitHubError"
-	EventScopeUnknown       = "RunnerScopeUnknown"
-	EventRateLimited        = "GitHubRateLimited"
-	EventPodLookupFailed    = "PodLookupFailed"
-	EventContainerMissing   = "RunnerContainerMissing"
-	EventBypassRefused      = "GuardBypassRefused"
-	EventCredentials        = "GitHubCredentialsUnusable"
-	EventFallbackToLabels   = "EphemeralRunnerUnreadable"
-	EventNotOwner           = "RunnerOwnerMismatch"
-	EventRunnerLookupFailed = "RunnerLookupFailed"
-	EventScopeNotBound      = "RunnerScopeNotBound"
-	EventBudgetSpent        = "GitHubBudgetSpent"
-	EventNodeDeadline       = "NodeDeadlinePassed"
-)
-
-// Decision is the outcome of one review.
-type Decision struct {
-	Allowed bool
-	Reason  Reason
-	// Message says why and what to do; for denials it reaches the requester.
-	Message string
-	// Code is the HTTP status of a denial: 403, 429 or 503.
-	Code int32
-	// RetryAfter becomes retryAfterSeconds of a 429.
-	RetryAfter time.Duration
-	// Warning is an admission warning shown by kubectl on an allowed request.
-	Warning string
-	// EventType and EventReason describe the Event to record on the pod; empty
-	// EventReason means no Event.
-	EventType   string
-	EventReason string
-}
-
-// review holds the facts of one request that the rules decide on. The handler
-// fills the request's facts; decide's steps add the rest when the first rule
-// that needs them is reached: resolve (resolve.go) the fields marked
-// stageRunner, ask (github.go) those marked stageGitHub; settle (settle.go)
-// writes what was learnt back from it.
-type review struct {
-	Operation Operation
-	// Namespace and Name name the pod under review, even when Pod is nil.
-	Namespace string
-	Name      string
-	// Pod is the pod under review; nil when an eviction names a pod that is gone.
-	Pod *corev1.Pod
-	// PodErr is set when the pod could not be read; Pod is then nil.
-	PodErr error
-	User   authenticationv1.UserInfo
-	DryRun bool
-	// Arrived is when the review reached the handler: the API server's
-	// timeoutSeconds runs from about then.
-	Arrived time.Time
-	// Disrupted: the pod was marked Failed with a DisruptionTarget condition
-	// (pod GC after a Node was deleted, taint eviction) while its runner may
-	// still be running on a node that is alive.
-	Disrupted bool
-
-	// Spec is the matched runner pod spec, nil for a pod that is not a runner.
-	Spec *RunnerPodSpec
-	// LiveErr is the error reading the live pod of a DELETE; LiveGone says
-	// the pod does not exist or has another UID (stageRunner).
-	LiveErr  error
-	LiveGone string
-	// resolution is the runner behind the pod and how it is known (stageRunner).
-	resolution
-	// RecentlyAdmitted: this pod's deletion was admitted moments ago after
-	// GitHub removed its runner (stageRunner).
-	RecentlyAdmitted bool
-	// Busy is GitHub's remembered "busy" for this runner (stageRunner, read
-	// by ask and the GitHub rules).
-	Busy busyMemo
-	// Recalled is what else the memories held of the runner, for ask, and
-	// where settle records GitHub's answer (stageRunner).
-	Recalled recollection
-	// PDBBlocks names a PodDisruptionBudget that allows no disruption now (evictions, stageRunner).
-	PDBBlocks string
-	// PDBSeveral names the budgets selecting the pod when there are several:
-	// the API server refuses its eviction (evictions, stageRunner).
-	PDBSeveral []string
-	// PDBInFlight is how many evictions under PDBBlocks this replica let
-	// through that the API server has not accounted for yet.
-	PDBInFlight int
-	// PDBReserveErr says why no disruption of PDBBlocks could be reserved
-	// with the other replicas (its Lease could not be read or written).
-	PDBReserveErr error
-	// budgetHold is the disruption reserved for this eviction: kept when it
-	// is let through, given back otherwise.
-	budgetHold BudgetHold
-	// NodeDeadline is the deadline of the pod's node's NodeClaim, read for
-	// Karpenter's DELETE with --honor-node-deadlines (zero: none; stageRunner).
-	NodeDeadline NodeDeadline
-	// GitHub is GitHub's answer (stageGitHub).
-	GitHub githubResult
-}
-
-// githubResult is what GitHub answered: an Unregister outcome, or a Status for
-// a dry run, and the error of either call.
-type githubResult struct {
-	Outcome ghclient.Outcome
-	Status  *ghclient.RunnerStatus
-	Err     error
-	// listedAt is when the listing that said busy was taken.
-	listedAt time.Time
-	// From says where a "busy" came from when GitHub was not asked to
-	// unregister: the scope's listing, or the busy memory.
-	From knowledge
-	// call is the request made of the GitHub client for this answer (none
-	// when a memory or the listing answered, or the budget held an
-	// unregister), and cut that the call's context had ended when it
-	// returned: settle records the answer from them.
-	call ghCall
-	cut  bool
-}
-
-// ghCall is a request made of the GitHub client.
-type ghCall int
-
-const (
-	callNone       ghCall = iota
-	callStatus            // a read-only look-up
-	callUnregister        // an unregister, sent to GitHub
-)
-
-// knowledge is where a decision's word on the runner came from, for the
-// decisions-from-knowledge metric. Each source can prove "busy", never
-// "idle": only GitHub's DELETE (or a look-up) lets a pod go.
-type knowledge string
-
-const (
-	knowGitHub    knowledge = "github"     // a request about this runner
-	knowJobFields knowledge = "job-fields" // the EphemeralRunner's job fields
-	knowListing   knowledge = "listing"    // the scope's shared listing
-	knowMemory    knowledge = "memory"     // GitHub's "busy", remembered
-)
-
-// busy reports a look-up that found the runner busy.
-func (g githubResult) busy() bool {
-	return g.Err == nil && g.Status != nil && g.Status.State == ghclient.StateBusy
-}
-
-// policy is the configuration the rules read.
-type policy struct {
-	OnError          OnErrorPolicy
-	BypassUsers      []string
-	BypassGroups     []string
-	ForceAnnotation  string // "" when disabled
-	ExemptNamespaces []string
-	BusyRetryAfter   time.Duration
-	// BusyRetryMax caps how long a remembered "busy" answer is trusted.
-	BusyRetryMax time.Duration
-	// OnErrorSource says where OnError was set, for messages: "--on-error=deny",
-	// "onError: deny in --config" or "the default onError: deny".
-	OnErrorSource string
-	// JobKeys verifies the runner-guard.io/job annotation (rule 4h);
-	// nil: no annotation is trusted.
-	JobKeys *jobannotation.Keyring
-	// HonorNodeDeadlines lets Karpenter delete a busy runner's pod past its
-	// NodeClaim's deadline (rule 4i, --honor-node-deadlines).
-	HonorNodeDeadlines bool
-	// KarpenterUsers are the usernames Karpenter deletes pods as.
-	KarpenterUsers []string
-}
-
-// GitHub is what the decision needs from GitHub; *ghclient.Router implements
-// it, with the flags' credentials or a runner's own (ARC's githubConfigSecret).
-type GitHub interface {
-	Unregister(ctx context.Context, r ghclient.Runner) (ghclient.Outcome, error)
-	Status(ctx context.Context, r ghclient.Runner) (ghclient.RunnerStatus, error)
-	// Listed answers from the runner's scope listing: from a fresh one only,
-	// or, with refresh, taking it anew (cheap: one point per 100 runners).
-	Listed(ctx context.Context, r ghclient.Runner, refresh bool) (ghclient.Listing, error)
-	// Pressed says the runner's credential budget is getting short.
-	Pressed(r ghclient.Runner) bool
-}
-
-var _ GitHub = &ghclient.Router{}
-
-// RunnerResolver reads what a runner controller's own objects say about the
-// runner of a pod; *arc.Resolver implements it for ARC's scale-set mode.
-type RunnerResolver interface {
-	Resolve(ctx context.Context, pod *corev1.Pod) (*arc.Runner, error)
-	Retire(ctx context.Context, run *arc.Runner) error
-}
-
-var _ RunnerResolver = &arc.Resolver{}
-
-// decider runs the decision table (rules.go) over the facts of one review,
-// resolving the runner and asking GitHub only when a rule needs them.
-type decider struct {
-	policy        policy
-	specs         []RunnerPodSpec
-	table         []rule
-	github        GitHub
-	githubTimeout time.Duration
-	// webhookTimeout is the API server's deadline for a review
-	// (--webhook-timeout); apiTimeout, when shorter and set, is the one the
-	// webhook configuration really gives (see fitTimeout).
-	webhookTimeout time.Duration
-	apiTimeout     atomic.Int64
-	// pods reads live pods and PodDisruptionBudgets through the API server.
-	pods   client.Reader
-	memory *admittedMemory
-	busy   *busyMemory
-	// failures backs off GitHub requests for a pod whose last decision failed.
-	failures *failureMemory
-	// statuses remembers read-only look-ups, so forged dry runs cannot
-	// spend the rate limit.
-	statuses *statusMemory
-	// resolver answers which runner a pod runs.
-	resolver resolver
-	// budgets counts the evictions let through and not yet accounted for
-	// by their PodDisruptionBudget (rule 5d).
-	budgets *BudgetLedger
-	// retire deletes the EphemeralRunner of a runner runner-guard unregistered.
-	retire bool
-	// retirements queues what retire deletes (disruption.Retirer).
-	retirements Retirements
-	metrics     *Metrics
-}
-
-func newDecider(cfg Config, gh GitHub, pods client.Reader, now func() time.Time) *decider {
-	pol := cfg.policy()
-	return &decider{
-		retire:         cfg.retireEphemeralRunners(),
-		resolver:       resolver{bindings: compileBindings(cfg.ScopeBindings), fallbacks: newFallbackMemory()},
-		statuses:       newStatusMemory(cfg.ReadOnlyMemoryTTL.Duration, now),
-		policy:         pol,
-		specs:          cfg.RunnerPods,
-		table:          decisionTable(),
-		github:         gh,
-		githubTimeout:  cfg.GitHubTimeout.Duration,
-		webhookTimeout: cfg.WebhookTimeout.Duration,
-		pods:           pods,
-		memory:         newAdmittedMemory(cfg.RecentlyAdmittedTTL.Duration, now),
-		busy:           newBusyMemory(pol.BusyRetryAfter, pol.BusyRetryMax, now),
-		failures:       newFailureMemory(now),
-		// An admitted eviction reaches the budget within the API server's
-		// deadline; one it never made stops counting a little after.
-		budgets: NewBudgetLedger(cfg.WebhookTimeout.Duration, now),
-	}
-}
+// This file is the decision walk's root: decide, the decision table and its
+// rules, with the helpers the rules call (the runner pod spec matched, the
+// runner container's state, the job clause of a busy refusal) beside them,
+// so a rule never leaves the file for a fact: the walk enters each other
+// file once (docs/DESIGN.md, "The decision walk"). The types a review is
+// made of are in review.go.
 
 // timeout is the deadline a review is decided within.
 func (d *decider) timeout() time.Duration {
@@ -328,14 +35,19 @@ func (d *decider) timeout() time.Duration {
 
 // decide returns the decision for one review and the runner it concerns (zero
 // when the decision was made before the runner was resolved). It walks the
-// review once, each step in one place: the request's own facts decide
-// first; resolve (resolve.go) then reads everything the runner rules decide
-// on; ask (github.go) makes the one GitHub call the rest need; and settle
-// (settle.go) carries out what the decision implies. A decision made early
-// costs no read and no GitHub request.
+// review once, each step in one place and each entered once: the request's
+// own facts decide first (worked out here: the runner pod spec, whether the
+// pod was disrupted, whether GitHub is only looked up); for a DELETE,
+// readLive (live.go) then reads the live pod; resolve (resolve.go) reads
+// everything the runner rules decide on; ask (github.go) makes the one
+// GitHub call the rest need; and settle (settle.go) carries out what the
+// decision implies. A decision made early costs no read and no GitHub
+// request. What several steps need is kept in the review, not asked of the
+// step that knows it again.
 func (d *decider) decide(ctx context.Context, r review) (Decision, Target) {
 	r.Spec = matchRunnerPod(r.Pod, d.specs)
 	r.Disrupted = r.Spec != nil && disrupted(r.Pod)
+	r.ReadOnly = r.readOnly(&d.policy)
 	if dec, ok := d.decideAt(stageRequest, &r); ok {
 		return dec, r.Target
 	}
@@ -346,7 +58,17 @@ func (d *decider) decide(ctx context.Context, r review) (Decision, Target) {
 	// instead.
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), r.deadline(d.timeout()))
 	defer cancel()
-	d.resolve(ctx, &r)
+	if r.Operation == OperationDelete {
+		if live := d.readLive(ctx, &r); live != nil {
+			r.Pod = live
+			if spec := matchRunnerPod(live, d.specs); spec != nil {
+				r.Spec = spec
+			}
+		}
+	}
+	if r.LiveErr == nil && r.LiveGone == "" {
+		d.resolve(ctx, &r)
+	}
 	dec, ok := d.decideAt(stageRunner, &r)
 	asked := !ok
 	if asked {
@@ -357,6 +79,65 @@ func (d *decider) decide(ctx context.Context, r review) (Decision, Target) {
 		}
 	}
 	return d.settle(&r, dec, asked), r.Target
+}
+
+// matchRunnerPod returns the first runner pod spec whose selector matches the
+// pod's labels, or nil for a pod that is not a runner pod.
+func matchRunnerPod(pod *corev1.Pod, specs []RunnerPodSpec) *RunnerPodSpec {
+	if pod == nil {
+		return nil
+	}
+	return matchRunnerLabels(labels.Set(pod.Labels), specs)
+}
+
+// matchRunnerLabels is matchRunnerPod for a pod's labels alone.
+func matchRunnerLabels(podLabels labels.Labels, specs []RunnerPodSpec) *RunnerPodSpec {
+	for i := range specs {
+		if specs[i].selector != nil && specs[i].selector.Matches(podLabels) {
+			return &specs[i]
+		}
+	}
+	return nil
+}
+
+// disrupted reports a pod the control plane marked Failed with a
+// DisruptionTarget condition (pod GC, taint eviction) rather than one whose
+// containers ended.
+func disrupted(pod *corev1.Pod) bool {
+	if pod.Status.Phase != corev1.PodFailed {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// runnerContainerStatus returns the status of the runner container, nil when
+// the pod reports none for it.
+func runnerContainerStatus(pod *corev1.Pod, container string) *corev1.ContainerStatus {
+	for i := range pod.Status.ContainerStatuses {
+		if pod.Status.ContainerStatuses[i].Name == container {
+			return &pod.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
+// runnerContainerRunning reports whether the runner container is running: only
+// then can its process hold a job.
+func runnerContainerRunning(pod *corev1.Pod, container string) bool {
+	if pod.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == container {
+			return cs.State.Running != nil
+		}
+	}
+	return false
 }
 
 // decideAt runs the rules of stage s in the table's order: the first that
@@ -598,7 +379,8 @@ func bypassedBy(u authenticationv1.UserInfo, p *policy) string {
 }
 
 // readOnly reports whether the review's GitHub question is a read-only look-up
-// rather than an unregister: dry runs, bypass users and disrupted pods.
+// rather than an unregister: dry runs, bypass users and disrupted pods
+// (review.ReadOnly, set once by decide).
 func (r *review) readOnly(p *policy) bool {
 	return r.DryRun || r.Disrupted || bypassedBy(r.User, p) != ""
 }
@@ -687,7 +469,7 @@ func ruleScopeUnknown(r *review, p *policy) (Decision, bool) {
 // GitHub cannot be asked (err, rendered with the pod into format). Bypass
 // users and disrupted pods are left to rule 6b, which lets them go then.
 func cannotAskGitHub(r *review, p *policy, err error, reason Reason, event, format string) (Decision, bool) {
-	if err == nil || (!r.DryRun && r.readOnly(p)) {
+	if err == nil || (!r.DryRun && r.ReadOnly) {
 		return Decision{}, false
 	}
 	d := onError(p, reason, fmt.Sprintf(format, r.podRef(), err), http.StatusForbidden)
@@ -712,7 +494,7 @@ func ruleRecentlyAdmitted(r *review, _ *policy) (Decision, bool) {
 // a pod go. Bypass users and disrupted pods are left to their look-up: the
 // fields stay set on a runner whose node died mid-job.
 func ruleJobRunning(r *review, p *policy) (Decision, bool) {
-	if r.ARC == nil || !r.ARC.Job.Started() || (!r.DryRun && r.readOnly(p)) {
+	if r.ARCJob == "" || (!r.DryRun && r.ReadOnly) {
 		return Decision{}, false
 	}
 	d := busyDenial(r, p, p.BusyRetryAfter)
@@ -730,16 +512,16 @@ func ruleJobRunning(r *review, p *policy) (Decision, bool) {
 // node-deadline). It decides only what would be a busy refusal (job fields,
 // a verified job annotation, or GitHub's "busy"): an idle runner is still
 // unregistered first, and before the deadline, for any other requester or
-// with the flag off the busy runner is held as ever.
+// with the flag off the busy runner is held as ever (resolve worked out
+// which: review.NodeDeadlinePassed).
 func ruleNodeDeadline(r *review, p *policy) (Decision, bool) {
-	if !p.HonorNodeDeadlines || r.DryRun || r.Operation != OperationDelete || !karpenterUser(r.User.Username, p) ||
-		!r.heldBusy(p) || !NodeDeadlinePassed(r.NodeDeadline, r.Pod, r.arrived()) {
+	if !r.NodeDeadlinePassed || !r.heldBusy(p) {
 		return Decision{}, false
 	}
 	dl := r.NodeDeadline
 	msg := fmt.Sprintf("node deadline: NodeClaim %s of node %s ends at %s, and pod %s's terminationGracePeriodSeconds (%ds) no longer fits before it; Karpenter deletes the pod although its runner %q is running a job%s (--honor-node-deadlines): the runner was not unregistered and the job is lost (recorded %s; with --rerun-lost-jobs it is re-run once its run completes)",
 		dl.NodeClaim, r.Pod.Spec.NodeName, dl.At.UTC().Format(time.RFC3339), r.podRef(), *r.Pod.Spec.TerminationGracePeriodSeconds,
-		r.Target.Name, parenthesized(JobClause(r.ARC, r.Pod, time.Now())), ReasonNodeDeadline)
+		r.Target.Name, parenthesized(jobClause(r.ARCJob, r.Pod, time.Now())), ReasonNodeDeadline)
 	d := allow(ReasonNodeDeadline, msg)
 	d.Warning = d.Message
 	d.EventType, d.EventReason = corev1.EventTypeWarning, EventNodeDeadline
@@ -750,7 +532,7 @@ func ruleNodeDeadline(r *review, p *policy) (Decision, bool) {
 // EphemeralRunner's job fields (rule 4f), a verified job annotation (rule
 // 4h), or GitHub's "busy" (rules 6c, 6d, 8).
 func (r *review) heldBusy(p *policy) bool {
-	if r.ARC != nil && r.ARC.Job.Started() {
+	if r.ARCJob != "" {
 		return true
 	}
 	if r.Pod != nil && p.JobKeys.Configured() {
@@ -759,15 +541,6 @@ func (r *review) heldBusy(p *policy) bool {
 		}
 	}
 	return r.GitHub.Err == nil && r.GitHub.Outcome == ghclient.Busy
-}
-
-// arrived is when the review reached the handler (now for a review without
-// an arrival time, as in tests that call the decider directly).
-func (r *review) arrived() time.Time {
-	if r.Arrived.IsZero() {
-		return time.Now()
-	}
-	return r.Arrived
 }
 
 // Rule 6c: GitHub answered "busy" for this runner moments ago, and nothing
@@ -901,7 +674,7 @@ func ruleBypass(r *review, p *policy) (Decision, bool) {
 	case r.HostErr != nil:
 		why += fmt.Sprintf("; GitHub not asked: %v", r.HostErr)
 	case r.GitHub.Err != nil:
-		why += fmt.Sprintf("; GitHub could not be asked: %v", r.GitHub.Err)
+		why += fmt.Sprintf("; GitHub could not be asked: %v", r.GitHub.err())
 	default:
 		why += "; GitHub reports the runner offline, idle or unknown"
 	}
@@ -967,10 +740,19 @@ func ruleDeadline(r *review, p *policy) (Decision, bool) {
 		return Decision{}, false
 	}
 	d := Decision{Reason: ReasonDeadline, Code: http.StatusServiceUnavailable,
-		Message: fmt.Sprintf("runner %q of pod %s: %v", r.Target.Name, r.podRef(), oot)}
+		Message: fmt.Sprintf("runner %q of pod %s: %s", r.Target.Name, r.podRef(), oot.Error())}
 	refusedEviction(r, p, &d, time.Second)
 	d.EventType, d.EventReason = corev1.EventTypeWarning, EventGitHubError
 	return d, true
+}
+
+// outOfTimeError: the review's deadline left too little time to unregister
+// (ask's answer then). It lives beside the rule that words it, which calls
+// Error itself rather than through fmt, so the walk does not leave the file.
+type outOfTimeError struct{ left time.Duration }
+
+func (e *outOfTimeError) Error() string {
+	return fmt.Sprintf("only %s left before the API server's webhook deadline (webhookTimeout), too little to unregister the runner safely; nothing was sent to GitHub, retry", max(e.left, 0).Round(time.Millisecond))
 }
 
 // Rule 9: GitHub's rate limit. The on-error policy decides, as for any
@@ -991,7 +773,7 @@ func ruleRateLimited(r *review, p *policy) (Decision, bool) {
 		return Decision{}, false
 	}
 	msg := fmt.Sprintf("GitHub rate limit reached while checking runner %q in %s; retry in %s (at %s): %v",
-		r.Target.Name, r.Target.Scope, roundUp(wait), time.Now().Add(wait).UTC().Format(time.RFC3339), r.GitHub.Err)
+		r.Target.Name, r.Target.Scope, roundUp(wait), time.Now().Add(wait).UTC().Format(time.RFC3339), r.GitHub.err())
 	d := onError(p, ReasonRateLimited, msg, http.StatusServiceUnavailable)
 	refusedEviction(r, p, &d, wait)
 	d.EventType, d.EventReason = corev1.EventTypeWarning, EventRateLimited
@@ -1000,7 +782,7 @@ func ruleRateLimited(r *review, p *policy) (Decision, bool) {
 
 // Rule 10: any other GitHub failure (or the deadline): the on-error policy decides.
 func ruleGitHubError(r *review, p *policy) (Decision, bool) {
-	err := r.GitHub.Err
+	err := r.GitHub.err()
 	if err == nil {
 		return Decision{}, false
 	}
@@ -1016,8 +798,19 @@ func ruleGitHubError(r *review, p *policy) (Decision, bool) {
 // GitHub error, so the table always decides.
 func ruleUnexpectedOutcome(r *review, p *policy) (Decision, bool) {
 	res := *r
-	res.GitHub.Err = fmt.Errorf("GitHub client returned unexpected outcome %s", r.GitHub.Outcome)
+	res.GitHub.Err, res.GitHub.retryIn = fmt.Errorf("GitHub client returned unexpected outcome %s", r.GitHub.Outcome), 0
 	return ruleGitHubError(&res, p)
+}
+
+// err is GitHub's error as the messages name it: when it was answered from
+// the failure memory (retryIn), with when GitHub is asked again. The rules
+// match Err itself; the words are formatted here, beside them, so the walk
+// does not leave this file to render an error.
+func (g githubResult) err() error {
+	if g.Err == nil || g.retryIn <= 0 {
+		return g.Err
+	}
+	return fmt.Errorf("%w (this pod's last decision failed moments ago: runner-guard asks GitHub again in %s)", g.Err, roundUp(g.retryIn))
 }
 
 // busyDenial is the refusal for a runner that is running a job; wait is when
@@ -1038,8 +831,49 @@ func busyDenial(r *review, p *policy, wait time.Duration) Decision {
 		what += fmt.Sprintf(", or annotate the pod %s=true to delete it anyway (cancels the job; with --rerun-lost-jobs runner-guard re-runs it once its run completes, unless the pod is also annotated runner-guard.io/rerun=false)", p.ForceAnnotation)
 	}
 	d.Message = fmt.Sprintf("runner busy: GitHub runner %q in %s is running a job, so runner-guard refused to %s pod %s%s; %s",
-		r.Target.Name, r.Target.Scope, r.Operation, r.podRef(), parenthesized(JobClause(r.ARC, r.Pod, time.Now())), what)
+		r.Target.Name, r.Target.Scope, r.Operation, r.podRef(), parenthesized(jobClause(r.ARCJob, r.Pod, time.Now())), what)
 	return d
+}
+
+// JobClause names, for messages, what a busy runner's pod holds: the job
+// from its EphemeralRunner's job fields when known (repository, workflow
+// run, job name), and how long the pod has run (the job started after it).
+// It is "" when neither is known.
+func JobClause(run *arc.Runner, pod *corev1.Pod, now time.Time) string {
+	var job string
+	if run != nil {
+		job = run.Job.String()
+	}
+	return jobClause(job, pod, now)
+}
+
+// jobClause is JobClause for the job already named (review.ARCJob).
+func jobClause(job string, pod *corev1.Pod, now time.Time) string {
+	var since string
+	if pod != nil {
+		start := pod.CreationTimestamp.Time
+		if pod.Status.StartTime != nil {
+			start = pod.Status.StartTime.Time
+		}
+		if !start.IsZero() && now.Sub(start) >= time.Second {
+			since = fmt.Sprintf("its pod started %s ago", now.Sub(start).Round(time.Second))
+		}
+	}
+	switch {
+	case job != "" && since != "":
+		return job + ", " + since
+	case job != "":
+		return job
+	}
+	return since
+}
+
+// parenthesized renders a non-empty clause as " (clause)".
+func parenthesized(clause string) string {
+	if clause == "" {
+		return ""
+	}
+	return " (" + clause + ")"
 }
 
 // onError applies the on-error policy to a failure described by msg, naming

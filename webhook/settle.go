@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 // EphemeralRunner of a runner runner-guard unregistered, handed over to be
 // retired. asked says GitHub's answer was read (the GitHub rules decided).
 func (d *decider) settle(r *review, dec Decision, asked bool) Decision {
-	readOnly := r.readOnly(&d.policy)
+	readOnly := r.ReadOnly
 	if asked {
 		d.record(r, readOnly)
 	}
@@ -134,3 +135,54 @@ func (m *failureMemory) failed(k admittedKey, err error) {
 }
 
 func (m *failureMemory) forget(k admittedKey) { m.entries.Forget(k) }
+
+// Admitted and Cancel settle an eviction's budget hold (budgets.go): they
+// are effects of a decision, so they live with settle, its only caller in a
+// review; the drain (package disruption) settles its own holds with them.
+
+// Admitted says the eviction was let through: once the API server's
+// deadline has passed, a new version of the budget accounts for it.
+func (h BudgetHold) Admitted() {
+	if h.ledger == nil {
+		return
+	}
+	h.ledger.mu.Lock()
+	defer h.ledger.mu.Unlock()
+	if e := h.ledger.byBudget[h.budget][h.pod]; e != nil && e.answered.IsZero() {
+		e.answered = h.ledger.now()
+	}
+}
+
+// Cancel gives the disruption back: the eviction will not happen (refused,
+// or the runner could not be released). Another hold on the same pod's
+// eviction (the drain's and a review's overlap) keeps it, as does one
+// already let through (Admitted).
+func (h BudgetHold) Cancel() {
+	if h.ledger == nil || h.budget.Name == "" {
+		return
+	}
+	h.ledger.mu.Lock()
+	entries := h.ledger.byBudget[h.budget]
+	e := entries[h.pod]
+	release := false
+	if e != nil {
+		e.holders--
+		if e.holders <= 0 && e.answered.IsZero() {
+			delete(entries, h.pod)
+			if len(entries) == 0 {
+				delete(h.ledger.byBudget, h.budget)
+			}
+			release = e.shared
+		}
+	}
+	h.ledger.mu.Unlock()
+	if release && h.ledger.shared != nil {
+		// Given back at once, so the other replicas need not wait for it
+		// to expire; failing that, it expires.
+		ctx, cancel := context.WithTimeout(context.Background(), reservationReleaseTimeout)
+		defer cancel()
+		if err := h.ledger.shared.release(ctx, h.budget, h.pod, h.ledger.now(), h.ledger.hold); err != nil {
+			h.ledger.shared.log.Error(err, "cannot give back a budget reservation; it expires", "budget", h.budget.String(), "pod", h.podName)
+		}
+	}
+}

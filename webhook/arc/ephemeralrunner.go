@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -42,16 +41,6 @@ func (p Phase) done() bool {
 	return p == PhaseSucceeded || p == PhaseFailed || p == PhaseOutdated
 }
 
-// GroupVersionKind is the GVK runner-guard reads.
-func GroupVersionKind() schema.GroupVersionKind {
-	return schema.GroupVersionKind{Group: Group, Version: Version, Kind: Kind}
-}
-
-// GroupResource is what RBAC rules and API errors name.
-func GroupResource() schema.GroupResource {
-	return schema.GroupResource{Group: Group, Resource: "ephemeralrunners"}
-}
-
 // ephemeralRunner holds the fields runner-guard reads, validated.
 type ephemeralRunner struct {
 	key          types.NamespacedName
@@ -65,6 +54,9 @@ type ephemeralRunner struct {
 	runnerName   string
 	phase        Phase
 	job          Job
+	// removed is removedReason, worked out with the rest so Resolve reads
+	// every fact of the object in one call here.
+	removed string
 	// caRef is spec.githubServerTLS.certificateFrom.configMapKeyRef: a
 	// ConfigMap in the EphemeralRunner's namespace and the key of a PEM
 	// bundle; zero when unset.
@@ -85,46 +77,6 @@ type proxySpec struct {
 // proxyServer is ARC's ProxyServerConfig: a URL and, optionally, a Secret
 // with username and password keys.
 type proxyServer struct{ url, credentialSecretRef string }
-
-// Job is what ARC's listener writes into an EphemeralRunner's status when a
-// job starts (HandleJobStarted merge-patches status.jobRequestId, jobId,
-// jobRepositoryName, jobWorkflowRef, workflowRunId and jobDisplayName). The
-// fields are never cleared while the object lives, so a set Job proves the
-// runner took a job; an empty one proves nothing (between assignment and
-// JobStarted a busy runner looks idle here).
-type Job struct {
-	RequestID     int64
-	ID            string
-	Repository    string
-	WorkflowRef   string
-	WorkflowRunID int64
-	DisplayName   string
-}
-
-// Started reports whether the listener recorded a job: ARC's own HasJob()
-// is jobId != ""; a request ID alone is taken as proof as well.
-func (j Job) Started() bool { return j.ID != "" || j.RequestID > 0 }
-
-// String names the job for messages: repository, workflow run and job name
-// where known.
-func (j Job) String() string {
-	if !j.Started() {
-		return ""
-	}
-	s := "job"
-	if j.DisplayName != "" {
-		s = fmt.Sprintf("job %q", j.DisplayName)
-	}
-	if j.Repository != "" {
-		s += " of " + j.Repository
-	}
-	if j.WorkflowRunID > 0 {
-		s += fmt.Sprintf(" (workflow run %d)", j.WorkflowRunID)
-	} else if j.WorkflowRef != "" {
-		s += fmt.Sprintf(" (%s)", j.WorkflowRef)
-	}
-	return s
-}
 
 // parseEphemeralRunner validates the fields runner-guard uses; anything else
 // in the object is ARC's business.
@@ -168,6 +120,7 @@ func parseEphemeralRunner(u *unstructured.Unstructured) (*ephemeralRunner, error
 	if err := parseNetwork(u, er, invalid); err != nil {
 		return nil, err
 	}
+	er.removed = er.removedReason()
 	return er, nil
 }
 

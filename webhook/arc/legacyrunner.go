@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/runner-guard/runner-guard/ghclient"
 )
@@ -16,16 +15,6 @@ const (
 	LegacyVersion = "v1alpha1"
 	LegacyKind    = "Runner"
 )
-
-// LegacyGroupVersionKind is the GVK of ARC's legacy Runner.
-func LegacyGroupVersionKind() schema.GroupVersionKind {
-	return schema.GroupVersionKind{Group: LegacyGroup, Version: LegacyVersion, Kind: LegacyKind}
-}
-
-// LegacyGroupResource is what RBAC rules and API errors name.
-func LegacyGroupResource() schema.GroupResource {
-	return schema.GroupResource{Group: LegacyGroup, Resource: "runners"}
-}
 
 // legacyScope reads spec.repository ("owner/repo"), spec.organization and
 // spec.enterprise with ARC's precedence: repository, then organization, then

@@ -57,6 +57,26 @@ func NewResolver(opts Options) *Resolver {
 		checker: ghclient.NewCredentialsChecker(true)}
 }
 
+// GroupVersionKind is the GVK runner-guard reads.
+func GroupVersionKind() schema.GroupVersionKind {
+	return schema.GroupVersionKind{Group: Group, Version: Version, Kind: Kind}
+}
+
+// GroupResource is what RBAC rules and API errors name.
+func GroupResource() schema.GroupResource {
+	return schema.GroupResource{Group: Group, Resource: "ephemeralrunners"}
+}
+
+// LegacyGroupVersionKind is the GVK of ARC's legacy Runner.
+func LegacyGroupVersionKind() schema.GroupVersionKind {
+	return schema.GroupVersionKind{Group: LegacyGroup, Version: LegacyVersion, Kind: LegacyKind}
+}
+
+// LegacyGroupResource is what RBAC rules and API errors name.
+func LegacyGroupResource() schema.GroupResource {
+	return schema.GroupResource{Group: LegacyGroup, Resource: "runners"}
+}
+
 // Runner is what ARC's objects say about the runner of one pod. Every field
 // comes from ARC's own object, verified to control the pod: its name is the
 // pod's and its UID the one the pod references.
@@ -176,7 +196,7 @@ func (r *Resolver) Resolve(ctx context.Context, pod *corev1.Pod) (*Runner, error
 		BaseURL:         base,
 		EphemeralRunner: key,
 		UID:             er.uid,
-		Removed:         er.removedReason(),
+		Removed:         er.removed,
 		Job:             er.job,
 	}
 	if run.Name == "" {
@@ -268,16 +288,6 @@ func (r *Resolver) objectGone(ctx context.Context, pod *corev1.Pod, kind string,
 		NamespaceDeleting: fmt.Sprintf("namespace %q is being deleted%s and %s %s %s, runner-guard has no static credentials to ask GitHub with: no pod can be recreated there, so the pod goes unguarded; its registration stays on GitHub, offline, until removed",
 			ns.Name, since, kind, key, state),
 	}
-}
-
-// NamespaceDeleting reads the namespace; one that cannot be read counts as
-// not being deleted (what its deletion would excuse stays required).
-func NamespaceDeleting(ctx context.Context, reader client.Reader, name string) (*corev1.Namespace, bool) {
-	var ns corev1.Namespace
-	if err := reader.Get(ctx, types.NamespacedName{Name: name}, &ns); err != nil {
-		return nil, false
-	}
-	return &ns, ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating
 }
 
 // get reads the object the pod references; it must exist and carry uid.

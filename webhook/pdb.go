@@ -7,52 +7,13 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// matchRunnerPod returns the first runner pod spec whose selector matches the
-// pod's labels, or nil for a pod that is not a runner pod.
-func matchRunnerPod(pod *corev1.Pod, specs []RunnerPodSpec) *RunnerPodSpec {
-	if pod == nil {
-		return nil
-	}
-	return matchRunnerLabels(labels.Set(pod.Labels), specs)
-}
-
-// matchRunnerLabels is matchRunnerPod for a pod's labels alone.
-func matchRunnerLabels(podLabels labels.Labels, specs []RunnerPodSpec) *RunnerPodSpec {
-	for i := range specs {
-		if specs[i].selector != nil && specs[i].selector.Matches(podLabels) {
-			return &specs[i]
-		}
-	}
-	return nil
-}
+// This file is the eviction subresource's view of PodDisruptionBudgets:
+// which budgets select a pod and which one an eviction is charged to. It is
+// pure (no reads, no ledger); an eviction's decision enters it once, through
+// ChargedBudget from the ledger's ReserveFor (budgets.go).
 
 // labelsOf is the pod's label set.
 func labelsOf(pod *corev1.Pod) labels.Set { return labels.Set(pod.Labels) }
-
-// runnerContainerStatus returns the status of the runner container, nil when
-// the pod reports none for it.
-func runnerContainerStatus(pod *corev1.Pod, container string) *corev1.ContainerStatus {
-	for i := range pod.Status.ContainerStatuses {
-		if pod.Status.ContainerStatuses[i].Name == container {
-			return &pod.Status.ContainerStatuses[i]
-		}
-	}
-	return nil
-}
-
-// runnerContainerRunning reports whether the runner container is running: only
-// then can its process hold a job.
-func runnerContainerRunning(pod *corev1.Pod, container string) bool {
-	if pod.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == container {
-			return cs.State.Running != nil
-		}
-	}
-	return false
-}
 
 // BlockingBudgets is what the eviction subresource would say of evicting pod
 // now, given the budgets of its namespace: the budget that refuses it (a
@@ -102,6 +63,31 @@ func budgetsSelecting(pod *corev1.Pod, pdbs []policyv1.PodDisruptionBudget) []*p
 	return out
 }
 
+// ChargedBudget is the budget the eviction subresource charges for evicting
+// pod now (pdbBlocks' rules): the one budget selecting it, unless the pod goes
+// without a look at budgets (not Running, terminating, unhealthy under a
+// policy that lets it go). several names the budgets selecting the pod when
+// there is more than one, which the API server refuses with a 500.
+func ChargedBudget(pod *corev1.Pod, pdbs []policyv1.PodDisruptionBudget) (charged *policyv1.PodDisruptionBudget, several []string) {
+	if several = severalBudgets(pod, pdbs); several != nil {
+		return nil, several
+	}
+	selecting := budgetsSelecting(pod, pdbs)
+	if len(selecting) != 1 {
+		return nil, nil
+	}
+	pdb := selecting[0]
+	if !podReady(pod) {
+		if p := pdb.Spec.UnhealthyPodEvictionPolicy; p != nil && *p == policyv1.AlwaysAllow {
+			return nil, nil
+		}
+		if pdb.Status.DesiredHealthy > 0 && pdb.Status.CurrentHealthy >= pdb.Status.DesiredHealthy {
+			return nil, nil
+		}
+	}
+	return pdb, nil
+}
+
 // maxDisruptedPods is how many evictions a budget may hold unconfirmed by the
 // disruption controller (status.disruptedPods) before the API server refuses
 // further ones.
@@ -148,21 +134,6 @@ func ConditionTrue[C any, T comparable](conds []C, t T, typeAndStatus func(C) (T
 	for _, c := range conds {
 		if ct, status := typeAndStatus(c); ct == t {
 			return status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-// disrupted reports a pod the control plane marked Failed with a
-// DisruptionTarget condition (pod GC, taint eviction) rather than one whose
-// containers ended.
-func disrupted(pod *corev1.Pod) bool {
-	if pod.Status.Phase != corev1.PodFailed {
-		return false
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
-			return true
 		}
 	}
 	return false
