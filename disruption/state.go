@@ -70,7 +70,11 @@ var errNotListed = errors.New("no listing of the runner's scope")
 
 // Busy asks the listing, refreshing it when it is older than its TTL.
 func (l RouterListing) Busy(ctx context.Context, r ghclient.Runner) (bool, error) {
-	li, err := l.Router.Listed(ctx, r, l.Refresh)
+	refresh := ghclient.RefreshNever
+	if l.Refresh {
+		refresh = ghclient.RefreshStale
+	}
+	li, err := l.Router.Listed(ctx, r, refresh)
 	if err != nil {
 		return false, err
 	}
@@ -88,7 +92,7 @@ func (l RouterListing) Pressed(r ghclient.Runner) bool { return l.Router.Pressed
 
 // Taken implements Listing.
 func (l RouterListing) Taken(ctx context.Context, r ghclient.Runner) time.Time {
-	li, err := l.Router.Listed(ctx, r, false)
+	li, err := l.Router.Listed(ctx, r, ghclient.RefreshNever)
 	if err != nil || li.State == ghclient.ListedUnknown {
 		return time.Time{}
 	}

@@ -28,7 +28,7 @@ func (g NoGitHub) Status(context.Context, ghclient.Runner) (ghclient.RunnerStatu
 }
 
 // Listed returns Err.
-func (g NoGitHub) Listed(context.Context, ghclient.Runner, bool) (ghclient.Listing, error) {
+func (g NoGitHub) Listed(context.Context, ghclient.Runner, ghclient.Refresh) (ghclient.Listing, error) {
 	return ghclient.Listing{}, g.Err
 }
 

@@ -391,7 +391,7 @@ func runUnregister(t *testing.T, tests map[string]unregisterCase) {
 				for i := range afterFillers - 1001 {
 					e.fake.AddRunner(scope, fmt.Sprintf("filler-%03d", i))
 				}
-				if _, err := e.client.Listed(context.Background(), scope, "r1", true); err != nil {
+				if _, err := e.client.Listed(context.Background(), scope, "r1", ghclient.RefreshStale); err != nil {
 					t.Fatalf("listing the scope: %v", err)
 				}
 				clock.Add(int64(ghclient.ListingTTL))

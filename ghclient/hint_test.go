@@ -406,7 +406,7 @@ func TestUntrustedHintVerifiedByAStaleListing(t *testing.T) {
 		n := fmt.Sprintf("r-%03d", i)
 		ids[n] = e.fake.AddRunner(org, n)
 	}
-	if _, err := e.client.Listed(ctx, org, "r-000", true); err != nil {
+	if _, err := e.client.Listed(ctx, org, "r-000", ghclient.RefreshStale); err != nil {
 		t.Fatal(err)
 	}
 	clock.Add(int64(time.Minute))

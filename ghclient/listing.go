@@ -127,12 +127,39 @@ type listingCall struct {
 	err  error
 }
 
+// Refresh says when Listed takes a scope's listing anew rather than answer
+// from the one it holds; its flags combine.
+type Refresh uint8
+
+const (
+	// RefreshNever answers only from a listing younger than ListingTTL
+	// (ListedUnknown without one), and sends nothing.
+	RefreshNever Refresh = 0
+	// RefreshStale takes the listing anew when none younger than
+	// ListingTTL is held.
+	RefreshStale Refresh = 1 << (iota - 1)
+	// RefreshBusy renews a listing held that shows the runner busy once it
+	// is ListedBusyMaxAge old: a runner whose eviction is retried (kubectl
+	// drain every 5 s) is let go within one retry of its job's end, not one
+	// ListingTTL. The pages' ETags make the renewal cost no point of the
+	// hourly limit while nothing changed. A scope too large to list is not
+	// renewed so (its look-ups by name cost a point each).
+	RefreshBusy
+)
+
+// ListedBusyMaxAge is how old a listing showing a runner busy may be under
+// RefreshBusy: kubectl drain's retry interval.
+const ListedBusyMaxAge = 5 * time.Second
+
 // Listed says what the shared listing of scope says about runner name. A
-// listing younger than ListingTTL answers with no request. Otherwise, with
-// refresh set, the listing is taken anew (one request per 100 runners, 304s
-// for unchanged pages) at recheck priority, shared with every caller asking
-// meanwhile; without it, the answer is ListedUnknown.
-func (c *Client) Listed(ctx context.Context, scope Scope, name string, refresh bool) (Listing, error) {
+// listing younger than ListingTTL answers with no request (but a busy one
+// RefreshBusy renews). Otherwise, with RefreshStale, the listing is taken
+// anew (one request per 100 runners, 304s for unchanged pages) at recheck
+// priority, shared with every caller asking meanwhile; without it, the
+// answer is ListedUnknown. A busy answer RefreshBusy would renew still
+// answers when the renewal cannot be had (the last one failed moments ago,
+// or fails now).
+func (c *Client) Listed(ctx context.Context, scope Scope, name string, refresh Refresh) (Listing, error) {
 	if err := c.checkArgs(scope, name); err != nil {
 		return Listing{}, err
 	}
@@ -140,11 +167,13 @@ func (c *Client) Listed(ctx context.Context, scope Scope, name string, refresh b
 		now := c.now()
 		c.listings.mu.Lock()
 		sl := c.listings.of(scope, now)
-		if l, ok := sl.answer(name, now); ok {
+		held, ok := sl.answer(name, now)
+		renew := ok && refresh&RefreshBusy != 0 && !sl.tooLarge && held.State == ListedBusy && now.Sub(held.Taken) >= ListedBusyMaxAge
+		if ok && !renew {
 			c.listings.mu.Unlock()
-			return l, nil
+			return held, nil
 		}
-		if !refresh {
+		if !renew && refresh&RefreshStale == 0 {
 			c.listings.mu.Unlock()
 			return Listing{}, nil
 		}
@@ -156,20 +185,29 @@ func (c *Client) Listed(ctx context.Context, scope Scope, name string, refresh b
 			// The last refresh failed moments ago: asking again at once
 			// would fail alike, for every decision in the scope.
 			c.listings.mu.Unlock()
-			return Listing{}, err
+			return orHeld(held, ok, err)
 		}
 		call := c.refreshLocked(ctx, scope, sl)
 		c.listings.mu.Unlock()
 		select {
 		case <-call.done:
 			if call.err != nil {
-				return Listing{}, call.err
+				return orHeld(held, ok, call.err)
 			}
-			refresh = false // answer from what the refresh brought
+			refresh = RefreshNever // answer from what the refresh brought
 		case <-ctx.Done():
-			return Listing{}, fmt.Errorf("list runners for %s: %w", scope, ctx.Err())
+			return orHeld(held, ok, fmt.Errorf("list runners for %s: %w", scope, ctx.Err()))
 		}
 	}
+}
+
+// orHeld is the listing held (a busy one RefreshBusy would have renewed)
+// when there is one, else err.
+func orHeld(held Listing, ok bool, err error) (Listing, error) {
+	if ok {
+		return held, nil
+	}
+	return Listing{}, err
 }
 
 // listedName is the name GitHub's listing of scope gives the runner with ID
@@ -404,7 +442,7 @@ func runnersPath(scope Scope) string {
 func (c *Client) Pressed() bool { return c.budget.Pressed() }
 
 // Listed is Client.Listed with the runner's client.
-func (r *Router) Listed(ctx context.Context, rn Runner, refresh bool) (Listing, error) {
+func (r *Router) Listed(ctx context.Context, rn Runner, refresh Refresh) (Listing, error) {
 	c, err := r.ClientFor(rn.Creds)
 	if err != nil {
 		return Listing{}, err

@@ -25,7 +25,7 @@ func TestListingsForgetIdleScopes(t *testing.T) {
 	}
 	for i := range 100 {
 		scope := Scope{Kind: ScopeRepo, Name: fmt.Sprintf("acme/repo-%d", i)}
-		if _, err := c.Listed(context.Background(), scope, "r", true); err != nil {
+		if _, err := c.Listed(context.Background(), scope, "r", RefreshStale); err != nil {
 			t.Fatal(err)
 		}
 		clock.Advance(time.Minute)
@@ -51,7 +51,7 @@ func TestListedRemembersAFailedRefresh(t *testing.T) {
 	}
 	scope := Scope{Kind: ScopeOrg, Name: "acme"}
 	for range 10 {
-		if _, err := c.Listed(context.Background(), scope, "r", true); err == nil {
+		if _, err := c.Listed(context.Background(), scope, "r", RefreshStale); err == nil {
 			t.Fatal("want the 502")
 		}
 	}
@@ -59,7 +59,7 @@ func TestListedRemembersAFailedRefresh(t *testing.T) {
 		t.Errorf("requests for 10 refreshes after a failed one = %d, want 1", n)
 	}
 	clock.Advance(ListingTTL)
-	_, _ = c.Listed(context.Background(), scope, "r", true)
+	_, _ = c.Listed(context.Background(), scope, "r", RefreshStale)
 	if n := calls.Load(); n != 2 {
 		t.Errorf("after ListingTTL, requests = %d, want 2 (asked again)", n)
 	}

@@ -85,7 +85,7 @@ func TestRouterHasListing(t *testing.T) {
 		t.Fatal("HasListing on a new Router")
 	}
 	rn := ghclient.Runner{Scope: org, Name: "r1", Creds: tokenCreds("ns/s", "1", testToken)}
-	if got, err := r.Listed(ctx, rn, true); err != nil || got.State != ghclient.ListedIdle {
+	if got, err := r.Listed(ctx, rn, ghclient.RefreshStale); err != nil || got.State != ghclient.ListedIdle {
 		t.Fatalf("Listed: %v, %v", got.State, err)
 	}
 	sent := len(f.Requests())

@@ -103,8 +103,7 @@ func (d *decider) askGitHub(ctx context.Context, r *review, readOnly bool) githu
 // that says idle proves nothing (it lags GitHub's broker): the DELETE decides.
 // It also returns what the listing said (ListedUnknown: no listing).
 func (d *decider) knownBusy(ctx context.Context, r *review) (githubResult, ghclient.ListedState) {
-	refresh := r.Busy.Known || d.github.Pressed(r.Runner)
-	ls, err := d.github.Listed(ctx, r.Runner, refresh)
+	ls, err := d.github.Listed(ctx, r.Runner, listingRefresh(r.Busy.Known, d.github.Pressed(r.Runner)))
 	switch {
 	case err == nil && ls.State == ghclient.ListedBusy:
 		return githubResult{Outcome: ghclient.Busy, From: knowListing, listedAt: ls.Taken}, ls.State
@@ -121,6 +120,23 @@ func (d *decider) knownBusy(ctx context.Context, r *review) (githubResult, ghcli
 // busy reports a look-up that found the runner busy.
 func (g githubResult) busy() bool {
 	return g.Err == nil && g.Status != nil && g.Status.State == ghclient.StateBusy
+}
+
+// listingRefresh is when a decision takes its scope's listing anew: for a
+// runner busy lately, once the listing is stale; whatever the runner, when
+// the listing held shows it busy and is ghclient.ListedBusyMaxAge old, so an
+// eviction retried every 5 s is let go within one retry of its job's end
+// (the renewal is 304s while nothing changed). With the budget pressed, a
+// stale listing is taken anew for any runner, and a busy one is not renewed
+// sooner: the listing then saves a DELETE for every runner of the scope.
+func listingRefresh(busyLately, pressed bool) ghclient.Refresh {
+	switch {
+	case pressed:
+		return ghclient.RefreshStale
+	case busyLately:
+		return ghclient.RefreshStale | ghclient.RefreshBusy
+	}
+	return ghclient.RefreshBusy
 }
 
 func errString(err error) string {

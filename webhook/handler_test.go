@@ -646,3 +646,18 @@ func TestHandlerHourlyReserveNeverReachesOnError(t *testing.T) {
 		t.Errorf("GitHub requests under the hourly reserve = %d, want 0", got)
 	}
 }
+
+// A runner whose job ended is let go at the next retry of its eviction
+// (kubectl drain's 5 s), not one listing's lifetime later: a listing that
+// shows it busy is renewed once ghclient.ListedBusyMaxAge old, conditionally
+// (304s while nothing changed).
+func TestHandlerBusyListingRenewedWithinOneRetry(t *testing.T) {
+	h, pod := busyRunnerHarness(t)
+	h.deleteAndWant(t, pod, false, ReasonRunnerBusy)
+	h.deleteAndWant(t, pod, false, ReasonListedBusy)
+	h.clock.Advance(ghclient.ListedBusyMaxAge)
+	h.deleteAndWant(t, pod, false, ReasonListedBusy) // renewed: still busy
+	h.github.SetBusy(acme(), "runner-1", false)
+	h.clock.Advance(ghclient.ListedBusyMaxAge)
+	h.deleteAndWant(t, pod, true, ReasonUnregistered)
+}

@@ -12,7 +12,7 @@ import (
 // no budget: every decision goes to Unregister or Status.
 type noListing struct{}
 
-func (noListing) Listed(context.Context, ghclient.Runner, bool) (ghclient.Listing, error) {
+func (noListing) Listed(context.Context, ghclient.Runner, ghclient.Refresh) (ghclient.Listing, error) {
 	return ghclient.Listing{}, nil
 }
 

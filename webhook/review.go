@@ -253,7 +253,7 @@ type GitHub interface {
 	Status(ctx context.Context, r ghclient.Runner) (ghclient.RunnerStatus, error)
 	// Listed answers from the runner's scope listing: from a fresh one only,
 	// or, with refresh, taking it anew (cheap: one point per 100 runners).
-	Listed(ctx context.Context, r ghclient.Runner, refresh bool) (ghclient.Listing, error)
+	Listed(ctx context.Context, r ghclient.Runner, refresh ghclient.Refresh) (ghclient.Listing, error)
 	// Pressed says the runner's credential budget is getting short.
 	Pressed(r ghclient.Runner) bool
 }

@@ -543,7 +543,8 @@ func (d *drainRun) check() {
 // 5d) nor a running job (busyUntil: when the pod's job ended, zero for an
 // idle runner) explains. A refusal from GitHub's listing (reason
 // runner-listed-busy) is the job's for as long as a listing taken while it
-// ran may still be answered from (ghclient.ListingTTL after it ended).
+// ran may still be answered from: ghclient.ListedBusyMaxAge (a decision
+// renews a busy listing that old), one retry.
 func unexplainedRefusals(attempts []evictAttempt, busyUntil time.Time) []string {
 	var out []string
 	for _, a := range attempts {
@@ -551,7 +552,7 @@ func unexplainedRefusals(attempts []evictAttempt, busyUntil time.Time) []string 
 		case a.refused == "":
 		case strings.Contains(a.refused, "disruption budget") || strings.Contains(a.refused, "allows no disruption of pod"):
 		case a.at.Before(busyUntil) && strings.Contains(a.refused, "runner busy"):
-		case !busyUntil.IsZero() && a.at.Before(busyUntil.Add(ghclient.ListingTTL)) && strings.Contains(a.refused, "[reason: runner-listed-busy]"):
+		case !busyUntil.IsZero() && a.at.Before(busyUntil.Add(ghclient.ListedBusyMaxAge)) && strings.Contains(a.refused, "[reason: runner-listed-busy]"):
 		default:
 			out = append(out, a.refused)
 		}
