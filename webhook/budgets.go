@@ -574,6 +574,16 @@ func (s *Reservations) reserve(ctx context.Context, req reservationRequest) (inF
 	return 0, false, false, fmt.Errorf("reservations in Lease %s: other replicas kept writing it (%d attempts)", key, maxReservationAttempts)
 }
 
+// giveBack is release within reservationReleaseTimeout, its failure logged
+// (the reservation then expires).
+func (s *Reservations) giveBack(budget types.NamespacedName, pod types.UID, podName string, now time.Time, hold time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), reservationReleaseTimeout)
+	defer cancel()
+	if err := s.release(ctx, budget, pod, now, hold); err != nil {
+		s.log.Error(err, "cannot give back a budget reservation; it expires", "budget", budget.String(), "pod", podName)
+	}
+}
+
 // release gives back this replica's reservation for pod under budget,
 // dropping the expired ones with it. A Lease gone or unreadable has nothing
 // of it to give back.

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -119,8 +120,13 @@ func TestRefusedEvictionReleasesItsReservation(t *testing.T) {
 	if dec.Allowed {
 		t.Fatalf("a busy runner's eviction was allowed: %s", dec.Message)
 	}
-	if got := leaseReservations(t, c, "pdb").Reservations; len(got) != 0 {
-		t.Errorf("the refused eviction's reservation stayed: %+v", got)
+	// Given back beside the answer: wait for the Lease's write.
+	var left []reservation
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		left = leaseReservations(t, c, "pdb").Reservations
+		return len(left) == 0, nil
+	}); err != nil {
+		t.Fatalf("the refused eviction's reservation stayed: %+v", left)
 	}
 	gh := &concurrentGitHub{}
 	other := sharedReplica(c, gh, "b/1", time.Now)

@@ -1,7 +1,6 @@
 package webhook
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -178,11 +177,9 @@ func (h BudgetHold) Cancel() {
 	h.ledger.mu.Unlock()
 	if release && h.ledger.shared != nil {
 		// Given back at once, so the other replicas need not wait for it
-		// to expire; failing that, it expires.
-		ctx, cancel := context.WithTimeout(context.Background(), reservationReleaseTimeout)
-		defer cancel()
-		if err := h.ledger.shared.release(ctx, h.budget, h.pod, h.ledger.now(), h.ledger.hold); err != nil {
-			h.ledger.shared.log.Error(err, "cannot give back a budget reservation; it expires", "budget", h.budget.String(), "pod", h.podName)
-		}
+		// to expire (failing that, it expires), and beside the answer: a
+		// refusal does not wait for a write to the Lease, and meanwhile the
+		// others count the disruption, which only keeps an eviction longer.
+		go h.ledger.shared.giveBack(h.budget, h.pod, h.podName, h.ledger.now(), h.ledger.hold)
 	}
 }
