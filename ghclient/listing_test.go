@@ -16,12 +16,7 @@ import (
 // hourly quota. Busy and idle are as GitHub lists them; a runner missing
 // from the listing is absent (never proof it is gone).
 func TestListedSharesOneConditionalListing(t *testing.T) {
-	var mu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	e := newEnv(t, func(c *ghclient.Config) { c.Now = clock })
-	e.fake.SetClock(clock)
+	e, advance := newClockedEnv(t)
 	ctx := context.Background()
 	for i := range 150 { // two pages
 		e.fake.AddRunner(org, fmt.Sprintf("r%03d", i))
@@ -115,12 +110,7 @@ func TestListedLagsTheDelete(t *testing.T) {
 // when none is held (RefreshStale does); an idle answer, and RefreshStale
 // alone, keep the listing for ListingTTL.
 func TestListedRefreshBusy(t *testing.T) {
-	var mu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	e := newEnv(t, func(c *ghclient.Config) { c.Now = clock })
-	e.fake.SetClock(clock)
+	e, advance := newClockedEnv(t)
 	ctx := context.Background()
 	addBusy(e.fake, org, "r1")
 	e.fake.AddRunner(org, "r2")
@@ -159,4 +149,16 @@ func TestListedRefreshBusy(t *testing.T) {
 	if got := listed("r1", ghclient.RefreshBusy); got != ghclient.ListedIdle {
 		t.Errorf("one retry after the job ended: %v, want idle", got)
 	}
+}
+
+// newClockedEnv is newEnv with the client and the fake GitHub on one clock
+// that only advance moves.
+func newClockedEnv(t *testing.T) (e *env, advance func(time.Duration)) {
+	t.Helper()
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	e = newEnv(t, func(c *ghclient.Config) { c.Now = clock })
+	e.fake.SetClock(clock)
+	return e, func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
 }
