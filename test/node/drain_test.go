@@ -27,8 +27,10 @@ import (
 // disruptions at a time (drainBudgetAllows), as a team's budget over its
 // runners would, with both runner-guard replicas deciding the evictions;
 // something happens to runner-guard once the first eviction is admitted.
-// The drain is the evictions kubectl drain sends (drainRun), beside
-// runner-guard's own drain controller, which the cordon starts.
+// The drain is every runner pod's eviction sent at once and again after
+// each refusal (drainRun, as kubectl drain, Karpenter and the cluster
+// autoscaler retry), the node cordoned right after, which starts
+// runner-guard's own drain controller beside them.
 //
 // Every scenario asserts (drainRun.check):
 //   - no busy runner's pod evicted or its job cancelled while the job runs:
@@ -160,10 +162,20 @@ func startDrainRun(s *scenario) *drainRun {
 	d.timeline.follow(ctx, s)
 	go d.watchPods(ctx)
 
-	s.kubectl("cordon", NodeName)
+	// The evictions go at once, as the cluster autoscaler and Karpenter send
+	// them, and the cordon that starts runner-guard's drain controller right
+	// after: the first burst is the webhook replicas' alone to decide, which
+	// is where replicas that did not share their reservations let more
+	// evictions through than the budget allows.
+	start := make(chan struct{})
 	for _, n := range d.names {
-		go d.evictUntilGone(ctx, n)
+		go func() {
+			<-start
+			d.evictUntilGone(ctx, n)
+		}()
 	}
+	close(start)
+	s.kubectl("cordon", NodeName)
 	s.eventually("the drain's first eviction admitted", 60*time.Second, func() error {
 		for _, n := range d.names {
 			if p := s.pod(n); p == nil || p.DeletionTimestamp != nil {
