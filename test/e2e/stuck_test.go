@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -35,7 +36,7 @@ func TestStuckUnreadyRunnerUnderAlwaysAllowIsEvicted(t *testing.T) {
 	}
 	s.requireAlive("runner-unready")
 
-	if err := s.evict("runner-unready", false); err != nil {
+	if err := s.evictPastPodWrites("runner-unready"); err != nil {
 		t.Fatalf("eviction of an idle unready runner pod under AlwaysAllow: %v, want it admitted", err)
 	}
 	s.requireDeleting("runner-unready")
@@ -105,6 +106,41 @@ func (s *scenario) evict(name string, dryRun bool) error {
 	}
 	return env.Client.CoreV1().RESTClient().Post().Namespace(s.ns).Resource("pods").Name(name).
 		SubResource("eviction").Body(ev).MaxRetries(0).Do(s.ctx).Error()
+}
+
+// evictPastPodWrites evicts name, again (a few times) after the API server's
+// 429 "still being processed": it deletes an unready pod under the
+// resourceVersion it read, so a write to the pod meanwhile (runner-guard's
+// hints patch a pod whose status just changed) fails the deletion, and an
+// evictor retries. runner-guard's own refusals are not retried.
+func (s *scenario) evictPastPodWrites(name string) error {
+	s.t.Helper()
+	for attempt := 1; ; attempt++ {
+		err := s.evict(name, false)
+		if err == nil || attempt == 5 || !podWrittenMeanwhile(err) {
+			return err
+		}
+		s.t.Logf("eviction %d of %s: %v (the pod was written meanwhile); again", attempt, name, err)
+	}
+}
+
+// podWrittenMeanwhile reports the API server's 429 for an eviction whose
+// pod changed between its read and its deletion.
+func podWrittenMeanwhile(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || !apierrors.IsTooManyRequests(err) || strings.Contains(err.Error(), "admission webhook") {
+		return false
+	}
+	details := status.Status().Details
+	if details == nil {
+		return false
+	}
+	for _, c := range details.Causes {
+		if strings.Contains(c.Message, "is still being processed") {
+			return true
+		}
+	}
+	return false
 }
 
 // setReady reports the pod's Ready condition, as a kubelet whose readiness
