@@ -40,27 +40,25 @@ type budgetWrite struct {
 // once the scenario has failed.
 func (tl *drainTimeline) follow(ctx context.Context, s *scenario) {
 	tl.pods = map[string]string{}
-	go tl.watch(ctx, func(ctx context.Context, rv string) (watch.Interface, string, error) {
-		l, err := cluster.Client.PolicyV1().PodDisruptionBudgets(s.ns).List(ctx, metav1.ListOptions{ResourceVersion: rv})
+	go tl.watch(ctx, func(ctx context.Context) (watch.Interface, error) {
+		l, err := cluster.Client.PolicyV1().PodDisruptionBudgets(s.ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return nil, "", err
+			return nil, err
 		}
 		for i := range l.Items {
 			tl.budget(&l.Items[i])
 		}
-		w, err := cluster.Client.PolicyV1().PodDisruptionBudgets(s.ns).Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
-		return w, l.ResourceVersion, err
+		return cluster.Client.PolicyV1().PodDisruptionBudgets(s.ns).Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
 	})
-	go tl.watch(ctx, func(ctx context.Context, rv string) (watch.Interface, string, error) {
-		l, err := cluster.Client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{ResourceVersion: rv})
+	go tl.watch(ctx, func(ctx context.Context) (watch.Interface, error) {
+		l, err := cluster.Client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return nil, "", err
+			return nil, err
 		}
 		for i := range l.Items {
 			tl.pod(&l.Items[i], false)
 		}
-		w, err := cluster.Client.CoreV1().Pods(s.ns).Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
-		return w, l.ResourceVersion, err
+		return cluster.Client.CoreV1().Pods(s.ns).Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
 	})
 	s.onFailure(func(context.Context) {
 		tl.mu.Lock()
@@ -69,9 +67,11 @@ func (tl *drainTimeline) follow(ctx context.Context, s *scenario) {
 	})
 }
 
-func (tl *drainTimeline) watch(ctx context.Context, start func(context.Context, string) (watch.Interface, string, error)) {
+// watch follows what start lists and then watches, again after each watch
+// ends, until ctx ends.
+func (tl *drainTimeline) watch(ctx context.Context, start func(context.Context) (watch.Interface, error)) {
 	for ctx.Err() == nil {
-		w, _, err := start(ctx, "")
+		w, err := start(ctx)
 		if err != nil {
 			tl.add("watch: %v", err)
 			time.Sleep(time.Second)
