@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -15,7 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -88,6 +92,9 @@ type drainReconciler struct {
 	evictLocks  *keyedLocks
 	// grants says where pods/eviction is granted.
 	grants *evictionGrants
+	// evictOnce sends an eviction without client-go's retries (nil: through
+	// cached, as tests do).
+	evictOnce *onceEvictor
 	// refused remembers, per namespace, when a policy last refused an
 	// eviction there: no further runner is unregistered there meanwhile.
 	refused refusals
@@ -390,17 +397,47 @@ func (r *drainReconciler) evict(ctx context.Context, pod *corev1.Pod) error {
 		ObjectMeta:    metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &background},
 	}
+	if r.evictOnce != nil {
+		return r.evictOnce.evict(ctx, eviction)
+	}
 	return r.cached.SubResource("eviction").Create(ctx, pod, eviction)
 }
 
+// onceEvictor posts evictions and returns the first answer. client-go
+// retries a 429 that carries Retry-After (runner-guard's own refusals do,
+// 10 s) up to ten times inside one call, holding the budget's eviction
+// lock all along: the drain's own backoff retries instead, the disruption
+// given back meanwhile.
+type onceEvictor struct{ rest rest.Interface }
+
+// newOnceEvictor returns an onceEvictor for cfg, sharing httpClient.
+func newOnceEvictor(cfg *rest.Config, httpClient *http.Client, scheme *runtime.Scheme) (*onceEvictor, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.GroupVersion = &policyv1.SchemeGroupVersion
+	cfg.APIPath = "/apis"
+	cfg.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	rc, err := rest.RESTClientForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("eviction client: %w", err)
+	}
+	return &onceEvictor{rest: rc}, nil
+}
+
+func (e *onceEvictor) evict(ctx context.Context, eviction *policyv1.Eviction) error {
+	return e.rest.Post().AbsPath("/api/v1").Namespace(eviction.Namespace).Resource("pods").Name(eviction.Name).
+		SubResource("eviction").Body(eviction).MaxRetries(0).Do(ctx).Error()
+}
+
 // reserveBudget takes one disruption of the PodDisruptionBudget the pod's
-// eviction is charged to, counting the releases in flight under it, and
+// eviction is charged to (the ledger's ReserveFor, as the webhook does) and
 // holds the budget's lock until unlock: reservations under one budget go
 // one at a time, each reading the budget with the previous one counted in
-// flight by the ledger. blocked
-// names what refuses the eviction now ("" when nothing does); hold is zero
-// then, and when no budget selects the pod. A failed list blocks nothing:
-// the eviction checks the budgets itself.
+// flight by the ledger. blocked names what refuses the eviction now (""
+// when nothing does); hold is zero then, and when no budget selects the
+// pod. A failed list blocks nothing: the eviction checks the budgets itself.
 func (r *drainReconciler) reserveBudget(ctx context.Context, pod *corev1.Pod) (hold webhook.BudgetHold, unlock func(), blocked string) {
 	unlock = func() {}
 	charged, several := r.chargedBudget(ctx, pod)
@@ -412,10 +449,6 @@ func (r *drainReconciler) reserveBudget(ctx context.Context, pod *corev1.Pod) (h
 	}
 	key := types.NamespacedName{Namespace: charged.Namespace, Name: charged.Name}
 	unlock = r.budgetLocks.lock(key)
-	var (
-		inFlight int
-		ok       bool
-	)
 	// Read again under the lock: the release before this one has evicted.
 	// Right after a release here the budget is about to reopen (the
 	// disruption controller counts the replacement pods): wait for it under
@@ -423,36 +456,32 @@ func (r *drainReconciler) reserveBudget(ctx context.Context, pod *corev1.Pod) (h
 	// The pods are read from the cache: one seen going there was deleted,
 	// after its eviction's budget write, before the live read of the budget.
 	for polls := 0; ; polls++ {
-		read := r.budgets.SeePods(ctx, r.cached, pod.Namespace)
-		if charged, _ = r.chargedBudget(ctx, pod); charged == nil {
-			return hold, unlock, ""
-		}
 		// Shared with the other replicas (a Lease per budget): their
 		// admissions take the same disruptions. A failure to reserve
 		// waits, as a refusal does: the runner stays registered.
-		var err error
-		if hold, inFlight, ok, err = r.budgets.ReserveShared(ctx, charged, pod, read); err != nil {
+		blocking, several, inFlight, h, err := r.budgets.ReserveFor(ctx, r.cached, r.live, pod)
+		switch {
+		case len(several) > 0:
+			return hold, unlock, fmt.Sprintf("more than one PodDisruptionBudget (%s)", strings.Join(several, ", "))
+		case blocking == "":
+			if h.Budget() != "" {
+				r.releasedUnder(key)
+			}
+			return h, unlock, ""
+		case err != nil:
 			r.log.V(1).Info("cannot reserve a disruption shared with the other replicas; the release waits", "pod", client.ObjectKeyFromObject(pod), "budget", key, "error", err.Error())
-			ok = false
 		}
-		if ok || !r.budgetMoving(key, polls) {
-			break
+		if !r.budgetMoving(key, polls) {
+			if inFlight > 0 {
+				return hold, unlock, fmt.Sprintf("PodDisruptionBudget %s (with %d eviction(s) in flight under it)", blocking, inFlight)
+			}
+			return hold, unlock, "PodDisruptionBudget " + blocking
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(r.budgetPoll):
 		}
 	}
-	if ok {
-		r.releasedUnder(key)
-	}
-	if !ok {
-		if inFlight > 0 {
-			return hold, unlock, fmt.Sprintf("PodDisruptionBudget %s (with %d eviction(s) in flight under it)", charged.Name, inFlight)
-		}
-		return hold, unlock, "PodDisruptionBudget " + charged.Name
-	}
-	return hold, unlock, ""
 }
 
 // budgetMoving reports whether to read budget key again after polls reads:

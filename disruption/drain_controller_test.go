@@ -2,8 +2,11 @@ package disruption
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -562,5 +566,45 @@ func TestDrainStopsUnregisteringWhereEvictionsAreRefused(t *testing.T) {
 	}
 	if unregistered != 1 {
 		t.Errorf("%d runners unregistered while evictions are refused, want 1: %v", unregistered, gh.deletes)
+	}
+}
+
+// The drain's eviction comes back with the first answer: a 429 carrying
+// Retry-After (runner-guard's own refusals carry one) is the drain's to
+// retry, not client-go's, which would sleep through it holding the
+// budget's eviction lock.
+func TestOnceEvictorDoesNotRetry(t *testing.T) {
+	var posts atomic.Int32
+	var got policyv1.Eviction
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodPost || req.URL.Path != "/api/v1/namespaces/ci/pods/idle/eviction" {
+			http.Error(w, "unexpected "+req.Method+" "+req.URL.Path, http.StatusNotFound)
+			return
+		}
+		posts.Add(1)
+		if err := json.NewDecoder(req.Body).Decode(&got); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "10")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_ = json.NewEncoder(w).Encode(apierrors.NewTooManyRequests("runner busy", 10).Status())
+	}))
+	defer srv.Close()
+	e, err := newOnceEvictor(&rest.Config{Host: srv.URL}, srv.Client(), clientgoscheme.Scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	uid := types.UID("uid-idle")
+	err = e.evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "idle"},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}})
+	if !apierrors.IsTooManyRequests(err) || posts.Load() != 1 {
+		t.Fatalf("evict = %v after %d requests, want the 429 after 1", err, posts.Load())
+	}
+	if got.APIVersion != "policy/v1" || got.Kind != "Eviction" || got.DeleteOptions == nil || got.DeleteOptions.Preconditions == nil || *got.DeleteOptions.Preconditions.UID != uid {
+		t.Errorf("posted %+v, want a policy/v1 Eviction with the pod's UID as precondition", got)
 	}
 }

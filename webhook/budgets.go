@@ -35,37 +35,47 @@ import (
 const budgetHoldSlack = 10 * time.Second
 
 // ReserveFor is an eviction's whole look at its budgets, the one call
-// resolve makes of the ledger (pods seen going, the budgets listed, the one
-// charged, a disruption reserved). It names the PodDisruptionBudget for
-// which the API server's eviction subresource would refuse evicting the pod now (pdbBlocks), once
-// the evictions let through under it and the API server has not yet
-// accounted for are counted (this replica's, and the other replicas'
-// reservations in the budget's Lease); else it reserves one of the budget's
-// disruptions for this eviction (hold). A failed read of the budgets blocks
+// resolve and the drain make of the ledger (pods seen going, the budgets
+// listed, the one charged, a disruption reserved). It names the
+// PodDisruptionBudget for which the API server's eviction subresource would
+// refuse evicting the pod now (blocking), once the evictions let through
+// under it and the API server has not yet accounted for are counted (this
+// replica's, and the other replicas' reservations in the budget's Lease);
+// else it reserves one of the budget's disruptions for this eviction
+// (hold). pods are read to see evictions go (a cache will do), budgets to
+// list the PodDisruptionBudgets. A failed read of the budgets blocks
 // nothing: the API server checks them itself after the webhooks. A failed
 // reservation blocks (reserveErr): the budget allows the eviction, but
 // another replica may have taken the last disruption, and the runner must
 // not be unregistered for an eviction the API server then refuses.
-func (l *BudgetLedger) ReserveFor(ctx context.Context, pods client.Reader, pod *corev1.Pod) (blocking string, several []string, inFlight int, hold BudgetHold, reserveErr error) {
-	read := l.SeePods(ctx, pods, pod.Namespace)
-	var pdbs policyv1.PodDisruptionBudgetList
-	if err := pods.List(ctx, &pdbs, client.InNamespace(pod.Namespace)); err != nil {
-		logr.FromContextOrDiscard(ctx).V(1).Info("cannot list PodDisruptionBudgets; the API server will check them", "error", err.Error())
-		return "", nil, 0, BudgetHold{}, nil
-	}
-	charged, several := ChargedBudget(pod, BudgetsThatCount(pdbs.Items))
-	if charged == nil {
-		return "", several, 0, BudgetHold{}, nil
-	}
-	hold, inFlight, ok, err := l.ReserveShared(ctx, charged, pod, read)
-	if err != nil {
-		logr.FromContextOrDiscard(ctx).Info("cannot reserve a disruption with the other replicas; refusing the eviction", "budget", charged.Name, "error", err.Error())
-		return charged.Name, nil, inFlight, BudgetHold{}, err
-	}
-	if !ok {
+func (l *BudgetLedger) ReserveFor(ctx context.Context, pods, budgets client.Reader, pod *corev1.Pod) (blocking string, several []string, inFlight int, hold BudgetHold, reserveErr error) {
+	log := logr.FromContextOrDiscard(ctx)
+	for look := 1; ; look++ {
+		read := l.SeePods(ctx, pods, pod.Namespace)
+		var pdbs policyv1.PodDisruptionBudgetList
+		if err := budgets.List(ctx, &pdbs, client.InNamespace(pod.Namespace)); err != nil {
+			log.V(1).Info("cannot list PodDisruptionBudgets; the API server will check them", "error", err.Error())
+			return "", nil, 0, BudgetHold{}, nil
+		}
+		charged, several := ChargedBudget(pod, BudgetsThatCount(pdbs.Items))
+		if charged == nil {
+			return "", several, 0, BudgetHold{}, nil
+		}
+		hold, inFlight, ok, unseen, err := l.reserveShared(ctx, charged, pod, read)
+		switch {
+		case err != nil:
+			log.Info("cannot reserve a disruption with the other replicas; the eviction waits", "budget", charged.Name, "error", err.Error())
+			return charged.Name, nil, inFlight, BudgetHold{}, err
+		case ok:
+			return "", nil, 0, hold, nil
+		case unseen > 0 && look < 2:
+			// Other replicas' reservations this ledger learnt of only now
+			// blocked: SeePods never looked at their pods, which may be gone
+			// already, their evictions shown by the budget. Look once more.
+			continue
+		}
 		return charged.Name, nil, inFlight, BudgetHold{}, nil
 	}
-	return "", nil, 0, hold, nil
 }
 
 // BudgetsThatCount are the PodDisruptionBudgets rule 5d and the drain weigh
@@ -152,6 +162,9 @@ type inFlightEviction struct {
 	// reservation into the budget's Lease.
 	holders int
 	shared  bool
+	// looked: SeePods has looked at the pod of this other replica's
+	// reservation.
+	looked bool
 }
 
 // NewBudgetLedger returns a ledger for reviews the API server gives deadline
@@ -221,24 +234,29 @@ func (l *BudgetLedger) Reserve(pdb *policyv1.PodDisruptionBudget, pod *corev1.Po
 	return hold, inFlight, true
 }
 
-// ReserveShared is Reserve, and then, when the ledger is shared (Share),
+// reserveShared is Reserve, and then, when the ledger is shared (Share),
 // the reservation taken in the budget's Lease too, counting the other
 // replicas' reservations there (those the read does not show: their pod
 // neither in status.disruptedPods nor seen going before read, and not
-// expired) besides this replica's own (Reserve's, counted once). An error
-// (the Lease cannot be read or written, or was found unreadable) reserves
-// nothing: the eviction must wait, not pass uncounted.
-func (l *BudgetLedger) ReserveShared(ctx context.Context, pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod, read ReadStamp) (hold BudgetHold, inFlight int, ok bool, err error) {
+// expired) besides this replica's own (Reserve's, counted once). unseen is
+// how many of those counted the ledger had not known before this read. An
+// error (the Lease cannot be read or written, or was found unreadable)
+// reserves nothing: the eviction must wait, not pass uncounted.
+func (l *BudgetLedger) reserveShared(ctx context.Context, pdb *policyv1.PodDisruptionBudget, pod *corev1.Pod, read ReadStamp) (hold BudgetHold, inFlight int, ok bool, unseen int, err error) {
 	hold, inFlight, ok = l.Reserve(pdb, pod, read)
 	if l == nil || l.shared == nil || !ok {
-		return hold, inFlight, ok, nil
+		return hold, inFlight, ok, 0, nil
 	}
 	key := types.NamespacedName{Namespace: pdb.Namespace, Name: pdb.Name}
 	inFlight, ok, wrote, err := l.shared.reserve(ctx, reservationRequest{budget: key, pod: pod.Name, podUID: pod.UID, now: l.now(), hold: l.hold,
-		admits: func(others []reservation) (int, bool) { return l.admitsWith(key, pdb, read, pod.UID, others) }})
+		admits: func(others []reservation) (int, bool) {
+			var n int
+			n, unseen, ok = l.admitsWith(key, pdb, read, pod.UID, others)
+			return n, ok
+		}})
 	if err != nil || !ok {
 		hold.Cancel()
-		return BudgetHold{}, inFlight, false, err
+		return BudgetHold{}, inFlight, false, unseen, err
 	}
 	hold.read.InFlight = inFlight
 	if wrote {
@@ -248,17 +266,19 @@ func (l *BudgetLedger) ReserveShared(ctx context.Context, pdb *policyv1.PodDisru
 		}
 		l.mu.Unlock()
 	}
-	return hold, inFlight, true, nil
+	return hold, inFlight, true, 0, nil
 }
 
 // admitsWith counts the evictions in flight under pdb for a read begun at
 // read, others being the other replicas' live reservations in its Lease,
-// and reports whether the budget still allows self's eviction.
-func (l *BudgetLedger) admitsWith(key types.NamespacedName, pdb *policyv1.PodDisruptionBudget, read ReadStamp, self types.UID, others []reservation) (int, bool) {
+// and reports whether the budget still allows self's eviction; unseen is
+// how many of the others it counts the ledger did not know before (SeePods
+// has not looked at their pods).
+func (l *BudgetLedger) admitsWith(key types.NamespacedName, pdb *policyv1.PodDisruptionBudget, read ReadStamp, self types.UID, others []reservation) (n, unseen int, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	entries := l.prune(key, pdb)
-	n := l.counted(entries, pdb, read, self)
+	n = l.counted(entries, pdb, read, self)
 	known := l.noteForeign(key, pdb, others)
 	seen := map[types.UID]bool{}
 	for _, r := range others {
@@ -276,8 +296,11 @@ func (l *BudgetLedger) admitsWith(key types.NamespacedName, pdb *policyv1.PodDis
 			continue
 		}
 		n++
+		if e := known[r.PodUID]; e != nil && !e.looked {
+			unseen++
+		}
 	}
-	return n, !budgetRefuses(pdb, n)
+	return n, unseen, !budgetRefuses(pdb, n)
 }
 
 // noteForeign keeps what the ledger knows of the other replicas'
@@ -410,6 +433,7 @@ func (l *BudgetLedger) SeePods(ctx context.Context, pods client.Reader, namespac
 			for uid, e := range entries {
 				if e.accounted == 0 {
 					want = append(want, pending{e.pod, uid})
+					e.looked = true
 				}
 			}
 		}

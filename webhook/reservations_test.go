@@ -206,6 +206,28 @@ func TestOtherReplicasEvictionSeenGoing(t *testing.T) {
 	}
 }
 
+// A replica that learns of another's reservation only after its pod went
+// (the eviction done, the budget showing it) does not count it: the pod is
+// looked at before the eviction under review is refused.
+func TestOtherReplicasEvictionGoneBeforeFirstSeen(t *testing.T) {
+	pdb := budget("pdb", func(p *policyv1.PodDisruptionBudget) { p.ResourceVersion = "10" })
+	one, two := runnerPodFor(true, named("runner-1")), runnerPodFor(true, named("runner-2"))
+	c := fake.NewClientBuilder().WithObjects(&pdb, one.DeepCopy(), two.DeepCopy()).Build()
+	ctx := context.Background()
+	a := sharedReplica(c, &concurrentGitHub{}, "a/1", time.Now)
+	if dec, _ := a.decide(ctx, review{Operation: OperationEvict, Namespace: "ci", Name: one.Name, Pod: one.DeepCopy()}); !dec.Allowed {
+		t.Fatalf("the first eviction was refused: %s", dec.Message)
+	}
+	if err := c.Delete(ctx, one.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	gh := &concurrentGitHub{}
+	b := sharedReplica(c, gh, "b/1", time.Now)
+	if dec, _ := b.decide(ctx, review{Operation: OperationEvict, Namespace: "ci", Name: two.Name, Pod: two.DeepCopy()}); !dec.Allowed || gh.n.Load() != 1 {
+		t.Errorf("replica b counted runner-1's eviction, whose pod was gone before b first read the Lease: %s", dec.Message)
+	}
+}
+
 // A Lease edited by hand into nonsense is never a reason to admit: the
 // eviction is refused, the Lease rewritten valid, and every disruption
 // counts as reserved until any reservation it may have held has expired.

@@ -141,7 +141,7 @@ func (d *decider) resolve(ctx context.Context, r *review) {
 		d.recall(r)
 	}
 	if r.Operation == OperationEvict && !r.DryRun {
-		r.PDBBlocks, r.PDBSeveral, r.PDBInFlight, r.budgetHold, r.PDBReserveErr = d.budgets.ReserveFor(ctx, d.pods, r.Pod)
+		r.PDBBlocks, r.PDBSeveral, r.PDBInFlight, r.budgetHold, r.PDBReserveErr = d.budgets.ReserveFor(ctx, d.pods, d.pods, r.Pod)
 	}
 }
 
