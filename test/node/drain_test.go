@@ -123,6 +123,8 @@ type drainRun struct {
 	// timeline is the budget's history, which explains the API server's
 	// refusals of evictions runner-guard admitted.
 	timeline drainTimeline
+	// standInGate, when set, holds the stand-ins until it closes.
+	standInGate <-chan struct{}
 }
 
 // evictAttempt is one eviction's answer: refused ("" when admitted), and
@@ -135,12 +137,17 @@ type evictAttempt struct {
 // startDrainRun starts the runners and their budget, cordons the node and
 // evicts every runner pod as kubectl drain does, and returns once the first
 // eviction has been admitted.
-func startDrainRun(s *scenario) *drainRun {
+func startDrainRun(s *scenario) *drainRun { return startDrainRunGated(s, nil) }
+
+// startDrainRunGated is startDrainRun with the stand-ins of the pods that go
+// held until gate closes (nil: none held): the budget then allows no
+// disruption once drainBudgetAllows runners have gone.
+func startDrainRunGated(s *scenario, gate <-chan struct{}) *drainRun {
 	t := s.t
 	s.uncordonAfterTest()
 	s.logRunnerGuardOnFailure()
 	d := &drainRun{s: s, busy: map[string]bool{}, held: map[string]*corev1.Pod{}, attempts: map[string][]evictAttempt{},
-		exited: map[string]time.Time{}, replaced: map[string]bool{}}
+		exited: map[string]time.Time{}, replaced: map[string]bool{}, standInGate: gate}
 	var docs []string
 	for i := range drainRunners {
 		n := fmt.Sprintf("runner-%d", i)
@@ -398,6 +405,21 @@ func (d *drainRun) standIn(ctx context.Context, runner string) {
 	if done {
 		return
 	}
+	if d.standInGate != nil {
+		go func() {
+			select {
+			case <-d.standInGate:
+				d.createStandIn(ctx, runner)
+			case <-ctx.Done():
+			}
+		}()
+		return
+	}
+	d.createStandIn(ctx, runner)
+}
+
+// createStandIn creates runner's stand-in pod.
+func (d *drainRun) createStandIn(ctx context.Context, runner string) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "stand-in-" + runner, Namespace: d.s.ns, Labels: map[string]string{budgetLabel: d.s.ns}},
 		Spec: corev1.PodSpec{
