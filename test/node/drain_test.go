@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/runner-guard/runner-guard/ghclient"
@@ -125,6 +124,24 @@ type drainRun struct {
 	timeline drainTimeline
 	// standInGate, when set, holds the stand-ins until it closes.
 	standInGate <-chan struct{}
+	// burst, closed by sendBurst, sends every waiting eviction again at once.
+	burst chan struct{}
+}
+
+// nextBurst is the channel the next sendBurst closes.
+func (d *drainRun) nextBurst() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.burst
+}
+
+// sendBurst sends every eviction waiting to be retried again now, at once,
+// as several drains or an autoscaler do when a budget reopens.
+func (d *drainRun) sendBurst() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	close(d.burst)
+	d.burst = make(chan struct{})
 }
 
 // evictAttempt is one eviction's answer: refused ("" when admitted), and
@@ -147,7 +164,7 @@ func startDrainRunGated(s *scenario, gate <-chan struct{}) *drainRun {
 	s.uncordonAfterTest()
 	s.logRunnerGuardOnFailure()
 	d := &drainRun{s: s, busy: map[string]bool{}, held: map[string]*corev1.Pod{}, attempts: map[string][]evictAttempt{},
-		exited: map[string]time.Time{}, replaced: map[string]bool{}, standInGate: gate}
+		exited: map[string]time.Time{}, replaced: map[string]bool{}, standInGate: gate, burst: make(chan struct{})}
 	var docs []string
 	for i := range drainRunners {
 		n := fmt.Sprintf("runner-%d", i)
@@ -166,8 +183,7 @@ func startDrainRunGated(s *scenario, gate <-chan struct{}) *drainRun {
 	d.createBudget()
 	ctx, cancel := context.WithCancel(s.ctx)
 	t.Cleanup(cancel)
-	d.timeline.follow(ctx, s)
-	go d.watchPods(ctx)
+	d.timeline.follow(ctx, s, d)
 
 	// The evictions go at once, as the cluster autoscaler and Karpenter send
 	// them, and the cordon that starts runner-guard's drain controller right
@@ -296,6 +312,7 @@ func (d *drainRun) evictUntilGone(ctx context.Context, name string) {
 		select {
 		case <-ctx.Done():
 		case <-time.After(drainRetry):
+		case <-d.nextBurst():
 		}
 	}
 }
@@ -343,42 +360,32 @@ func (d *drainRun) keep(name, why string) {
 	d.kept = append(d.kept, name+": "+why)
 }
 
-// watchPods follows the namespace's pods until ctx ends: a runner pod that
-// goes gets its stand-in (as ARC replaces a runner elsewhere, so the budget
-// allows the next disruption); when a runner container ends while its pod
-// is not being deleted is recorded (for evictUntilGone).
-func (d *drainRun) watchPods(ctx context.Context) {
-	for ctx.Err() == nil {
-		list, err := cluster.Client.CoreV1().Pods(d.s.ns).List(ctx, metav1.ListOptions{LabelSelector: drainLabel})
-		if err != nil {
-			d.problem("list pods: %v", err)
-			time.Sleep(time.Second)
-			continue
+var _ podObserver = &drainRun{}
+
+// listed and observe follow the runner pods (from the timeline's watch): a
+// runner pod that goes gets its stand-in (as ARC replaces a runner
+// elsewhere, so the budget allows the next disruption); when a runner
+// container ends while its pod is not being deleted is recorded (for
+// evictUntilGone).
+func (d *drainRun) listed(ctx context.Context, pods []corev1.Pod) {
+	present := map[string]bool{}
+	for i := range pods {
+		if _, runner := pods[i].Labels[drainLabel]; runner {
+			present[pods[i].Name] = true
+			d.observe(ctx, &pods[i], false)
 		}
-		present := map[string]bool{}
-		for i := range list.Items {
-			present[list.Items[i].Name] = true
-			d.observe(ctx, &list.Items[i], false)
+	}
+	for _, n := range d.names {
+		if !present[n] {
+			d.observe(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{drainLabel: d.s.ns}}}, true)
 		}
-		for _, n := range d.names {
-			if !present[n] {
-				d.observe(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: n}}, true)
-			}
-		}
-		w, err := cluster.Client.CoreV1().Pods(d.s.ns).Watch(ctx, metav1.ListOptions{LabelSelector: drainLabel, ResourceVersion: list.ResourceVersion})
-		if err != nil {
-			continue
-		}
-		for ev := range w.ResultChan() {
-			if p, ok := ev.Object.(*corev1.Pod); ok {
-				d.observe(ctx, p, ev.Type == watch.Deleted)
-			}
-		}
-		w.Stop()
 	}
 }
 
 func (d *drainRun) observe(ctx context.Context, p *corev1.Pod, deleted bool) {
+	if _, runner := p.Labels[drainLabel]; !runner {
+		return // a stand-in
+	}
 	if deleted || p.DeletionTimestamp != nil {
 		d.standIn(ctx, p.Name)
 		return

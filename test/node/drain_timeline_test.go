@@ -36,9 +36,16 @@ type budgetWrite struct {
 	disrupted map[string]bool
 }
 
-// follow watches ns's budgets and pods until ctx ends, and logs the timeline
-// once the scenario has failed.
-func (tl *drainTimeline) follow(ctx context.Context, s *scenario) {
+// podObserver is told of a scenario's pods as the timeline's watch sees
+// them: every list (which may follow a broken watch), then every event.
+type podObserver interface {
+	listed(ctx context.Context, pods []corev1.Pod)
+	observe(ctx context.Context, p *corev1.Pod, deleted bool)
+}
+
+// follow watches ns's budgets and pods until ctx ends, telling pods of the
+// pods, and logs the timeline once the scenario has failed.
+func (tl *drainTimeline) follow(ctx context.Context, s *scenario, pods podObserver) {
 	tl.pods = map[string]string{}
 	go tl.watch(ctx, func(ctx context.Context) (watch.Interface, error) {
 		l, err := cluster.Client.PolicyV1().PodDisruptionBudgets(s.ns).List(ctx, metav1.ListOptions{})
@@ -49,7 +56,7 @@ func (tl *drainTimeline) follow(ctx context.Context, s *scenario) {
 			tl.budget(&l.Items[i])
 		}
 		return cluster.Client.PolicyV1().PodDisruptionBudgets(s.ns).Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
-	})
+	}, pods)
 	go tl.watch(ctx, func(ctx context.Context) (watch.Interface, error) {
 		l, err := cluster.Client.CoreV1().Pods(s.ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -58,8 +65,9 @@ func (tl *drainTimeline) follow(ctx context.Context, s *scenario) {
 		for i := range l.Items {
 			tl.pod(&l.Items[i], false)
 		}
+		pods.listed(ctx, l.Items)
 		return cluster.Client.CoreV1().Pods(s.ns).Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
-	})
+	}, pods)
 	s.onFailure(func(context.Context) {
 		tl.mu.Lock()
 		defer tl.mu.Unlock()
@@ -68,8 +76,8 @@ func (tl *drainTimeline) follow(ctx context.Context, s *scenario) {
 }
 
 // watch follows what start lists and then watches, again after each watch
-// ends, until ctx ends.
-func (tl *drainTimeline) watch(ctx context.Context, start func(context.Context) (watch.Interface, error)) {
+// ends, until ctx ends, telling pods of the pods' events.
+func (tl *drainTimeline) watch(ctx context.Context, start func(context.Context) (watch.Interface, error), pods podObserver) {
 	for ctx.Err() == nil {
 		w, err := start(ctx)
 		if err != nil {
@@ -83,6 +91,7 @@ func (tl *drainTimeline) watch(ctx context.Context, start func(context.Context) 
 				tl.budget(o)
 			case *corev1.Pod:
 				tl.pod(o, ev.Type == watch.Deleted)
+				pods.observe(ctx, o, ev.Type == watch.Deleted)
 			}
 		}
 		w.Stop()

@@ -50,7 +50,8 @@ func TestNodeUpgradeFromBaselineMidDrain(t *testing.T) {
 	go func() { upgrade <- cluster.UpgradeRunnerGuard(s.ctx, repoRoot, os.Getenv("HELM"), "") }()
 	s.waitWebhookReplicaReady(":latest")
 	close(standIns)
-	t.Logf("a working-tree replica Ready %s into the upgrade; the budget reopens", time.Since(start).Round(time.Second))
+	d.burstWhenBudgetReopens()
+	t.Logf("a working-tree replica Ready %s into the upgrade; the budget reopened, every waiting eviction sent again at once", time.Since(start).Round(time.Second))
 	if err := <-upgrade; err != nil {
 		t.Fatalf("helm upgrade from the baseline %s to the working tree mid-drain: %v", baseline.Commit, err)
 	}
@@ -88,6 +89,23 @@ func (d *drainRun) waitBudgetSpent() {
 		}
 		return nil
 	})
+}
+
+// burstWhenBudgetReopens waits until the runners' budget allows its
+// disruptions again (the stand-ins Ready) and sends every waiting eviction
+// at once, so replicas of both versions decide them side by side.
+func (d *drainRun) burstWhenBudgetReopens() {
+	d.s.eventually("the runners' budget reopened", 60*time.Second, func() error {
+		b, err := cluster.Client.PolicyV1().PodDisruptionBudgets(d.s.ns).Get(d.s.ctx, "runners", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if b.Status.DisruptionsAllowed < drainBudgetAllows {
+			return fmt.Errorf("budget status %+v", b.Status)
+		}
+		return nil
+	})
+	d.sendBurst()
 }
 
 // refused reports an eviction of name refused for its budget or as busy.
