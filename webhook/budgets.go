@@ -250,9 +250,9 @@ func (l *BudgetLedger) reserveShared(ctx context.Context, pdb *policyv1.PodDisru
 	key := types.NamespacedName{Namespace: pdb.Namespace, Name: pdb.Name}
 	inFlight, ok, wrote, err := l.shared.reserve(ctx, reservationRequest{budget: key, pod: pod.Name, podUID: pod.UID, now: l.now(), hold: l.hold,
 		admits: func(others []reservation) (int, bool) {
-			var n int
-			n, unseen, ok = l.admitsWith(key, pdb, read, pod.UID, others)
-			return n, ok
+			n, notLooked, admits := l.admitsWith(key, pdb, read, pod.UID, others)
+			unseen = notLooked
+			return n, admits
 		}})
 	if err != nil || !ok {
 		hold.Cancel()
