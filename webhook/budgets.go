@@ -126,7 +126,7 @@ type BudgetLedger struct {
 	now          func() time.Time
 
 	// shared, when set, shares reservations with the other replicas
-	// (ReserveShared).
+	// (reserveShared).
 	shared *Reservations
 
 	mu       sync.Mutex
@@ -178,7 +178,7 @@ func NewBudgetLedger(deadline time.Duration, now func() time.Time) *BudgetLedger
 		foreign:  map[types.NamespacedName]map[types.UID]*inFlightEviction{}}
 }
 
-// Share has ReserveShared share this ledger's reservations with the other
+// Share has reserveShared share this ledger's reservations with the other
 // replicas through s; nil shares nothing. Call it before the ledger is used.
 func (l *BudgetLedger) Share(s *Reservations) { l.shared = s }
 
