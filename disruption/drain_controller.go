@@ -233,12 +233,16 @@ func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why st
 		// backoff, so the node empties as fast as the budget lets it.
 		return budgetRecheck
 	}
-	// The disruption is given back unless the pod was evicted.
-	evicted := false
+	// The disruption is given back unless the pod was evicted, or its runner
+	// was unregistered: a pod whose runner is gone must go, so its disruption
+	// stays reserved for the next eviction (until the reservation expires)
+	// rather than let another runner be unregistered under the budget.
+	evicted, unregistered := false, false
 	defer func() {
-		if evicted {
+		switch {
+		case evicted:
 			hold.Admitted()
-		} else {
+		case !unregistered:
 			hold.Cancel()
 		}
 	}()
@@ -282,6 +286,7 @@ func (r *drainReconciler) release(ctx context.Context, node *corev1.Node, why st
 			unlockEv := r.evictLocks.lock(types.NamespacedName{Namespace: pod.Namespace, Name: b})
 			defer unlockEv()
 		}
+		unregistered = true
 		if evicted = r.released(ctx, node, why, pod, res, out); !evicted {
 			return r.backoff.retry(pod.UID)
 		}
@@ -394,7 +399,9 @@ func (r *drainReconciler) evict(ctx context.Context, pod *corev1.Pod) error {
 		return r.cached.Delete(ctx, pod, client.Preconditions{UID: &uid}, client.PropagationPolicy(background))
 	}
 	eviction := &policyv1.Eviction{
-		ObjectMeta:    metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
+		// The replica that gets it asks GitHub, not a listing taken while
+		// the job ran.
+		ObjectMeta:    metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, Annotations: map[string]string{webhook.EvictionReleasedAnnotation: "drain"}},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &background},
 	}
 	if r.evictOnce != nil {

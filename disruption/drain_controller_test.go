@@ -332,6 +332,9 @@ func TestDrainHoldsToPodDisruptionBudgets(t *testing.T) {
 		wantEvent   string
 		// notGranted: SelfSubjectAccessReviews deny pods/eviction.
 		notGranted bool
+		// wantHeld: the budget's disruption stays reserved afterwards (a
+		// runner unregistered, its pod evicted or still to be).
+		wantHeld bool
 	}{
 		"no budget: released through the eviction subresource": {wantAsked: 1},
 		"a budget that allows a disruption: released":          {budget: budget(1), wantAsked: 1},
@@ -340,7 +343,7 @@ func TestDrainHoldsToPodDisruptionBudgets(t *testing.T) {
 		},
 		"the eviction is refused (429): the pod is kept and evicted again later": {
 			budget: budget(1), evictionErr: apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 10),
-			wantAsked: 1, wantKept: true, wantRequeue: true,
+			wantAsked: 1, wantKept: true, wantRequeue: true, wantHeld: true,
 		},
 		"pods/eviction not granted: the pod is deleted": {notGranted: true, wantAsked: 1},
 		// Granted, so the 403 is a policy's (another webhook's) refusal: a
@@ -358,12 +361,15 @@ func TestDrainHoldsToPodDisruptionBudgets(t *testing.T) {
 			if tc.budget != nil {
 				objs = append(objs, tc.budget)
 			}
-			evictions := 0
+			evictions, unmarked := 0, 0
 			c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(objs...).
 				WithIndex(&corev1.Pod{}, podNodeNameIndex, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
 				WithInterceptorFuncs(interceptor.Funcs{SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj, subObj client.Object, opts ...client.SubResourceCreateOption) error {
 					if sub == "eviction" {
 						evictions++
+						if _, ok := subObj.GetAnnotations()[webhook.EvictionReleasedAnnotation]; !ok {
+							unmarked++
+						}
 						if tc.evictionErr != nil {
 							return tc.evictionErr
 						}
@@ -375,12 +381,21 @@ func TestDrainHoldsToPodDisruptionBudgets(t *testing.T) {
 			now := time.Unix(1000, 0)
 			r := &drainReconciler{cached: c, live: c, guard: &guardStub{}, github: gh, events: rec, said: newOnce(), log: logr.Discard(),
 				backoff: newBackoff(time.Second, 15*time.Second, func() time.Time { return now }), now: func() time.Time { return now },
-				grants: newEvictionGrants(func() time.Time { return now })}
+				grants: newEvictionGrants(func() time.Time { return now }), budgets: webhook.NewBudgetLedger(webhook.DefaultWebhookTimeout, func() time.Time { return now })}
 
 			res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}})
 
 			if err != nil {
 				t.Fatal(err)
+			}
+			if unmarked > 0 {
+				t.Errorf("%d evictions lack %s: another replica could refuse them on a listing taken during the job", unmarked, webhook.EvictionReleasedAnnotation)
+			}
+			if tc.budget != nil {
+				b := tc.budget.DeepCopy()
+				if held := r.budgets.InFlight(b, r.budgets.SeePods(context.Background(), c, "ci")) > 0; held != tc.wantHeld {
+					t.Errorf("the budget's disruption held = %v, want %v", held, tc.wantHeld)
+				}
 			}
 			if gh.deletes["idle"] != tc.wantAsked {
 				t.Errorf("runner asked %d times on GitHub, want %d", gh.deletes["idle"], tc.wantAsked)

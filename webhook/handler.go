@@ -26,6 +26,13 @@ import (
 	"github.com/runner-guard/runner-guard/internal/jobannotation"
 )
 
+// EvictionReleasedAnnotation, on an Eviction (not the pod), says its evictor
+// has just unregistered the pod's runner: runner-guard's drain sets it. It
+// only makes the webhook ask GitHub rather than answer from a listing or
+// memory that may predate the unregister; GitHub's answer still decides, so
+// anyone may set it at the cost of a request.
+const EvictionReleasedAnnotation = "runner-guard.io/runner-released"
+
 // Path is where the handler is served; the manifests point every webhook entry here.
 const Path = "/validate-runner-pods"
 
@@ -225,6 +232,7 @@ func (h *Handler) facts(ctx context.Context, op Operation, req admission.Request
 		if ev.DeleteOptions != nil && len(ev.DeleteOptions.DryRun) > 0 {
 			r.DryRun = true
 		}
+		_, r.Released = ev.Annotations[EvictionReleasedAnnotation]
 	}
 	if r.Name == "" || r.Namespace == "" {
 		return r, errors.New("eviction review names no pod")

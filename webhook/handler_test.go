@@ -93,11 +93,17 @@ type request struct {
 	// evictionDryRun sets the dry run only in the Eviction's deleteOptions,
 	// as kubectl drain --dry-run=server does.
 	evictionDryRun bool
+	// released marks the Eviction as runner-guard's drain does once it
+	// unregistered the runner (EvictionReleasedAnnotation).
+	released bool
 }
 
 func reviewJSON(t *testing.T, r request) []byte {
 	t.Helper()
 	review := fixture.Review{Pod: r.pod, Evict: r.op == OperationEvict, User: r.user, DryRun: r.dryRun || r.evictionDryRun}
+	if r.released {
+		review.EvictionAnnotations = map[string]string{EvictionReleasedAnnotation: "drain"}
+	}
 	if r.dryRun && r.op == OperationEvict {
 		t.Fatal("an eviction's dry run is in its deleteOptions: set evictionDryRun")
 	}
@@ -651,6 +657,26 @@ func TestHandlerHourlyReserveNeverReachesOnError(t *testing.T) {
 // (kubectl drain's 5 s), not one listing's lifetime later: a listing that
 // shows it busy is renewed once ghclient.ListedBusyMaxAge old, conditionally
 // (304s while nothing changed).
+// An eviction runner-guard's drain sends once it has unregistered the
+// runner (on another replica, whose memory this one does not share) is asked
+// of GitHub, not refused on a listing taken while the job ran: that would
+// keep a pod whose runner is gone. Unmarked, the listing still answers.
+func TestHandlerReleasedEvictionAsksGitHub(t *testing.T) {
+	h, pod := busyRunnerHarness(t)
+	h.deleteAndWant(t, pod, false, ReasonRunnerBusy)
+	h.deleteAndWant(t, pod, false, ReasonListedBusy) // a listing taken while the job runs
+	h.github.SetBusy(acme(), "runner-1", false)
+	h.github.RemoveRunnerByName(acme(), "runner-1") // the drain unregistered it
+	_, out := h.post(t, reviewJSON(t, request{op: OperationEvict, pod: pod}))
+	if out.Response.Allowed || !strings.Contains(out.Response.Result.Message, string(ReasonListedBusy)) {
+		t.Errorf("unmarked eviction: allowed = %v, result %+v; want refused %s", out.Response.Allowed, out.Response.Result, ReasonListedBusy)
+	}
+	deletes := h.github.Count("DELETE")
+	if _, out = h.post(t, reviewJSON(t, request{op: OperationEvict, pod: pod, released: true})); !out.Response.Allowed || h.github.Count("DELETE") != deletes+1 {
+		t.Errorf("the drain's eviction: allowed = %v after %d DELETEs, result %+v; want GitHub asked and the pod let go", out.Response.Allowed, h.github.Count("DELETE")-deletes, out.Response.Result)
+	}
+}
+
 func TestHandlerBusyListingRenewedWithinOneRetry(t *testing.T) {
 	h, pod := busyRunnerHarness(t)
 	h.deleteAndWant(t, pod, false, ReasonRunnerBusy)

@@ -126,6 +126,10 @@ type review struct {
 	PodErr error
 	User   authenticationv1.UserInfo
 	DryRun bool
+	// Released: the Eviction says its evictor has just unregistered the
+	// runner (EvictionReleasedAnnotation): GitHub is asked, nothing cheaper
+	// refuses it.
+	Released bool
 	// Arrived is when the review reached the handler: the API server's
 	// timeoutSeconds runs from about then.
 	Arrived time.Time
