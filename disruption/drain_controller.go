@@ -349,9 +349,11 @@ func (r *drainReconciler) released(ctx context.Context, node *corev1.Node, why s
 	}
 	what := outcomeWord(out)
 	r.log.Info("released the runner of a draining node", "node", node.Name, "pod", key, "runner", res.Runner.Name, "github", what)
-	r.reports.releasedIdle(node, pod)
-	r.events.Eventf(pod, node, corev1.EventTypeNormal, EventRunnerReleased, "Drain",
-		"node %s is %s: runner %q of pod %s was idle and is %s on GitHub; its pod is evicted so it takes no job here", node.Name, why, res.Runner.Name, key, what)
+	if r.reports.releasedIdle(node, pod) {
+		// Once per pod and drain, as the report counts it.
+		r.events.Eventf(pod, node, corev1.EventTypeNormal, EventRunnerReleased, "Drain",
+			"node %s is %s: runner %q of pod %s was idle and is %s on GitHub; its pod is evicted so it takes no job here", node.Name, why, res.Runner.Name, key, what)
+	}
 	r.forget(pod)
 	return true
 }

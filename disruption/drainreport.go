@@ -97,14 +97,19 @@ func (d *drainReports) tracking(node string) bool {
 }
 
 // releasedIdle records that the drain released the pod's idle runner; a
-// job it held before is over.
-func (d *drainReports) releasedIdle(node *corev1.Node, pod *corev1.Pod) {
+// job it held before is over. It reports whether the pod was not counted yet
+// (always true without reports): a pass that listed the pod before the
+// cache saw its eviction releases it again.
+func (d *drainReports) releasedIdle(node *corev1.Node, pod *corev1.Pod) (first bool) {
+	first = true
 	d.metRunner(node, func(rep *drainReport) {
+		first = !rep.released[pod.UID]
 		rep.released[pod.UID] = true
 		if h := rep.held[pod.UID]; h != nil && !h.over {
 			d.ended(rep, h, "")
 		}
 	})
+	return first
 }
 
 // waitsFor records that the drain waits for the pod's job.

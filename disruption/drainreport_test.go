@@ -61,7 +61,9 @@ func TestDrainReport(t *testing.T) {
 			rec, m := events.NewFakeRecorder(20), NewMetrics()
 			d := newDrainReports(clock, rec, m)
 			d.draining(node)
-			d.releasedIdle(node, idle)
+			if !d.releasedIdle(node, idle) || d.releasedIdle(node, idle) {
+				t.Fatal("releasedIdle: want the first release of a pod new, the second (a pass on a stale cache) not")
+			}
 			d.waitsFor(node, done, "job build")
 			d.waitsFor(node, deleted, "job test")
 			d.waitsFor(node, other, "job lint")
