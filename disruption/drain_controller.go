@@ -92,9 +92,9 @@ type drainReconciler struct {
 	evictLocks  *keyedLocks
 	// grants says where pods/eviction is granted.
 	grants *evictionGrants
-	// evictOnce sends an eviction without client-go's retries (nil: through
-	// cached, as tests do).
-	evictOnce *onceEvictor
+	// evictor posts the drain's evictions (onceEvictor: without client-go's
+	// retries).
+	evictor evictor
 	// refused remembers, per namespace, when a policy last refused an
 	// eviction there: no further runner is unregistered there meanwhile.
 	refused refusals
@@ -406,11 +406,15 @@ func (r *drainReconciler) evict(ctx context.Context, pod *corev1.Pod) error {
 		ObjectMeta:    metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, Annotations: map[string]string{webhook.EvictionReleasedAnnotation: "drain"}},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &background},
 	}
-	if r.evictOnce != nil {
-		return r.evictOnce.evict(ctx, eviction)
-	}
-	return r.cached.SubResource("eviction").Create(ctx, pod, eviction)
+	return r.evictor.evict(ctx, eviction)
 }
+
+// evictor posts one eviction and returns the API server's answer.
+type evictor interface {
+	evict(ctx context.Context, eviction *policyv1.Eviction) error
+}
+
+var _ evictor = &onceEvictor{}
 
 // onceEvictor posts evictions and returns the first answer. client-go
 // retries a 429 that carries Retry-After (runner-guard's own refusals do,

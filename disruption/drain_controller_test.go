@@ -96,6 +96,17 @@ func (g *githubStub) Unregister(ctx context.Context, r ghclient.Runner) (ghclien
 	return ghclient.Removed, nil
 }
 
+// clientEvictor posts evictions through a (fake) client's eviction
+// subresource.
+type clientEvictor struct{ c client.Client }
+
+var _ evictor = clientEvictor{}
+
+func (e clientEvictor) evict(ctx context.Context, eviction *policyv1.Eviction) error {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: eviction.Namespace, Name: eviction.Name}}
+	return e.c.SubResource("eviction").Create(ctx, pod, eviction)
+}
+
 func runnerPod(name, node string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{"runner": "true"}},
@@ -121,7 +132,7 @@ func TestDrainReleasesIdleRunnersAndWaitsForBusyOnes(t *testing.T) {
 	rec := events.NewFakeRecorder(20)
 	retired := &retireStub{}
 	now := time.Unix(1000, 0)
-	r := &drainReconciler{cached: c, live: c, guard: guard, github: gh, events: rec, said: newOnce(), log: logr.Discard(),
+	r := &drainReconciler{cached: c, live: c, evictor: clientEvictor{c}, guard: guard, github: gh, events: rec, said: newOnce(), log: logr.Discard(),
 		backoff: newBackoff(time.Second, 15*time.Second, func() time.Time { return now }), now: func() time.Time { return now },
 		retirer: NewRetirer(retired, nil, nil, logr.Discard())}
 
@@ -212,7 +223,7 @@ func TestDrainWaitsForALegacyRunnerToRegister(t *testing.T) {
 		WithIndex(&corev1.Pod{}, podNodeNameIndex, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
 	guard := &guardStub{runs: map[string]*arc.Runner{"set": {Kind: arc.Kind, EphemeralRunner: types.NamespacedName{Namespace: "ci", Name: "set"}}}}
 	gh := &githubStub{unknown: map[string]bool{"young": true, "old": true, "set": true}, deletes: map[string]int{}}
-	r := &drainReconciler{cached: c, live: c, guard: guard, github: gh, events: events.NewFakeRecorder(20), said: newOnce(), log: logr.Discard(),
+	r := &drainReconciler{cached: c, live: c, evictor: clientEvictor{c}, guard: guard, github: gh, events: events.NewFakeRecorder(20), said: newOnce(), log: logr.Discard(),
 		backoff: newBackoff(time.Second, 15*time.Second, func() time.Time { return now }), now: func() time.Time { return now }}
 	exists := func(name string) bool {
 		return c.Get(context.Background(), types.NamespacedName{Namespace: "ci", Name: name}, &corev1.Pod{}) == nil
@@ -240,7 +251,7 @@ func TestDrainLeavesASchedulableNodeAlone(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(node, runnerPod("idle", "n1")).
 		WithIndex(&corev1.Pod{}, podNodeNameIndex, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
 	gh := &githubStub{busy: map[string]bool{}, deletes: map[string]int{}}
-	r := &drainReconciler{cached: c, live: c, guard: &guardStub{}, github: gh, events: events.NewFakeRecorder(5), said: newOnce(), log: logr.Discard(),
+	r := &drainReconciler{cached: c, live: c, evictor: clientEvictor{c}, guard: &guardStub{}, github: gh, events: events.NewFakeRecorder(5), said: newOnce(), log: logr.Discard(),
 		backoff: newBackoff(time.Second, 15*time.Second, time.Now), now: time.Now}
 	if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}}); err != nil {
 		t.Fatal(err)
@@ -292,7 +303,7 @@ func TestDrainListsNodeClaimsOncePerReconcile(t *testing.T) {
 			return c.List(ctx, list, opts...)
 		}}).Build()
 	rec := events.NewFakeRecorder(50)
-	r := &drainReconciler{cached: c, live: c, guard: guard, github: &githubStub{deletes: map[string]int{}}, events: rec, said: newOnce(), log: logr.Discard(),
+	r := &drainReconciler{cached: c, live: c, evictor: clientEvictor{c}, guard: guard, github: &githubStub{deletes: map[string]int{}}, events: rec, said: newOnce(), log: logr.Discard(),
 		backoff: newBackoff(time.Second, 15*time.Second, func() time.Time { return now }), now: func() time.Time { return now }}
 	for range 3 {
 		if _, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}}); err != nil {
@@ -379,7 +390,7 @@ func TestDrainHoldsToPodDisruptionBudgets(t *testing.T) {
 			gh := &githubStub{deletes: map[string]int{}}
 			rec := events.NewFakeRecorder(20)
 			now := time.Unix(1000, 0)
-			r := &drainReconciler{cached: c, live: c, guard: &guardStub{}, github: gh, events: rec, said: newOnce(), log: logr.Discard(),
+			r := &drainReconciler{cached: c, live: c, evictor: clientEvictor{c}, guard: &guardStub{}, github: gh, events: rec, said: newOnce(), log: logr.Discard(),
 				backoff: newBackoff(time.Second, 15*time.Second, func() time.Time { return now }), now: func() time.Time { return now },
 				grants: newEvictionGrants(func() time.Time { return now }), budgets: webhook.NewBudgetLedger(webhook.DefaultWebhookTimeout, func() time.Time { return now })}
 
@@ -532,7 +543,7 @@ func budgetEvictions(objs []client.Object, pdb *policyv1.PodDisruptionBudget, du
 func budgetDrain(c client.Client) (*drainReconciler, *githubStub) {
 	gh := &githubStub{deletes: map[string]int{}}
 	now := time.Unix(1000, 0)
-	return &drainReconciler{cached: c, live: c, guard: &guardStub{}, github: gh, events: events.NewFakeRecorder(50), said: newOnce(), log: logr.Discard(),
+	return &drainReconciler{cached: c, live: c, evictor: clientEvictor{c}, guard: &guardStub{}, github: gh, events: events.NewFakeRecorder(50), said: newOnce(), log: logr.Discard(),
 		backoff: newBackoff(time.Second, 15*time.Second, func() time.Time { return now }), now: func() time.Time { return now },
 		budgets: webhook.NewBudgetLedger(webhook.DefaultWebhookTimeout, func() time.Time { return now }), budgetLocks: newKeyedLocks(), evictLocks: newKeyedLocks()}, gh
 }
@@ -557,7 +568,7 @@ func TestDrainStopsUnregisteringWhereEvictionsAreRefused(t *testing.T) {
 		}, Create: accessReviews(true)}).Build()
 	gh := &githubStub{deletes: map[string]int{}, unknown: map[string]bool{}}
 	now := time.Unix(1000, 0)
-	r := &drainReconciler{cached: c, live: c, guard: &guardStub{}, github: gh, events: events.NewFakeRecorder(100), said: newOnce(), log: logr.Discard(),
+	r := &drainReconciler{cached: c, live: c, evictor: clientEvictor{c}, guard: &guardStub{}, github: gh, events: events.NewFakeRecorder(100), said: newOnce(), log: logr.Discard(),
 		backoff: newBackoff(time.Second, 15*time.Second, func() time.Time { return now }), now: func() time.Time { return now },
 		grants: newEvictionGrants(func() time.Time { return now }), budgetLocks: newKeyedLocks()}
 	reconcileNode := func() {

@@ -198,7 +198,7 @@ func TestMaintenancePlannedDrainIsReported(t *testing.T) {
 	now := time.Unix(1000, 0)
 	clock := func() time.Time { return now }
 	m := NewMetrics()
-	r := &drainReconciler{cached: c, live: c, guard: &guardStub{}, github: gh, events: rec, said: newOnce(), log: logr.Discard(),
+	r := &drainReconciler{cached: c, live: c, evictor: clientEvictor{c}, guard: &guardStub{}, github: gh, events: rec, said: newOnce(), log: logr.Discard(),
 		backoff: newBackoff(time.Second, 15*time.Second, clock), now: clock, reports: newDrainReports(clock, rec, m)}
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "n1"}}
 	if _, err := r.Reconcile(ctx, req); err != nil {

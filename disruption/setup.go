@@ -217,16 +217,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}); err != nil {
 		return fmt.Errorf("indexing pods by node: %w", err)
 	}
-	evictOnce, err := newOnceEvictor(mgr.GetConfig(), mgr.GetHTTPClient(), mgr.GetScheme())
+	evictor, err := newOnceEvictor(mgr.GetConfig(), mgr.GetHTTPClient(), mgr.GetScheme())
 	if err != nil {
 		return fmt.Errorf("drain controller: %w", err)
 	}
 	d := &drainReconciler{
-		evictOnce: evictOnce,
-		cached:    cl, live: mgr.GetAPIReader(), guard: o.Guard, github: o.GitHub, listing: o.Listing, retirer: o.Retirer,
+		cached: cl, live: mgr.GetAPIReader(), guard: o.Guard, github: o.GitHub, listing: o.Listing, retirer: o.Retirer,
 		events: o.Events, backoff: newBackoff(o.BusyRetryFirst, o.BusyRetryMax, o.Now), said: newOnce(), now: o.Now,
 		log: o.Log.WithName("drain"), budgets: budgetLedgerOf(o.Guard, o.Now), budgetLocks: newKeyedLocks(), evictLocks: newKeyedLocks(), grants: newEvictionGrants(o.Now),
-		reports:    reports,
+		reports: reports, evictor: evictor,
 		budgetPoll: budgetPollEvery, honorNodeDeadlines: o.HonorNodeDeadlines,
 	}
 	// A node drained no more, or gone, is looked at once more for its report.

@@ -50,17 +50,16 @@ const budgetHoldSlack = 10 * time.Second
 // not be unregistered for an eviction the API server then refuses.
 func (l *BudgetLedger) ReserveFor(ctx context.Context, pods, budgets client.Reader, pod *corev1.Pod) (blocking string, several []string, inFlight int, hold BudgetHold, reserveErr error) {
 	log := logr.FromContextOrDiscard(ctx)
+	read := l.SeePods(ctx, pods, pod.Namespace)
+	pdbs, listed := listBudgets(ctx, budgets, pod.Namespace)
+	if !listed {
+		return "", nil, 0, BudgetHold{}, nil
+	}
+	charged, several := ChargedBudget(pod, BudgetsThatCount(pdbs))
+	if charged == nil {
+		return "", several, 0, BudgetHold{}, nil
+	}
 	for look := 1; ; look++ {
-		read := l.SeePods(ctx, pods, pod.Namespace)
-		var pdbs policyv1.PodDisruptionBudgetList
-		if err := budgets.List(ctx, &pdbs, client.InNamespace(pod.Namespace)); err != nil {
-			log.V(1).Info("cannot list PodDisruptionBudgets; the API server will check them", "error", err.Error())
-			return "", nil, 0, BudgetHold{}, nil
-		}
-		charged, several := ChargedBudget(pod, BudgetsThatCount(pdbs.Items))
-		if charged == nil {
-			return "", several, 0, BudgetHold{}, nil
-		}
 		hold, inFlight, ok, unseen, err := l.reserveShared(ctx, charged, pod, read)
 		switch {
 		case err != nil:
@@ -71,11 +70,41 @@ func (l *BudgetLedger) ReserveFor(ctx context.Context, pods, budgets client.Read
 		case unseen > 0 && look < 2:
 			// Other replicas' reservations this ledger learnt of only now
 			// blocked: SeePods never looked at their pods, which may be gone
-			// already, their evictions shown by the budget. Look once more.
+			// already, their evictions shown by the budget. Look once more,
+			// at the same budget read again (the pod's budgets were matched
+			// a moment ago; the API server checks them again anyway).
+			read = l.SeePods(ctx, pods, pod.Namespace)
+			if pdbs, listed = listBudgets(ctx, budgets, pod.Namespace); !listed {
+				return "", nil, 0, BudgetHold{}, nil
+			}
+			if charged = budgetNamed(pdbs, charged.Name); charged == nil {
+				return "", nil, 0, BudgetHold{}, nil
+			}
 			continue
 		}
 		return charged.Name, nil, inFlight, BudgetHold{}, nil
 	}
+}
+
+// listBudgets lists namespace's PodDisruptionBudgets; a failure is logged
+// and blocks nothing: the API server checks them itself after the webhooks.
+func listBudgets(ctx context.Context, budgets client.Reader, namespace string) ([]policyv1.PodDisruptionBudget, bool) {
+	var pdbs policyv1.PodDisruptionBudgetList
+	if err := budgets.List(ctx, &pdbs, client.InNamespace(namespace)); err != nil {
+		logr.FromContextOrDiscard(ctx).V(1).Info("cannot list PodDisruptionBudgets; the API server will check them", "error", err.Error())
+		return nil, false
+	}
+	return pdbs.Items, true
+}
+
+// budgetNamed is the budget of pdbs named name, nil when it is gone.
+func budgetNamed(pdbs []policyv1.PodDisruptionBudget, name string) *policyv1.PodDisruptionBudget {
+	for i := range pdbs {
+		if pdbs[i].Name == name {
+			return &pdbs[i]
+		}
+	}
+	return nil
 }
 
 // BudgetsThatCount are the PodDisruptionBudgets rule 5d and the drain weigh
