@@ -2,6 +2,7 @@ package disruption
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -95,6 +96,8 @@ type drainReconciler struct {
 	// evictor posts the drain's evictions (onceEvictor: without client-go's
 	// retries).
 	evictor evictor
+	// jobKeys signs the completed record left on a released runner's pod.
+	jobKeys *jobannotation.Keyring
 	// refused remembers, per namespace, when a policy last refused an
 	// eviction there: no further runner is unregistered there meanwhile.
 	refused refusals
@@ -362,12 +365,13 @@ func (r *drainReconciler) released(ctx context.Context, node *corev1.Node, why s
 // hold it, whatever a job annotation whose completed delivery was lost still
 // says. Its job budget would refuse the eviction for good, and the
 // annotation would bring the budget back, so both go before the eviction.
+// A verified in_progress record becomes its job's completed (a tombstone),
+// so a replay of that delivery cannot hold the pod again if it stays.
 func (r *drainReconciler) dropJobHold(ctx context.Context, pod *corev1.Pod) {
 	key := client.ObjectKeyFromObject(pod)
-	if _, ok := pod.Annotations[jobannotation.Annotation]; ok {
-		patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+jobannotation.Annotation+`":null}}}`))
-		if err := r.cached.Patch(ctx, pod, patch); client.IgnoreNotFound(err) != nil {
-			r.log.Info("cannot remove the job annotation of a released runner's pod", "pod", key, "error", err.Error())
+	if patch, ok := r.jobHoldPatch(pod); ok {
+		if err := r.cached.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+			r.log.Info("cannot end the job annotation of a released runner's pod", "pod", key, "error", err.Error())
 		}
 	}
 	if pod.Labels[webhook.LabelJobBudget] == "" {
@@ -376,6 +380,35 @@ func (r *drainReconciler) dropJobHold(ctx context.Context, pod *corev1.Pod) {
 	if err := deleteJobBudgets(ctx, r.cached, pod, []string{jobBudgetName(pod)}); err != nil {
 		r.log.Info("cannot delete the job budget of a released runner's pod; the eviction may wait for it", "pod", key, "error", err.Error())
 	}
+}
+
+// jobHoldPatch is the merge patch that leaves pod's job annotation holding
+// nothing (false: it holds nothing already): a verified in_progress record
+// rewritten as completed now, under the secret that signed it; any other
+// annotation that could still verify (one this replica cannot read or sign)
+// removed.
+func (r *drainReconciler) jobHoldPatch(pod *corev1.Pod) ([]byte, bool) {
+	if _, found := pod.Annotations[jobannotation.Annotation]; !found {
+		return nil, false
+	}
+	remove := []byte(`{"metadata":{"annotations":{"` + jobannotation.Annotation + `":null}}}`)
+	rec, err := r.jobKeys.Read(pod)
+	switch {
+	case err != nil:
+		return remove, true
+	case !rec.Running():
+		return nil, false
+	}
+	rec.State, rec.At, rec.VerifiedUntil = jobannotation.StateCompleted, r.now(), time.Time{}
+	value, err := r.jobKeys.Value(rec, string(pod.UID))
+	if err != nil {
+		return remove, true
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{jobannotation.Annotation: value}}})
+	if err != nil {
+		return remove, true
+	}
+	return patch, true
 }
 
 // outcomeWord says what GitHub answered, for messages.

@@ -3,8 +3,11 @@ package disruption
 import (
 	"context"
 	"maps"
+
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -147,5 +150,85 @@ func TestJobAnnotationCompletedOutranksAnOlderListing(t *testing.T) {
 	l.take("acme", now.Add(time.Second))
 	if hints := hintsAfterReconcile(t, r, cl, pod); !maps.Equal(hints, ours) {
 		t.Errorf("a listing newer than the completed shows the runner busy: hints %v, want %v", hints, ours)
+	}
+}
+
+// A released runner's pod keeps no job hold, and a verified in_progress
+// record becomes its job's completed rather than going: a replay of the
+// job's in_progress delivery is then stale, so it cannot hold the pod
+// again while the pod waits for its eviction. What this replica cannot
+// verify goes; a completed record stays as it is.
+func TestDropJobHoldLeavesATombstone(t *testing.T) {
+	job := annotatedJob()
+	now := time.Unix(1_900_000_000, 0)
+	cases := map[string]struct {
+		annotation   func(uid string) string
+		wantFound    bool
+		wantVerified bool // a verified completed record of job, At now
+		wantSame     bool // the annotation is unchanged
+	}{
+		"verified in_progress becomes completed": {
+			annotation: func(uid string) string {
+				return fixture.JobAnnotation(t, jobSecret, job, jobannotation.StateInProgress, uid)
+			},
+			wantFound: true, wantVerified: true,
+		},
+		"completed stays": {
+			annotation: func(uid string) string {
+				return fixture.JobAnnotation(t, jobSecret, job, jobannotation.StateCompleted, uid)
+			},
+			wantFound: true, wantSame: true,
+		},
+		"forged goes": {
+			annotation: func(uid string) string {
+				return fixture.JobAnnotation(t, "guess", job, jobannotation.StateInProgress, uid)
+			},
+		},
+		"copied from another pod goes": {
+			annotation: func(string) string {
+				return fixture.JobAnnotation(t, jobSecret, job, jobannotation.StateInProgress, "other-uid")
+			},
+		},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			pod := guardedLegacyPod()
+			before := c.annotation(string(pod.UID))
+			pod.Annotations = map[string]string{jobannotation.Annotation: before}
+			cl := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(pod).Build()
+			keys := fixture.JobKeys(t, jobSecret)
+			r := &drainReconciler{cached: cl, live: cl, jobKeys: keys, now: func() time.Time { return now }, log: logr.Discard()}
+
+			r.dropJobHold(context.Background(), pod)
+
+			var got corev1.Pod
+			if err := cl.Get(context.Background(), client.ObjectKeyFromObject(pod), &got); err != nil {
+				t.Fatal(err)
+			}
+			after, found := got.Annotations[jobannotation.Annotation]
+			if found != c.wantFound {
+				t.Fatalf("annotation found %v (%q), want %v", found, after, c.wantFound)
+			}
+			if c.wantSame && after != before {
+				t.Errorf("annotation rewritten: %q, want %q", after, before)
+			}
+			if _, held := keys.JobFromPod(&got); held {
+				t.Error("the released runner's pod still holds a job")
+			}
+			if !c.wantVerified {
+				return
+			}
+			cur, err := keys.Read(&got)
+			if err != nil {
+				t.Fatalf("the tombstone does not verify: %v", err)
+			}
+			if cur.JobID != job.JobID || cur.State != jobannotation.StateCompleted || !cur.At.Equal(now) {
+				t.Errorf("tombstone %+v, want job %d completed at %s", cur, job.JobID, now)
+			}
+			replay := jobannotation.Record{Job: job, State: jobannotation.StateInProgress, At: time.Unix(1_800_000_000, 0)}
+			if jobannotation.Supersedes(replay, cur, true) {
+				t.Error("a replay of the job's in_progress supersedes the tombstone")
+			}
+		})
 	}
 }

@@ -225,7 +225,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		cached: cl, live: mgr.GetAPIReader(), guard: o.Guard, github: o.GitHub, listing: o.Listing, retirer: o.Retirer,
 		events: o.Events, backoff: newBackoff(o.BusyRetryFirst, o.BusyRetryMax, o.Now), said: newOnce(), now: o.Now,
 		log: o.Log.WithName("drain"), budgets: budgetLedgerOf(o.Guard, o.Now), budgetLocks: newKeyedLocks(), evictLocks: newKeyedLocks(), grants: newEvictionGrants(o.Now),
-		reports: reports, evictor: evictor,
+		reports: reports, evictor: evictor, jobKeys: o.JobKeys,
 		budgetPoll: budgetPollEvery, honorNodeDeadlines: o.HonorNodeDeadlines,
 	}
 	// A node drained no more, or gone, is looked at once more for its report.
