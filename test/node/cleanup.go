@@ -24,6 +24,11 @@ const (
 	StateDir = "/var/lib/runner-guard-node"
 	// RunDir holds sockets, containerd's state and pod network namespaces.
 	RunDir = "/run/runner-guard-node"
+	// cniDataDir holds host-local's address allocations (cniConfig).
+	cniDataDir = StateDir + "/cni-networks"
+	// legacyCNIDataDir is where runs before cniDataDir left their
+	// allocations (host-local's default for the node's network name).
+	legacyCNIDataDir = "/var/lib/cni/networks/runner-guard-node"
 	// CgroupRoot is the kubelet's cgroupRoot: every pod cgroup is below it.
 	CgroupRoot = "/runner-guard-node"
 	cgroupFS   = "/sys/fs/cgroup"
@@ -43,7 +48,7 @@ func Cleanup(logf func(string, ...any)) error {
 	} else if n > 0 {
 		logf("cleanup: unmounted %d mounts", n)
 	}
-	for _, d := range []string{StateDir, RunDir} {
+	for _, d := range []string{StateDir, RunDir, legacyCNIDataDir} {
 		if err := os.RemoveAll(d); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s: %w", d, err))
 		}

@@ -4,7 +4,11 @@ import "crypto/tls"
 
 // cniConfig is the pod network: one bridge with host-local addresses from the
 // node's pod CIDR, and portmap for hostPorts. No masquerading: nothing beyond
-// the node's namespace is reachable anyway.
+// the node's namespace is reachable anyway. host-local keeps its allocations
+// under StateDir (cniDataDir), which Cleanup removes: in its default
+// /var/lib/cni/networks, the addresses of the pods a stopped node still ran
+// were never given back, and after some dozens of runs the /24 was full
+// ("no IP addresses available in range set").
 const cniConfig = `{
   "cniVersion": "1.0.0",
   "name": "runner-guard-node",
@@ -17,6 +21,7 @@ const cniConfig = `{
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
+        "dataDir": "` + cniDataDir + `",
         "ranges": [[{"subnet": "` + PodCIDR + `"}]],
         "routes": [{"dst": "0.0.0.0/0"}]
       }
