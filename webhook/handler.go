@@ -29,8 +29,9 @@ import (
 // EvictionReleasedAnnotation, on an Eviction (not the pod), says its evictor
 // has just unregistered the pod's runner: runner-guard's drain sets it. It
 // only makes the webhook ask GitHub rather than answer from a listing or
-// memory that may predate the unregister; GitHub's answer still decides, so
-// anyone may set it at the cost of a request.
+// memory that may predate the unregister; GitHub's answer still decides.
+// It is heeded only from runner-guard's own user (Options.ReleasedBy):
+// anyone else's would be a GitHub request per eviction, memory bypassed.
 const EvictionReleasedAnnotation = "runner-guard.io/runner-released"
 
 // Path is where the handler is served; the manifests point every webhook entry here.
@@ -71,6 +72,9 @@ type Options struct {
 	// PodDisruptionBudget with the other replicas (a Lease per budget);
 	// nil: each replica counts only its own.
 	Reservations *Reservations
+	// ReleasedBy is the user runner-guard's own drain evicts as: only its
+	// Evictions' EvictionReleasedAnnotation is heeded ("": nobody's).
+	ReleasedBy string
 }
 
 // Handler is the admission.Handler for DELETE pods and CREATE pods/eviction.
@@ -86,6 +90,8 @@ type Handler struct {
 	pods    client.Reader
 	events  events.EventRecorder
 	metrics *Metrics
+	// releasedBy is Options.ReleasedBy.
+	releasedBy string
 }
 
 var _ admission.Handler = &Handler{}
@@ -121,13 +127,14 @@ func NewHandler(o Options) (*Handler, error) {
 		d.retire = false
 	}
 	h := &Handler{
-		decider: d,
-		exempt:  o.Config.ExemptNamespaces,
-		specs:   o.Config.RunnerPods,
-		decoder: admission.NewDecoder(o.Scheme),
-		pods:    o.Pods,
-		events:  o.Events,
-		metrics: o.Metrics,
+		decider:    d,
+		exempt:     o.Config.ExemptNamespaces,
+		specs:      o.Config.RunnerPods,
+		decoder:    admission.NewDecoder(o.Scheme),
+		pods:       o.Pods,
+		events:     o.Events,
+		metrics:    o.Metrics,
+		releasedBy: o.ReleasedBy,
 	}
 	if len(o.Config.RunnerNamespaces) > 0 {
 		h.runnerNamespaces = map[string]bool{}
@@ -232,7 +239,8 @@ func (h *Handler) facts(ctx context.Context, op Operation, req admission.Request
 		if ev.DeleteOptions != nil && len(ev.DeleteOptions.DryRun) > 0 {
 			r.DryRun = true
 		}
-		_, r.Released = ev.Annotations[EvictionReleasedAnnotation]
+		_, marked := ev.Annotations[EvictionReleasedAnnotation]
+		r.Released = marked && h.releasedBy != "" && req.UserInfo.Username == h.releasedBy
 	}
 	if r.Name == "" || r.Namespace == "" {
 		return r, errors.New("eviction review names no pod")

@@ -36,6 +36,9 @@ type harness struct {
 	url     string
 }
 
+// drainUser is the user of runner-guard's own drain (Options.ReleasedBy).
+const drainUser = "system:serviceaccount:runner-guard:runner-guard"
+
 func newHarness(t *testing.T, cfg Config, pods ...*corev1.Pod) *harness {
 	t.Helper()
 	clock := fakeclock.New(time.Now())
@@ -59,6 +62,8 @@ func newHarness(t *testing.T, cfg Config, pods ...*corev1.Pod) *harness {
 		Events:  h.events,
 		Metrics: h.metrics,
 		Now:     h.clock.Now,
+		// The user runner-guard's drain evicts as.
+		ReleasedBy: drainUser,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -667,12 +672,19 @@ func TestHandlerReleasedEvictionAsksGitHub(t *testing.T) {
 	h.deleteAndWant(t, pod, false, ReasonListedBusy) // a listing taken while the job runs
 	h.github.SetBusy(acme(), "runner-1", false)
 	h.github.RemoveRunnerByName(acme(), "runner-1") // the drain unregistered it
-	_, out := h.post(t, reviewJSON(t, request{op: OperationEvict, pod: pod}))
-	if out.Response.Allowed || !strings.Contains(out.Response.Result.Message, string(ReasonListedBusy)) {
-		t.Errorf("unmarked eviction: allowed = %v, result %+v; want refused %s", out.Response.Allowed, out.Response.Result, ReasonListedBusy)
-	}
 	deletes := h.github.Count("DELETE")
-	if _, out = h.post(t, reviewJSON(t, request{op: OperationEvict, pod: pod, released: true})); !out.Response.Allowed || h.github.Count("DELETE") != deletes+1 {
+	for name, r := range map[string]request{
+		"unmarked eviction":               {op: OperationEvict, pod: pod, user: drainUser},
+		"eviction marked by someone else": {op: OperationEvict, pod: pod, user: "tenant", released: true},
+	} {
+		if _, out := h.post(t, reviewJSON(t, r)); out.Response.Allowed || !strings.Contains(out.Response.Result.Message, string(ReasonListedBusy)) {
+			t.Errorf("%s: allowed = %v, result %+v; want refused %s", name, out.Response.Allowed, out.Response.Result, ReasonListedBusy)
+		}
+	}
+	if got := h.github.Count("DELETE"); got != deletes {
+		t.Errorf("%d DELETEs for evictions not marked by runner-guard's drain; want none", got-deletes)
+	}
+	if _, out := h.post(t, reviewJSON(t, request{op: OperationEvict, pod: pod, user: drainUser, released: true})); !out.Response.Allowed || h.github.Count("DELETE") != deletes+1 {
 		t.Errorf("the drain's eviction: allowed = %v after %d DELETEs, result %+v; want GitHub asked and the pod let go", out.Response.Allowed, h.github.Count("DELETE")-deletes, out.Response.Result)
 	}
 }

@@ -262,6 +262,7 @@ func start(ctx context.Context, opts *options, getenv func(string) string, stder
 	}
 	handler, err := newGuard(mgr, webhook.Options{
 		Reservations:  reservations,
+		ReleasedBy:    selfUser(ctx, restCfg, log),
 		Retirements:   retirements,
 		Config:        hcfg,
 		GitHub:        gh,

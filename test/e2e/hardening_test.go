@@ -11,6 +11,9 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/runner-guard/runner-guard/test/e2e/framework"
+	"github.com/runner-guard/runner-guard/webhook"
 )
 
 // Scenario 12: `kubectl drain --dry-run=server` sends the dry run only inside
@@ -104,4 +107,50 @@ func TestUnknownScopeEvictionIs429(t *testing.T) {
 		t.Errorf("error %q does not name the reason", err)
 	}
 	s.requireAlive("runner-noscope")
+}
+
+// The runner-released mark on an Eviction (runner-guard.io/runner-released)
+// makes the webhook ask GitHub rather than answer from memory or a listing.
+// Only runner-guard's own drain may set it: a tenant's marked evictions of a
+// busy runner's pod are answered as unmarked ones (at most one DELETE per
+// replica, then memory), not one GitHub request each; runner-guard's own
+// user (learnt at start with a SelfSubjectReview) is heeded.
+func TestReleasedMarkHeededOnlyFromRunnerGuard(t *testing.T) {
+	if !env.Local() {
+		t.Skip("needs the local harness: the webhook's own user")
+	}
+	s := newScenario(t, "released-mark")
+	env.GitHub.AddRunner(s.scope, "runner-marked")
+	env.GitHub.SetBusy(s.scope, "runner-marked", true)
+	s.create(legacyRunnerPod(s.ns, "runner-marked", s.scope))
+	evict := func(user string) error {
+		c, err := env.ClientAs(user)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := &policyv1.Eviction{TypeMeta: metav1.TypeMeta{APIVersion: "policy/v1", Kind: "Eviction"},
+			ObjectMeta: metav1.ObjectMeta{Name: "runner-marked", Namespace: s.ns, Annotations: map[string]string{webhook.EvictionReleasedAnnotation: "drain"}}}
+		return c.CoreV1().RESTClient().Post().Namespace(s.ns).Resource("pods").Name("runner-marked").
+			SubResource("eviction").Body(ev).MaxRetries(0).Do(s.ctx).Error()
+	}
+	const tenantEvictions = 6
+	for i := range tenantEvictions {
+		if err := evict("tenant"); !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "runner busy") {
+			t.Fatalf("tenant's marked eviction %d: %v, want 429 runner busy", i+1, err)
+		}
+	}
+	deletes := s.count("DELETE")
+	if replicas := env.Replicas(); deletes > replicas {
+		t.Errorf("%d marked evictions by a tenant cost %d GitHub DELETEs; want at most one per replica (%d): the mark is runner-guard's own", tenantEvictions, deletes, replicas)
+	}
+	const ownEvictions = 2
+	for i := range ownEvictions {
+		if err := evict(framework.WebhookUser); !apierrors.IsTooManyRequests(err) {
+			t.Fatalf("runner-guard's own marked eviction %d: %v, want 429 (the runner is busy)", i+1, err)
+		}
+	}
+	if got := s.count("DELETE") - deletes; got != ownEvictions {
+		t.Errorf("runner-guard's own %d marked evictions sent %d DELETEs; want one each (GitHub asked, memory bypassed)", ownEvictions, got)
+	}
+	s.requireAlive("runner-marked")
 }

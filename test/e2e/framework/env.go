@@ -23,6 +23,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/runner-guard/runner-guard/certs"
@@ -37,6 +39,10 @@ const (
 	webhookServiceAccount = "runner-guard"
 	githubToken           = "ghp_e2e-token"
 )
+
+// WebhookUser is the user the local harness's webhook processes (and their
+// drain) authenticate as: the token of webhookServiceAccount.
+const WebhookUser = "system:serviceaccount:" + webhookNamespace + ":" + webhookServiceAccount
 
 // Options configure an Env.
 type Options struct {
@@ -260,7 +266,7 @@ func (e *Env) installIdentity(ctx context.Context) error {
 		return fmt.Errorf("token for the webhook's ServiceAccount: %w", err)
 	}
 	e.kubeconfig = filepath.Join(e.Dir, "webhook.kubeconfig")
-	return e.WriteKubeconfig(e.kubeconfig, "system:serviceaccount:"+webhookNamespace+":"+webhookServiceAccount, tok.Status.Token)
+	return e.WriteKubeconfig(e.kubeconfig, WebhookUser, tok.Status.Token)
 }
 
 func (e *Env) writeWebhookCerts() error {
@@ -429,6 +435,20 @@ func (e *Env) firstReplica() *process.Child {
 // Local reports whether this Env runs its own control plane, webhook and fake
 // GitHub (false for an existing cluster reached with Connect).
 func (e *Env) Local() bool { return e.fake != nil }
+
+// Replicas is how many webhook processes run now (at least 1).
+func (e *Env) Replicas() int {
+	return max(1, len(e.replicas))
+}
+
+// ClientAs is an admin client that impersonates user (in groups, and
+// system:masters so that anything is authorised): admission webhooks see
+// user as the requester.
+func (e *Env) ClientAs(user string, groups ...string) (kubernetes.Interface, error) {
+	cfg := rest.CopyConfig(e.ControlPlane.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: append([]string{"system:masters"}, groups...)}
+	return kubernetes.NewForConfig(cfg)
+}
 
 // register applies manifests/local with this run's port and CA, then waits
 // until the API server calls the webhook.
