@@ -370,7 +370,11 @@ func (r *drainReconciler) released(ctx context.Context, node *corev1.Node, why s
 func (r *drainReconciler) dropJobHold(ctx context.Context, pod *corev1.Pod) {
 	key := client.ObjectKeyFromObject(pod)
 	if patch, ok := r.jobHoldPatch(pod); ok {
-		if err := r.cached.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+		body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": patch.values()}})
+		if err == nil {
+			err = r.cached.Patch(ctx, pod, client.RawPatch(types.MergePatchType, body))
+		}
+		if client.IgnoreNotFound(err) != nil {
 			r.log.Info("cannot end the job annotation of a released runner's pod", "pod", key, "error", err.Error())
 		}
 	}
@@ -382,33 +386,26 @@ func (r *drainReconciler) dropJobHold(ctx context.Context, pod *corev1.Pod) {
 	}
 }
 
-// jobHoldPatch is the merge patch that leaves pod's job annotation holding
+// jobHoldPatch is the change that leaves pod's job annotation holding
 // nothing (false: it holds nothing already): a verified in_progress record
 // rewritten as completed now, under the secret that signed it; any other
 // annotation that could still verify (one this replica cannot read or sign)
 // removed.
-func (r *drainReconciler) jobHoldPatch(pod *corev1.Pod) ([]byte, bool) {
+func (r *drainReconciler) jobHoldPatch(pod *corev1.Pod) (HintPatch, bool) {
 	if _, found := pod.Annotations[jobannotation.Annotation]; !found {
 		return nil, false
 	}
-	remove := []byte(`{"metadata":{"annotations":{"` + jobannotation.Annotation + `":null}}}`)
 	rec, err := r.jobKeys.Read(pod)
-	switch {
-	case err != nil:
-		return remove, true
-	case !rec.Running():
+	if err == nil && !rec.Running() {
 		return nil, false
 	}
-	rec.State, rec.At, rec.VerifiedUntil = jobannotation.StateCompleted, r.now(), time.Time{}
-	value, err := r.jobKeys.Value(rec, string(pod.UID))
-	if err != nil {
-		return remove, true
+	if err == nil {
+		rec.State, rec.At, rec.VerifiedUntil = jobannotation.StateCompleted, r.now(), time.Time{}
+		if value, err := r.jobKeys.Value(rec, string(pod.UID)); err == nil {
+			return HintPatch{jobannotation.Annotation: &value}, true
+		}
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{jobannotation.Annotation: value}}})
-	if err != nil {
-		return remove, true
-	}
-	return patch, true
+	return HintPatch{jobannotation.Annotation: nil}, true
 }
 
 // outcomeWord says what GitHub answered, for messages.

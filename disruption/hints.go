@@ -72,9 +72,10 @@ func owned(annotations map[string]string) []string {
 	return out
 }
 
-// HintPatch is the change of a pod's annotations that brings its hints in
-// step with its job: the value to set for each key, nil to remove it. An
-// empty patch changes nothing.
+// HintPatch is a change of a pod's annotations (the hints brought in step
+// with its job, or the drain ending a released runner's job record): the
+// value to set for each key, nil to remove it. An empty patch changes
+// nothing.
 type HintPatch map[string]*string
 
 // hintPatch computes, from a pod's annotations, whether its runner holds a

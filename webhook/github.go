@@ -61,22 +61,21 @@ func (d *decider) askGitHub(ctx context.Context, r *review, readOnly bool) githu
 		}
 		return res
 	}
-	listed := ghclient.ListedUnknown
+	prio := ghclient.PriorityRelease
 	if !r.Released {
 		// An evictor that has just unregistered the runner (runner-guard's
 		// drain, on any replica) is not refused on a listing taken while
-		// the job ran: that would keep a pod whose runner is gone.
-		var res githubResult
-		if res, listed = d.knownBusy(ctx, r); res.Outcome == ghclient.Busy {
+		// the job ran, nor demoted: that would keep a pod whose runner is gone.
+		res, listed := d.knownBusy(ctx, r)
+		if res.Outcome == ghclient.Busy {
 			log.V(1).Info("runner known busy: not asking GitHub to unregister it", "from", res.From, "took", time.Since(start))
 			return res
 		}
-	}
-	prio := ghclient.PriorityRelease
-	if r.Busy.Known && listed == ghclient.ListedUnknown && !r.Released {
-		// Busy lately and nothing cheaper says its job ended: a re-check,
-		// which yields to unregisters that can let a pod go.
-		prio = ghclient.PriorityRecheck
+		if r.Busy.Known && listed == ghclient.ListedUnknown {
+			// Busy lately and nothing cheaper says its job ended: a re-check,
+			// which yields to unregisters that can let a pod go.
+			prio = ghclient.PriorityRecheck
+		}
 	}
 	if f := r.Recalled.Failure; f.Known {
 		if f.Left > 0 {
